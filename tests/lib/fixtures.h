@@ -1,0 +1,17 @@
+/*
+ * fixtures.h - where tests find the shared, read-only model fixtures.
+ *
+ * The directory is $CP_FIXTURES when set and non-empty, else ../shared/models
+ * relative to the repository root (tests run from the root or from a
+ * directory below it, such as build/tests).
+ */
+#ifndef CP_TEST_FIXTURES_H
+#define CP_TEST_FIXTURES_H
+
+/* The fixtures directory (static storage, valid for the process); never NULL. */
+const char *fx_dir(void);
+
+/* Malloc'd path of fx_dir()/rel (caller frees), or NULL when that file is absent. */
+char *fx_path(const char *rel);
+
+#endif
