@@ -1,0 +1,235 @@
+# cpd - top-level GNU Makefile.  One fragment per folder (*/*.mk), no
+# recursive make, everything built out of tree under $(BUILD).
+#
+#   make            build everything
+#   make run        build, then generate from the default model
+#   make check      build and run the test suite (installs missing packages as root)
+#   make SAN=1 ...  AddressSanitizer + UndefinedBehaviorSanitizer build in build/san
+#   make CUDA=0     do not build the CUDA kernels even when nvcc is present
+#   make V=1        show full commands
+#   make lint       cppcheck (and mandoc -Tlint on man pages)
+#   make fuzz       libFuzzer harnesses (clang)
+#   make install / uninstall   PREFIX=/usr/local DESTDIR=
+
+.DEFAULT_GOAL := all
+.SUFFIXES:
+.DELETE_ON_ERROR:
+.SECONDARY:
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+INCDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+SYSCONFDIR ?= $(PREFIX)/etc
+DESTDIR ?=
+
+SAN ?= 0
+ifeq ($(SAN),1)
+BUILD ?= build/san
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+	-fno-omit-frame-pointer
+else
+BUILD ?= build
+SANFLAGS :=
+endif
+
+CFLAGS ?= -O2 -g
+WARNFLAGS := -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes \
+	-Wmissing-prototypes -Wpointer-arith
+ifeq ($(WERROR),1)
+WARNFLAGS += -Werror
+endif
+INCFLAGS := -Iengine -Ikernels/cpu -Ikernels/cuda -Ilibclient -Idaemon
+ALL_CPPFLAGS = -D_GNU_SOURCE $(INCFLAGS) $(CPPFLAGS)
+ALL_CFLAGS = $(WARNFLAGS) $(CFLAGS) $(SANFLAGS) -pthread -MMD -MP $(XCFLAGS)
+ALL_LDFLAGS = $(SANFLAGS) -pthread $(LDFLAGS)
+LDLIBS_BASE := -lm
+
+V ?= 0
+ifeq ($(V),1)
+Q :=
+msg = @true
+else
+Q := @
+msg = @printf '  %-7s %s\n' $(1) $(2)
+endif
+
+# Fixtures for tests and `make run` (read-only; never copied into the tree).
+CP_FIXTURES ?= $(abspath ../shared/models)
+export CP_FIXTURES
+
+# ---- CUDA detection ------------------------------------------------------
+CUDA ?= auto
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(CUDA),0)
+NVCC :=
+CUDA_WHY := off (CUDA=0)
+else
+NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nvcc))
+CUDA_WHY := off (nvcc not found on PATH or in $(CUDA_HOME)/bin)
+endif
+CUDA_ARCHS ?= 80 86 89 90
+ifneq ($(NVCC),)
+HAVE_CUDA := 1
+CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_ROOT)/lib64 $(CUDA_ROOT)/lib))
+NVCCFLAGS ?= -O2
+ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 $(INCFLAGS) -Xcompiler -Wall,-Wextra \
+	-Werror all-warnings \
+	$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+	-gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
+CUDA_LDLIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart_static \
+	-ldl -lrt -lstdc++
+CUDA_STATUS := on ($(NVCC), sm_$(subst $() $(),/sm_,$(CUDA_ARCHS)))
+ALL_CPPFLAGS += -DCP_HAVE_CUDA=1
+else
+HAVE_CUDA := 0
+CUDA_STATUS := $(CUDA_WHY)
+CUDA_LDLIBS :=
+endif
+ifeq ($(filter clean distclean help,$(MAKECMDGOALS)),)
+$(info cpd: CUDA backend $(CUDA_STATUS))
+endif
+
+# ---- pattern rules -------------------------------------------------------
+$(BUILD)/%.o: %.c
+	$(call msg,CC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
+
+$(BUILD)/%.pic.o: %.c
+	$(call msg,CC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	$(call msg,NVCC,$<)
+	@mkdir -p $(@D)
+	$(Q)$(NVCC) $(ALL_NVCCFLAGS) -MMD -MP -c $< -o $@
+
+# Every program and test links the engine; these collect what goes in.
+ENGINE_LIB := $(BUILD)/lib/libcpengine.a
+DAEMON_LIB := $(BUILD)/lib/libcpdaemon.a
+CUDA_LIB := $(if $(HAVE_CUDA:0=),$(BUILD)/lib/libcpcuda.a)
+# Link order: daemon, engine, cuda, system.
+LINK_LIBS := $(DAEMON_LIB) $(ENGINE_LIB) $(CUDA_LIB)
+LINK_LDLIBS = $(LDLIBS_BASE) $(CUDA_LDLIBS) $(LDLIBS)
+
+define link
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) $(filter %.o,$^) $(LINK_LIBS) $(1) $(LINK_LDLIBS) -o $@
+endef
+
+ENGINE_OBJS :=
+DAEMON_OBJS :=
+CUDA_OBJS :=
+PROGRAMS :=
+TESTS :=
+MANPAGES :=
+
+include kernels/kernels.mk
+include engine/engine.mk
+include daemon/daemon.mk
+include libclient/libclient.mk
+include tests/tests.mk
+include man/man.mk
+
+$(ENGINE_LIB): $(ENGINE_OBJS)
+$(DAEMON_LIB): $(DAEMON_OBJS)
+$(BUILD)/lib/libcpcuda.a: $(CUDA_OBJS)
+$(BUILD)/lib/%.a:
+	$(call msg,AR,$@)
+	@mkdir -p $(@D)
+	$(Q)rm -f $@ && $(AR) crs $@ $^
+
+.PHONY: all lib
+all: $(PROGRAMS) $(TESTS) $(LIBCLIENT_ALL)
+lib: $(ENGINE_LIB) $(DAEMON_LIB) $(CUDA_LIB)
+
+# ---- system packages -----------------------------------------------------
+# `make check` and `make run` need these; as root they are installed,
+# otherwise the exact command is printed.
+DEB_PACKAGES := build-essential pkg-config liburing-dev libyaml-dev check \
+	cppcheck mandoc clang
+PKGCONFIG_NEEDED := liburing yaml-0.1 check
+.PHONY: deps
+deps:
+	@missing=; for p in $(PKGCONFIG_NEEDED); do \
+		pkg-config --exists $$p 2>/dev/null || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "cpd: installing packages for:$$missing"; \
+			apt-get update && DEBIAN_FRONTEND=noninteractive \
+				apt-get install -y $(DEB_PACKAGES) || exit 1; \
+		else \
+			echo "cpd: missing:$$missing. Install them with:"; \
+			echo "  sudo apt-get update && sudo apt-get install -y $(DEB_PACKAGES)"; \
+			exit 1; \
+		fi; \
+	fi
+
+# ---- run -----------------------------------------------------------------
+# MODEL=path.gguf picks the model; otherwise the aidreams260K fixture when
+# present, else a small synthetic model made by cpmodel synth.
+RUN_PROMPT ?= Once upon a time
+RUN_ARGS ?= -n 64
+DEMO_MODEL := $(BUILD)/models/demo-synth.gguf
+MODEL ?= $(firstword $(wildcard $(CP_FIXTURES)/aidreams260K.gguf) $(DEMO_MODEL))
+
+$(DEMO_MODEL): $(BUILD)/bin/cpmodel
+	@mkdir -p $(@D)
+	$(BUILD)/bin/cpmodel synth -o $@ --layers 4 --embd 256 --heads 8 \
+		--kv-heads 4 --ff 768 --vocab 2048 --ctx 2048 --seed 1
+
+.PHONY: run
+run: deps $(BUILD)/bin/cpmodel $(if $(filter $(DEMO_MODEL),$(MODEL)),$(DEMO_MODEL))
+	$(BUILD)/bin/cpmodel generate $(MODEL) "$(RUN_PROMPT)" $(RUN_ARGS)
+
+# ---- check ---------------------------------------------------------------
+.PHONY: check
+check: deps
+	@$(MAKE) --no-print-directory all
+	@BUILD=$(BUILD) tests/run-tests.sh $(TESTS)
+
+# ---- lint ----------------------------------------------------------------
+LINT_SRCS = $(wildcard engine/*.c engine/cpmodel/*.c kernels/cpu/*.c daemon/*.c \
+	libclient/*.c tests/*.c tests/lib/*.c tests/bench/*.c)
+.PHONY: lint
+lint:
+	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
+		--inline-suppr -D_GNU_SOURCE -D__GNUC__ $(INCFLAGS) $(LINT_SRCS)
+	$(if $(MANPAGES),mandoc -Tlint -Wwarning $(MANPAGES))
+
+# ---- fuzz ----------------------------------------------------------------
+FUZZ_CC ?= clang
+FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE $(INCFLAGS)
+FUZZ_TIME ?= 60
+FUZZ_HARNESSES := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c engine/gguf.c engine/ttype.c engine/error.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@
+.PHONY: fuzz fuzz-run
+fuzz: $(FUZZ_HARNESSES)
+# Runs each harness for FUZZ_TIME seconds over a corpus seeded from the fixtures.
+fuzz-run: fuzz
+	@for h in $(FUZZ_HARNESSES); do \
+		c=build/fuzz/corpus/$$(basename $$h); mkdir -p $$c; \
+		[ -d "$(CP_FIXTURES)" ] && find "$(CP_FIXTURES)" -name '*.gguf' -size -2M \
+			-exec cp -n {} $$c/ \; ; \
+		$$h -max_total_time=$(FUZZ_TIME) -max_len=65536 $$c || exit 1; \
+	done
+
+# ---- install -------------------------------------------------------------
+.PHONY: install uninstall
+install: all $(INSTALL_DEPS)
+	$(INSTALL_CMDS)
+uninstall:
+	$(UNINSTALL_CMDS)
+
+.PHONY: clean
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

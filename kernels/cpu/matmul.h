@@ -1,0 +1,49 @@
+/*
+ * matmul.h - the one place where matrix products with model weights happen.
+ *
+ * W is a GGUF weight: n_out rows of k elements of type wtype, rows
+ * w_stride bytes apart (ttype_nbytes(wtype, k)).  X is m rows of k floats,
+ * ldx floats apart.  Y gets m rows of n_out floats, ldy floats apart:
+ *
+ *	Y[r][o] = sum_j W[o][j] * X[r][j]
+ *
+ * The product runs in two phases so a thread pool can split it by output
+ * rows: mm_prepare() converts X once into the activation format the weight
+ * type wants (scratch, mm_scratch_bytes() bytes), then mm_rows() computes
+ * output rows [o0, o1) for all m activation rows.  The inner (k) sum of each
+ * output element is done in the same order whatever m, o0 and o1 are, so a
+ * row's result never depends on what else shares the product.
+ */
+#ifndef CP_MATMUL_H
+#define CP_MATMUL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct mm_args {
+	uint32_t wtype;		/* enum cp_ttype of W */
+	const void *w;		/* W row 0 */
+	size_t w_stride;	/* bytes between W rows */
+	int n_out;		/* rows of W = columns of Y */
+	int k;			/* row length of W and X */
+	const float *x;		/* m x k activations */
+	size_t ldx;
+	int m;
+	float *y;		/* m x n_out results */
+	size_t ldy;
+};
+
+/* wtype has a matrix-product kernel. */
+bool mm_supported(uint32_t wtype);
+
+/* Bytes of scratch mm_prepare() needs for m rows of k activations. */
+size_t mm_scratch_bytes(uint32_t wtype, int k, int m);
+
+/* Convert a->x into scratch for a->wtype (no-op for types that read F32). */
+void mm_prepare(const struct mm_args *a, void *scratch);
+
+/* Y[r][o] for every r < m and o0 <= o < o1, reading the prepared scratch. */
+void mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1);
+
+#endif

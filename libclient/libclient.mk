@@ -1,0 +1,2 @@
+# libclient/: libcpclient (shared and static) and cpq.
+LIBCLIENT_ALL :=

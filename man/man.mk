@@ -1,0 +1,2 @@
+# man/: mdoc pages, installed under $(MANDIR)/manN.
+MANPAGES := $(wildcard man/*.[1-8])

@@ -1,0 +1,67 @@
+/*
+ * check_cuda.c - the CUDA build works: the runtime links, the fat binary has
+ * code for the device, and a kernel round trip gives the right numbers.
+ * Skips (exit 77) on machines without a usable GPU.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cuda_probe.h"
+
+START_TEST(test_probe_device)
+{
+	struct cuda_device_info info;
+
+	ck_assert_int_eq(cuda_probe_device(0, &info), 0);
+	ck_assert_int_gt(info.major, 0);
+	ck_assert_uint_gt(info.total_mem, 0);
+	ck_assert_uint_le(info.free_mem, info.total_mem);
+}
+END_TEST
+
+START_TEST(test_selftest_kernel)
+{
+	ck_assert_int_eq(cuda_probe_selftest(0), 0);
+}
+END_TEST
+
+START_TEST(test_bad_device)
+{
+	struct cuda_device_info info;
+
+	ck_assert_int_eq(cuda_probe_device(1 << 20, &info), -19 /* ENODEV */);
+}
+END_TEST
+
+static Suite *
+cuda_suite(void)
+{
+	Suite *s = suite_create("cuda");
+	TCase *tc = tcase_create("probe");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_probe_device);
+	tcase_add_test(tc, test_selftest_kernel);
+	tcase_add_test(tc, test_bad_device);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	char why[256] = "";
+	SRunner *sr;
+	int nfail;
+
+	if (cuda_probe_count(why, sizeof(why)) == 0) {
+		printf("check_cuda: skipped, no usable CUDA device: %s\n", why);
+		return 77;
+	}
+	sr = srunner_create(cuda_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	nfail = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

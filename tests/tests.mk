@@ -1,0 +1,12 @@
+# tests/: each tests/check_<mod>.c is one Check program in $(BUILD)/tests,
+# linked with the helpers in tests/lib.  tests/run-tests.sh runs them all.
+TEST_SRCS := $(wildcard tests/check_*.c)
+ifneq ($(HAVE_CUDA),1)
+TEST_SRCS := $(filter-out tests/check_cuda%.c,$(TEST_SRCS))
+endif
+TESTLIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/lib/*.c))
+TESTS += $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
+CHECK_LDLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
+
+$(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TESTLIB_OBJS) $(LINK_LIBS)
+	$(call link,$(CHECK_LDLIBS) $(DAEMON_LDLIBS))
