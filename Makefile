@@ -222,11 +222,24 @@ fuzz-run: fuzz
 	done
 
 # ---- install -------------------------------------------------------------
+# Fragments add to INSTALL_FILES as "mode:source:destination-dir" triples.
+INSTALL_FILES += $(foreach p,$(PROGRAMS),755:$(p):$(BINDIR))
+INSTALL_FILES += $(foreach m,$(MANPAGES),644:$(m):$(MANDIR)/man$(subst .,,$(suffix $(m))))
 .PHONY: install uninstall
-install: all $(INSTALL_DEPS)
-	$(INSTALL_CMDS)
+install: all
+	@set -e; for f in $(INSTALL_FILES); do \
+		mode=$${f%%:*}; rest=$${f#*:}; src=$${rest%%:*}; dir=$${rest#*:}; \
+		install -d "$(DESTDIR)$$dir"; \
+		echo "  INSTALL $(DESTDIR)$$dir/$$(basename $$src)"; \
+		install -m $$mode "$$src" "$(DESTDIR)$$dir/"; \
+	done
+	$(INSTALL_EXTRA)
 uninstall:
-	$(UNINSTALL_CMDS)
+	@for f in $(INSTALL_FILES); do \
+		rest=$${f#*:}; src=$${rest%%:*}; dir=$${rest#*:}; \
+		rm -f "$(DESTDIR)$$dir/$$(basename $$src)"; \
+	done
+	$(UNINSTALL_EXTRA)
 
 .PHONY: clean
 clean:
