@@ -1,0 +1,356 @@
+/*
+ * check_kvcache.c - paged KV cache bookkeeping: sizing, block accounting,
+ * the sequence lifecycle and the storage layout arithmetic.  Expected
+ * values are worked out by hand from the layout in kvcache.h.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache.h"
+#include "ttype.h"
+
+Suite *kvcache_suite(void);
+
+/* A small pool: 2 layers, kv_dim 64, F16, 16-token blocks, 8 blocks. */
+static struct kv_params
+small_params(void)
+{
+	struct kv_params p = {
+		.n_layer = 2, .kv_dim = 64, .type = CP_T_F16,
+		.block_tokens = 0, .n_blocks = 8, .max_seqs = 4, .n_ctx = 100,
+	};
+	return p;
+}
+
+static struct kv_cache *
+small_cache(void)
+{
+	struct kv_params p = small_params();
+	struct kv_cache *kv;
+
+	ck_assert_int_eq(kv_new(&p, &kv, NULL), 0);
+	return kv;
+}
+
+static void
+assert_consistent(const struct kv_cache *kv)
+{
+	struct cp_err e = { 0 };
+
+	ck_assert_msg(kv_check(kv, &e) == 0, "%s", e.msg);
+}
+
+START_TEST(test_sizing)
+{
+	struct kv_params p = small_params();
+
+	/* 2 layers x (K + V) x 64 x 2 bytes */
+	ck_assert_uint_eq(kv_token_bytes(&p), 512);
+	p.type = CP_T_F32;
+	ck_assert_uint_eq(kv_token_bytes(&p), 1024);
+	p.type = CP_T_Q8_0;
+	ck_assert_uint_eq(kv_token_bytes(&p), 0);
+	p = small_params();
+	ck_assert_int_eq(kv_blocks_for_tokens(&p, 0), 0);
+	ck_assert_int_eq(kv_blocks_for_tokens(&p, 1), 1);
+	ck_assert_int_eq(kv_blocks_for_tokens(&p, 16), 1);
+	ck_assert_int_eq(kv_blocks_for_tokens(&p, 100), 7);
+	/* 1 MiB / (512 bytes x 16 tokens) */
+	ck_assert_int_eq(kv_blocks_for_mib(&p, 1), 128);
+	p.block_tokens = 32;
+	ck_assert_int_eq(kv_blocks_for_tokens(&p, 100), 4);
+	ck_assert_int_eq(kv_blocks_for_mib(&p, 1), 64);
+	ck_assert_int_eq(kv_blocks_for_tokens(&p, UINT64_MAX), INT32_MAX);
+	ck_assert_int_eq(kv_blocks_for_mib(&p, UINT64_MAX), INT32_MAX);
+}
+END_TEST
+
+START_TEST(test_new_errors)
+{
+	struct kv_params p;
+	struct kv_cache *kv = (struct kv_cache *)1;
+	struct cp_err e = { 0 };
+
+	p = small_params();
+	p.type = CP_T_Q8_0;
+	ck_assert_int_eq(kv_new(&p, &kv, &e), -EINVAL);
+	ck_assert_ptr_null(kv);
+	ck_assert_ptr_nonnull(strstr(e.msg, "q8_0"));
+	p = small_params();
+	p.n_layer = 0;
+	ck_assert_int_eq(kv_new(&p, &kv, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "n_layer"));
+	p = small_params();
+	p.block_tokens = -1;
+	ck_assert_int_eq(kv_new(&p, &kv, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "block_tokens"));
+	p = small_params();
+	p.n_blocks = 0;
+	ck_assert_int_eq(kv_new(&p, &kv, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "n_blocks"));
+	p = small_params();
+	p.max_seqs = 0;
+	ck_assert_int_eq(kv_new(&p, &kv, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "max_seqs"));
+	p = small_params();
+	p.n_ctx = 0;
+	ck_assert_int_eq(kv_new(&p, &kv, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "n_ctx"));
+	p = small_params();
+	p.n_blocks = INT32_MAX;
+	p.kv_dim = INT32_MAX;
+	p.n_layer = INT32_MAX;
+	ck_assert_int_eq(kv_new(&p, &kv, &e), -EINVAL);
+	ck_assert_ptr_null(kv);
+	kv_free(NULL);
+}
+END_TEST
+
+START_TEST(test_layout)
+{
+	struct kv_cache *kv = small_cache();
+	/* slab = 16 tokens x 64 x 2 bytes; block = 2 layers x 2 kinds x slab */
+	size_t slab = 16 * 64 * 2, block = 4 * slab;
+
+	ck_assert_int_eq(kv_params(kv)->block_tokens, 16);
+	ck_assert_uint_eq(kv_elem_bytes(kv), 2);
+	ck_assert_uint_eq(kv_block_bytes(kv), block);
+	ck_assert_uint_eq(kv_storage_bytes(kv), 8 * block);
+	ck_assert_uint_eq(kv_block_offset(kv, 0, 0, KV_K), 0);
+	ck_assert_uint_eq(kv_block_offset(kv, 0, 0, KV_V), slab);
+	ck_assert_uint_eq(kv_block_offset(kv, 0, 1, KV_K), 2 * slab);
+	ck_assert_uint_eq(kv_block_offset(kv, 3, 1, KV_V), 3 * block + 3 * slab);
+	ck_assert_uint_eq(kv_block_offset(kv, 7, 1, KV_V) + slab,
+	    kv_storage_bytes(kv));
+	kv_free(kv);
+}
+END_TEST
+
+START_TEST(test_append_blocks)
+{
+	struct kv_cache *kv = small_cache();
+	const int32_t *t;
+	int s;
+
+	ck_assert_int_eq(kv_blocks_total(kv), 8);
+	ck_assert_int_eq(kv_blocks_free(kv), 8);
+	s = kv_seq_new(kv);
+	ck_assert_int_ge(s, 0);
+	ck_assert_int_eq(kv_seq_len(kv, s), 0);
+	ck_assert_int_eq(kv_seq_blocks_needed(kv, s, 1), 1);
+	ck_assert_int_eq(kv_seq_append(kv, s, 1), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 7);
+	ck_assert_int_eq(kv_seq_blocks_needed(kv, s, 15), 0);
+	ck_assert_int_eq(kv_seq_append(kv, s, 15), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 7);
+	ck_assert_int_eq(kv_seq_blocks_needed(kv, s, 17), 2);
+	ck_assert_int_eq(kv_seq_append(kv, s, 1), 0);
+	ck_assert_int_eq(kv_seq_len(kv, s), 17);
+	ck_assert_int_eq(kv_blocks_free(kv), 6);
+	t = kv_seq_blocks(kv, s);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_int_ne(t[0], t[1]);
+	ck_assert_int_ge(t[0], 0);
+	ck_assert_int_lt(t[1], 8);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+
+START_TEST(test_append_limits)
+{
+	struct kv_cache *kv = small_cache();
+	int a, b;
+
+	a = kv_seq_new(kv);
+	b = kv_seq_new(kv);
+	ck_assert_int_ne(a, b);
+	/* n_ctx is 100 tokens = 7 blocks */
+	ck_assert_int_eq(kv_seq_append(kv, a, 101), -E2BIG);
+	ck_assert_int_eq(kv_seq_append(kv, a, 100), 0);
+	ck_assert_int_eq(kv_seq_append(kv, a, 1), -E2BIG);
+	ck_assert_int_eq(kv_blocks_free(kv), 1);
+	/* b fits one block, not two; a failed append changes nothing */
+	ck_assert_int_eq(kv_seq_append(kv, b, 17), -ENOSPC);
+	ck_assert_int_eq(kv_seq_len(kv, b), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 1);
+	ck_assert_int_eq(kv_seq_append(kv, b, 16), 0);
+	ck_assert_int_eq(kv_seq_append(kv, b, 1), -ENOSPC);
+	ck_assert_int_eq(kv_seq_len(kv, b), 16);
+	ck_assert_int_eq(kv_seq_append(kv, b, -1), -EINVAL);
+	ck_assert_int_eq(kv_seq_append(kv, b, 0), 0);
+	assert_consistent(kv);
+	ck_assert_int_eq(kv_seq_free(kv, a), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 7);
+	ck_assert_int_eq(kv_seq_append(kv, b, 17), 0);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+
+START_TEST(test_truncate)
+{
+	struct kv_cache *kv = small_cache();
+	int s;
+
+	s = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_append(kv, s, 40), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 5);
+	ck_assert_int_eq(kv_seq_set_written(kv, s, 40), 0);
+	ck_assert_int_eq(kv_seq_set_written(kv, s, 41), -EINVAL);
+	ck_assert_int_eq(kv_seq_truncate(kv, s, 41), -EINVAL);
+	ck_assert_int_eq(kv_seq_truncate(kv, s, -1), -EINVAL);
+	ck_assert_int_eq(kv_seq_truncate(kv, s, 32), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 6);
+	ck_assert_int_eq(kv_seq_written(kv, s), 32);
+	ck_assert_int_eq(kv_seq_truncate(kv, s, 17), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 6);
+	ck_assert_int_eq(kv_seq_truncate(kv, s, 16), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 7);
+	ck_assert_int_eq(kv_seq_len(kv, s), 16);
+	ck_assert_int_eq(kv_seq_written(kv, s), 16);
+	assert_consistent(kv);
+	ck_assert_int_eq(kv_seq_truncate(kv, s, 0), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 8);
+	ck_assert_int_eq(kv_seq_written(kv, s), 0);
+	ck_assert(kv_seq_live(kv, s));
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+
+START_TEST(test_seq_lifecycle)
+{
+	struct kv_cache *kv = small_cache();
+	int ids[4], i;
+
+	for (i = 0; i < 4; i++) {
+		ids[i] = kv_seq_new(kv);
+		ck_assert_int_ge(ids[i], 0);
+		ck_assert_int_lt(ids[i], 4);
+		ck_assert_int_eq(kv_seq_append(kv, ids[i], 20), 0);
+	}
+	ck_assert_int_eq(kv_seqs_live(kv), 4);
+	ck_assert_int_eq(kv_seq_new(kv), -ENOSPC);
+	ck_assert_int_eq(kv_blocks_free(kv), 0);
+	assert_consistent(kv);
+	ck_assert_int_eq(kv_seq_free(kv, ids[2]), 0);
+	ck_assert_int_eq(kv_seq_free(kv, ids[2]), -EINVAL);
+	ck_assert(!kv_seq_live(kv, ids[2]));
+	ck_assert_int_eq(kv_seq_len(kv, ids[2]), -EINVAL);
+	ck_assert_int_eq(kv_seq_written(kv, ids[2]), -EINVAL);
+	ck_assert_int_eq(kv_seq_append(kv, ids[2], 1), -EINVAL);
+	ck_assert_int_eq(kv_seq_truncate(kv, ids[2], 0), -EINVAL);
+	ck_assert_int_eq(kv_seq_blocks_needed(kv, ids[2], 1), -EINVAL);
+	ck_assert_ptr_null(kv_seq_blocks(kv, ids[2]));
+	ck_assert_int_eq(kv_blocks_free(kv), 2);
+	ck_assert_int_eq(kv_seq_new(kv), ids[2]);
+	ck_assert_int_eq(kv_seq_len(kv, ids[2]), 0);
+	ck_assert_int_eq(kv_seq_len(kv, -1), -EINVAL);
+	ck_assert_int_eq(kv_seq_len(kv, 4), -EINVAL);
+	ck_assert_int_eq(kv_seq_free(kv, 99), -EINVAL);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(kv_seq_free(kv, ids[i]), 0);
+	ck_assert_int_eq(kv_seqs_live(kv), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 8);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+
+/* Random appends, truncates and frees against a simple model of lengths. */
+START_TEST(test_random_ops)
+{
+	struct kv_params p = small_params();
+	struct kv_cache *kv;
+	int len[6], i, op, s, n, rc, used;
+	unsigned r = 12345;
+
+	p.n_blocks = 20;
+	p.max_seqs = 6;
+	p.n_ctx = 90;
+	p.block_tokens = 7;
+	ck_assert_int_eq(kv_new(&p, &kv, NULL), 0);
+	for (i = 0; i < 6; i++)
+		len[i] = -1;
+	for (i = 0; i < 5000; i++) {
+		r = r * 1103515245u + 12345u;
+		op = (int)((r >> 16) % 4);
+		s = (int)((r >> 8) % 6);
+		n = (int)((r >> 20) % 40);
+		if (len[s] < 0) {
+			if (op == 0 && (rc = kv_seq_new(kv)) >= 0)
+				len[rc] = 0;
+			continue;
+		}
+		switch (op) {
+		case 0:
+		case 1:
+			rc = kv_seq_append(kv, s, n);
+			if (rc == 0)
+				len[s] += n;
+			else
+				ck_assert(rc == -ENOSPC || rc == -E2BIG);
+			break;
+		case 2:
+			ck_assert_int_eq(kv_seq_truncate(kv, s,
+			    len[s] ? n % (len[s] + 1) : 0), 0);
+			len[s] = len[s] ? n % (len[s] + 1) : 0;
+			break;
+		default:
+			ck_assert_int_eq(kv_seq_free(kv, s), 0);
+			len[s] = -1;
+			break;
+		}
+		used = 0;
+		for (s = 0; s < 6; s++) {
+			if (len[s] < 0)
+				continue;
+			ck_assert_int_eq(kv_seq_len(kv, s), len[s]);
+			used += (len[s] + 6) / 7;
+		}
+		ck_assert_int_eq(kv_blocks_free(kv), 20 - used);
+		assert_consistent(kv);
+	}
+	for (s = 0; s < 6; s++)
+		if (len[s] >= 0)
+			ck_assert_int_eq(kv_seq_free(kv, s), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 20);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+
+Suite *
+kvcache_suite(void)
+{
+	Suite *s = suite_create("kvcache");
+	TCase *tc = tcase_create("core");
+
+	tcase_add_test(tc, test_sizing);
+	tcase_add_test(tc, test_new_errors);
+	tcase_add_test(tc, test_layout);
+	tcase_add_test(tc, test_append_blocks);
+	tcase_add_test(tc, test_append_limits);
+	tcase_add_test(tc, test_truncate);
+	tcase_add_test(tc, test_seq_lifecycle);
+	tcase_add_test(tc, test_random_ops);
+	tcase_set_timeout(tc, 30);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(kvcache_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
