@@ -1,0 +1,18 @@
+/*
+ * cpmodel.h - the subcommands of cpmodel.  Each takes the argument vector
+ * after the program name (argv[0] is the subcommand name), prints its
+ * result to stdout and errors to stderr, and returns the process exit status.
+ */
+#ifndef CP_CPMODEL_H
+#define CP_CPMODEL_H
+
+/* cpmodel info FILE: a table of a GGUF file's metadata and tensors; 0 or 1. */
+int cmd_info(int, char **);
+/* cpmodel synth -o FILE ...: write a deterministic random llama GGUF; 0, 1 or 2 (usage). */
+int cmd_synth(int, char **);
+/* cpmodel tokenize MODEL TEXT: print the token ids and pieces; 0 or 1. */
+int cmd_tokenize(int, char **);
+/* cpmodel generate MODEL PROMPT [options]: generate in-process, no daemon; 0 or 1. */
+int cmd_generate(int, char **);
+
+#endif
