@@ -1,0 +1,427 @@
+/*
+ * cp_proto.h - the protocol between cpd and libcpclient: socket handshake
+ * messages and the layout of the shared-memory segment (versioned ABI).
+ *
+ * Everything here is fixed-width, little-endian (the daemon and its
+ * clients share one machine), and checked by _Static_assert: a change of
+ * any size or offset is a new CP_PROTO_VERSION.  The segment holds offsets
+ * only, never pointers.
+ *
+ * HANDSHAKE.  The client connects a SOCK_SEQPACKET Unix socket and sends
+ * one struct cp_hello (no file descriptors).  The daemon checks the peer's
+ * credentials, clamps the requested sizes, makes a memfd, sizes and seals
+ * it and answers one struct cp_welcome carrying, in SCM_RIGHTS, the memfd,
+ * an eventfd the daemon signals (CQ side) and, in CP_WAKE_EVENTFD mode, an
+ * eventfd the client signals (SQ side).  A refused client gets a welcome
+ * with a negative status and no descriptors, then the socket closes.  After
+ * the handshake the socket carries only CP_MSG_STATS_REQ / CP_MSG_STATS and
+ * its hangup means death of either side.  Any descriptor sent by a client,
+ * any message of the wrong size, type, magic or version closes it.
+ *
+ * SEGMENT (all offsets page aligned, all regions disjoint):
+ *
+ *	0		struct cp_seg_hdr (one page; written once by the daemon)
+ *	ctl_off		struct cp_seg_ctl: six 32-bit control words, each on
+ *			its own 128-byte line
+ *	sq_off		sq_entries x struct cp_sqe	(client -> daemon)
+ *	arena_off	arena_bytes of prompt bytes	(client -> daemon)
+ *	cq_off		cq_entries x struct cp_cqe	(daemon -> client)
+ *
+ * RING INVARIANTS.  Both rings are single-producer single-consumer with
+ * free-running u32 indices; slot of index i is i & (entries - 1).
+ *
+ *  1. Only the producer writes a ring's tail, only the consumer its head:
+ *     the client writes sq_tail, cq_head, client_waiting and the SQ slots
+ *     and the arena; the daemon writes sq_head, cq_tail, daemon_idle and
+ *     the CQ slots.  No lock ever lives in shared memory.
+ *  2. tail - head (unsigned) <= entries at every moment a consumer reads
+ *     it.  A reader that observes otherwise has met a broken or hostile
+ *     peer: the daemon disconnects that client, the client library fails
+ *     the connection with CP_EPROTO.  Neither side ever repairs.
+ *  3. A producer fills slots [tail, tail + n), then store-releases
+ *     tail + n.  A consumer load-acquires tail, copies slots out into
+ *     private memory, validates the copies, then store-releases its head.
+ *     A slot between head and tail is never written by its producer.
+ *  4. The arena bytes an SQ entry names belong to the client again once
+ *     sq_head has passed that entry: the daemon copies them out before it
+ *     releases sq_head.
+ *  5. Every event group (an event with CP_CQF_MORE and its CP_EV_TEXT
+ *     continuations) is published by a single cq_tail store: a client never
+ *     sees half a group.
+ *  6. Waiting: a waiter sets its flag (client_waiting / daemon_idle), runs
+ *     a full fence, re-checks the ring, then sleeps on the 32-bit tail word
+ *     (futex without FUTEX_PRIVATE: the word is shared between processes)
+ *     or on its eventfd.  A producer publishes its tail, runs a full fence,
+ *     reads the flag and wakes only a sleeper.  With both fences, either the
+ *     waiter sees the new tail or the producer sees the flag.
+ *  7. Each side reads the header only at set-up; the daemon keeps private
+ *     copies of every size and offset and never re-reads anything the
+ *     client could have written except through rule 3.
+ */
+#ifndef CP_PROTO_H
+#define CP_PROTO_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CP_PROTO_VERSION	1
+#define CP_PROTO_MAGIC		0x31445043u	/* "CPD1": socket messages */
+#define CP_SEG_MAGIC		0x47455343u	/* "CSEG": segment header */
+
+#define CP_PAGE			4096u
+#define CP_LINE			128u	/* one control word per line */
+
+/* Ring and arena sizes: powers of two; requests are clamped into range. */
+#define CP_SQ_MIN		8u
+#define CP_SQ_DEFAULT		64u
+#define CP_SQ_MAX		4096u
+#define CP_CQ_MIN		16u
+#define CP_CQ_DEFAULT		1024u
+#define CP_CQ_MAX		65536u
+#define CP_ARENA_MIN		4096u
+#define CP_ARENA_DEFAULT	(1u << 20)
+#define CP_ARENA_MAX		(64u << 20)
+
+/* Stop strings: at most CP_STOP_MAX, NUL-terminated, in CP_STOP_BYTES_MAX. */
+#define CP_STOP_MAX		8u
+#define CP_STOP_BYTES_MAX	512u
+
+/* Longest text of one event after continuations are joined. */
+#define CP_EVENT_TEXT_MAX	65536u
+
+/* Wake modes (segment header and welcome). */
+#define CP_WAKE_FUTEX		1u	/* sleepers wait on the tail futex word */
+#define CP_WAKE_EVENTFD		2u	/* sleepers wait on eventfds */
+
+/* client_waiting bits. */
+#define CP_WAIT_SLEEP		0x1u	/* client sleeps for CQ events */
+#define CP_WAIT_EVENTFD		0x2u	/* signal the CQ eventfd on new events */
+#define CP_WAIT_MASK		0x3u
+
+/*
+ * ---- segment --------------------------------------------------------
+ */
+
+/* The first page.  Written once by the daemon before the memfd is sent. */
+struct cp_seg_hdr {
+	uint32_t magic;		/* CP_SEG_MAGIC */
+	uint16_t version;	/* CP_PROTO_VERSION */
+	uint16_t hdr_bytes;	/* sizeof(struct cp_seg_hdr) */
+	uint32_t wake_mode;	/* CP_WAKE_* */
+	uint32_t seg_bytes;	/* whole segment, a multiple of CP_PAGE */
+	uint32_t ctl_off;	/* struct cp_seg_ctl */
+	uint32_t sq_off;	/* sq_entries x struct cp_sqe */
+	uint32_t arena_off;	/* arena_bytes */
+	uint32_t cq_off;	/* cq_entries x struct cp_cqe */
+	uint32_t sq_entries;	/* power of two */
+	uint32_t cq_entries;	/* power of two */
+	uint32_t arena_bytes;	/* power of two */
+	uint16_t sqe_bytes;	/* sizeof(struct cp_sqe) */
+	uint16_t cqe_bytes;	/* sizeof(struct cp_cqe) */
+	uint32_t reserved[4];	/* zero */
+};
+
+struct cp_ctl_word {
+	uint32_t v;
+	uint8_t pad[CP_LINE - sizeof(uint32_t)];
+};
+
+/* Control words, each alone on a 128-byte line (no false sharing). */
+struct cp_seg_ctl {
+	struct cp_ctl_word sq_tail;		/* client: next SQ index to fill */
+	struct cp_ctl_word sq_head;		/* daemon: next SQ index to consume */
+	struct cp_ctl_word cq_tail;		/* daemon: next CQ index to fill */
+	struct cp_ctl_word cq_head;		/* client: next CQ index to consume */
+	struct cp_ctl_word client_waiting;	/* client: CP_WAIT_* bits */
+	struct cp_ctl_word daemon_idle;		/* daemon: 1 while it waits for SQ work */
+};
+
+/* SQ opcodes. */
+#define CP_OP_SUBMIT		1u	/* new request req_id */
+#define CP_OP_APPEND		2u	/* more prompt for the request being built */
+#define CP_OP_CANCEL		3u	/* cancel req_id (no-op if it already ended) */
+
+/* SQ entry flags. */
+#define CP_SQF_MORE		0x01u	/* SUBMIT/APPEND: prompt continues in APPEND */
+#define CP_SQF_TOKENS		0x02u	/* SUBMIT: prompt is little-endian int32 ids */
+#define CP_SQF_SUBMIT_MASK	(CP_SQF_MORE | CP_SQF_TOKENS)
+#define CP_SQF_APPEND_MASK	CP_SQF_MORE
+
+/* Sampling parameter flags. */
+#define CP_PF_SEED		0x1u	/* use seed (otherwise the daemon picks one) */
+#define CP_PF_LOGPROB		0x2u	/* fill cp_cqe.logprob for sampled tokens */
+#define CP_PF_MASK		0x3u
+
+/* Sampling parameters as they cross the ring (SUBMIT only; zero otherwise). */
+struct cp_wire_params {
+	uint32_t max_tokens;	/* tokens to generate; 0 = daemon default */
+	float temperature;	/* [0, 100]; 0 = greedy */
+	float top_p;		/* (0, 1]; 1 = off */
+	float min_p;		/* [0, 1]; 0 = off */
+	float repeat_penalty;	/* (0, 16]; 1 = off */
+	int32_t top_k;		/* [0, 1 << 20]; 0 = off */
+	uint32_t repeat_last_n;	/* [0, 1 << 20] tokens the penalty looks at */
+	uint32_t flags;		/* CP_PF_* */
+	uint64_t seed;		/* with CP_PF_SEED */
+};
+
+#define CP_PARAM_TOPK_MAX	(1 << 20)
+#define CP_PARAM_LASTN_MAX	(1u << 20)
+
+/*
+ * One submission.  SUBMIT's arena range holds stop_bytes of stop strings
+ * (each NUL-terminated, non-empty, at most CP_STOP_MAX) followed by the
+ * prompt (or its first fragment when CP_SQF_MORE is set).  APPEND's range
+ * holds the next fragment.  CANCEL has no arena range.
+ */
+struct cp_sqe {
+	uint8_t op;		/* CP_OP_* */
+	uint8_t flags;		/* CP_SQF_* allowed for op */
+	uint16_t stop_bytes;	/* SUBMIT: <= CP_STOP_BYTES_MAX; else 0 */
+	uint32_t req_id;	/* nonzero; SUBMIT ids strictly increase */
+	uint32_t arena_off;	/* len <= arena && off <= arena - len */
+	uint32_t arena_len;
+	struct cp_wire_params params;
+	uint32_t reserved[2];	/* zero */
+};
+
+/* CQ event types. */
+#define CP_EV_TOKEN		1u	/* a sampled token and its text */
+#define CP_EV_TEXT		2u	/* continuation of the previous event's text */
+#define CP_EV_DONE		3u	/* request finished (finish says why) */
+#define CP_EV_ERROR		4u	/* request failed (error, text = message) */
+
+/* CQ event flags. */
+#define CP_CQF_MORE		0x01u	/* text continues in the next CP_EV_TEXT */
+
+/* Finish reasons (CP_EV_DONE). */
+#define CP_FINISH_NONE		0u
+#define CP_FINISH_STOP		1u	/* end-of-sequence token or stop string */
+#define CP_FINISH_LENGTH	2u	/* max_tokens reached */
+#define CP_FINISH_CANCELLED	3u	/* cancelled by the client */
+#define CP_FINISH_CONTEXT	4u	/* context window full */
+#define CP_FINISH_STALLED	5u	/* cancelled: the client left its CQ full */
+#define CP_FINISH_MAX		5u
+
+#define CP_CQE_TEXT		36u
+
+/* One completion event. */
+struct cp_cqe {
+	uint32_t req_id;
+	uint8_t type;		/* CP_EV_* */
+	uint8_t flags;		/* CP_CQF_* */
+	uint8_t text_len;	/* <= CP_CQE_TEXT */
+	uint8_t finish;		/* CP_FINISH_* (DONE); else 0 */
+	int32_t token;		/* TOKEN: token id; else -1 */
+	float logprob;		/* TOKEN with CP_PF_LOGPROB: natural log; else 0 */
+	int32_t error;		/* ERROR: negative errno or CP_E* code; else 0 */
+	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens processed */
+	uint32_t n_gen;		/* DONE/ERROR: tokens generated */
+	uint8_t text[CP_CQE_TEXT];
+};
+
+/*
+ * ---- socket messages ------------------------------------------------
+ * One message per SOCK_SEQPACKET record; its length must be exactly the
+ * size of its struct.
+ */
+#define CP_MSG_HELLO		1u	/* client -> daemon, first message */
+#define CP_MSG_WELCOME		2u	/* daemon -> client, answer to HELLO */
+#define CP_MSG_STATS_REQ	3u	/* client -> daemon */
+#define CP_MSG_STATS		4u	/* daemon -> client */
+
+struct cp_msg_hdr {
+	uint32_t magic;		/* CP_PROTO_MAGIC */
+	uint16_t type;		/* CP_MSG_* */
+	uint16_t version;	/* CP_PROTO_VERSION */
+};
+
+struct cp_hello {
+	struct cp_msg_hdr hdr;
+	uint32_t sq_entries;	/* wanted; 0 = default; clamped by the daemon */
+	uint32_t cq_entries;
+	uint32_t arena_bytes;
+	uint32_t flags;		/* zero */
+	uint32_t reserved[4];	/* zero */
+};
+
+/* Model description, NUL-terminated strings. */
+struct cp_wire_model {
+	char name[64];		/* general.name or the file's base name */
+	char arch[32];		/* general.architecture */
+	char backend[16];	/* "cpu", "cuda" */
+	uint32_t n_ctx;		/* context length the daemon serves */
+	uint32_t n_vocab;
+	uint32_t n_embd;
+	uint32_t n_layer;
+	uint32_t n_head;
+	uint32_t n_head_kv;
+	int32_t bos;		/* -1 when none */
+	int32_t eos;		/* -1 when none */
+	uint64_t n_params;
+	uint32_t reserved[4];
+};
+
+/* Welcome: the descriptors in SCM_RIGHTS come in this order. */
+#define CP_FD_MEMFD		0
+#define CP_FD_CQ_EVENT		1
+#define CP_FD_SQ_EVENT		2	/* CP_WAKE_EVENTFD only */
+#define CP_FD_MAX		3
+
+struct cp_welcome {
+	struct cp_msg_hdr hdr;
+	int32_t status;		/* 0, or a negative error and no descriptors */
+	uint32_t wake_mode;	/* CP_WAKE_* */
+	uint32_t n_fds;		/* 2 (futex) or 3 (eventfd) */
+	uint32_t seg_bytes;
+	uint32_t sq_entries;
+	uint32_t cq_entries;
+	uint32_t arena_bytes;
+	uint32_t max_prompt_bytes;	/* longest prompt, all fragments */
+	uint32_t max_reqs;		/* requests in flight per client */
+	uint32_t client_id;		/* daemon's session number, for logs */
+	uint32_t reserved[4];
+	struct cp_wire_model model;
+};
+
+struct cp_stats_req {
+	struct cp_msg_hdr hdr;
+	uint32_t reserved[2];	/* zero */
+};
+
+struct cp_wire_stats {
+	uint64_t uptime_ms;
+	uint64_t clients;		/* connected now */
+	uint64_t clients_total;		/* accepted since start */
+	uint64_t clients_rejected;	/* refused at the handshake */
+	uint64_t protocol_errors;	/* sessions closed for a violation */
+	uint64_t requests_total;
+	uint64_t requests_active;
+	uint64_t tokens_prompt;
+	uint64_t tokens_generated;
+	uint64_t steps;
+	uint64_t cq_stalls;		/* requests cancelled for a full CQ */
+	uint64_t kv_blocks_used;
+	uint64_t kv_blocks_total;
+	uint64_t reserved[3];
+};
+
+struct cp_stats_msg {
+	struct cp_msg_hdr hdr;
+	uint32_t reserved[2];
+	struct cp_wire_stats stats;
+};
+
+/*
+ * ---- layout checks ----------------------------------------------------
+ */
+_Static_assert(sizeof(float) == 4, "float is 32 bits");
+_Static_assert(sizeof(struct cp_seg_hdr) == 64, "cp_seg_hdr size");
+_Static_assert(offsetof(struct cp_seg_hdr, wake_mode) == 8, "hdr.wake_mode");
+_Static_assert(offsetof(struct cp_seg_hdr, ctl_off) == 16, "hdr.ctl_off");
+_Static_assert(offsetof(struct cp_seg_hdr, cq_off) == 28, "hdr.cq_off");
+_Static_assert(offsetof(struct cp_seg_hdr, sq_entries) == 32, "hdr.sq_entries");
+_Static_assert(offsetof(struct cp_seg_hdr, arena_bytes) == 40, "hdr.arena_bytes");
+_Static_assert(offsetof(struct cp_seg_hdr, sqe_bytes) == 44, "hdr.sqe_bytes");
+_Static_assert(offsetof(struct cp_seg_hdr, reserved) == 48, "hdr.reserved");
+
+_Static_assert(sizeof(struct cp_ctl_word) == CP_LINE, "cp_ctl_word size");
+_Static_assert(sizeof(struct cp_seg_ctl) == 6 * CP_LINE, "cp_seg_ctl size");
+_Static_assert(offsetof(struct cp_seg_ctl, sq_tail) == 0 * CP_LINE, "ctl.sq_tail");
+_Static_assert(offsetof(struct cp_seg_ctl, sq_head) == 1 * CP_LINE, "ctl.sq_head");
+_Static_assert(offsetof(struct cp_seg_ctl, cq_tail) == 2 * CP_LINE, "ctl.cq_tail");
+_Static_assert(offsetof(struct cp_seg_ctl, cq_head) == 3 * CP_LINE, "ctl.cq_head");
+_Static_assert(offsetof(struct cp_seg_ctl, client_waiting) == 4 * CP_LINE,
+    "ctl.client_waiting");
+_Static_assert(offsetof(struct cp_seg_ctl, daemon_idle) == 5 * CP_LINE,
+    "ctl.daemon_idle");
+
+_Static_assert(sizeof(struct cp_wire_params) == 40, "cp_wire_params size");
+_Static_assert(offsetof(struct cp_wire_params, top_k) == 20, "params.top_k");
+_Static_assert(offsetof(struct cp_wire_params, seed) == 32, "params.seed");
+_Static_assert(sizeof(struct cp_sqe) == 64, "cp_sqe size");
+_Static_assert(offsetof(struct cp_sqe, req_id) == 4, "sqe.req_id");
+_Static_assert(offsetof(struct cp_sqe, arena_off) == 8, "sqe.arena_off");
+_Static_assert(offsetof(struct cp_sqe, arena_len) == 12, "sqe.arena_len");
+_Static_assert(offsetof(struct cp_sqe, params) == 16, "sqe.params");
+_Static_assert(offsetof(struct cp_sqe, reserved) == 56, "sqe.reserved");
+
+_Static_assert(sizeof(struct cp_cqe) == 64, "cp_cqe size");
+_Static_assert(offsetof(struct cp_cqe, type) == 4, "cqe.type");
+_Static_assert(offsetof(struct cp_cqe, text_len) == 6, "cqe.text_len");
+_Static_assert(offsetof(struct cp_cqe, token) == 8, "cqe.token");
+_Static_assert(offsetof(struct cp_cqe, logprob) == 12, "cqe.logprob");
+_Static_assert(offsetof(struct cp_cqe, error) == 16, "cqe.error");
+_Static_assert(offsetof(struct cp_cqe, n_gen) == 24, "cqe.n_gen");
+_Static_assert(offsetof(struct cp_cqe, text) == 28, "cqe.text");
+_Static_assert(CP_CQE_TEXT <= UINT8_MAX, "text_len fits a byte");
+
+_Static_assert(sizeof(struct cp_msg_hdr) == 8, "cp_msg_hdr size");
+_Static_assert(sizeof(struct cp_hello) == 40, "cp_hello size");
+_Static_assert(offsetof(struct cp_hello, sq_entries) == 8, "hello.sq_entries");
+_Static_assert(offsetof(struct cp_hello, flags) == 20, "hello.flags");
+_Static_assert(sizeof(struct cp_wire_model) == 168, "cp_wire_model size");
+_Static_assert(offsetof(struct cp_wire_model, n_ctx) == 112, "model.n_ctx");
+_Static_assert(offsetof(struct cp_wire_model, n_params) == 144, "model.n_params");
+_Static_assert(sizeof(struct cp_welcome) == 232, "cp_welcome size");
+_Static_assert(offsetof(struct cp_welcome, status) == 8, "welcome.status");
+_Static_assert(offsetof(struct cp_welcome, seg_bytes) == 20, "welcome.seg_bytes");
+_Static_assert(offsetof(struct cp_welcome, max_reqs) == 40, "welcome.max_reqs");
+_Static_assert(offsetof(struct cp_welcome, model) == 64, "welcome.model");
+_Static_assert(sizeof(struct cp_stats_req) == 16, "cp_stats_req size");
+_Static_assert(sizeof(struct cp_wire_stats) == 128, "cp_wire_stats size");
+_Static_assert(sizeof(struct cp_stats_msg) == 144, "cp_stats_msg size");
+_Static_assert(offsetof(struct cp_stats_msg, stats) == 16, "stats_msg.stats");
+
+/*
+ * ---- layout computation -------------------------------------------------
+ * The daemon builds a segment from these offsets; the client recomputes
+ * them from the sizes and rejects a header that disagrees.
+ */
+struct cp_seg_layout {
+	uint32_t ctl_off;
+	uint32_t sq_off;
+	uint32_t arena_off;
+	uint32_t cq_off;
+	uint32_t seg_bytes;
+};
+
+static inline int
+cp_is_pow2(uint32_t v)
+{
+	return v != 0 && (v & (v - 1)) == 0;
+}
+
+static inline uint32_t
+cp_page_round(uint32_t v)
+{
+	return (v + CP_PAGE - 1) & ~(CP_PAGE - 1);
+}
+
+/* Fills l for the given sizes; returns 0, or -EINVAL when a size is out of range. */
+static inline int
+cp_seg_layout(uint32_t sq_entries, uint32_t cq_entries, uint32_t arena_bytes,
+    struct cp_seg_layout *l)
+{
+	if (!cp_is_pow2(sq_entries) || sq_entries < CP_SQ_MIN ||
+	    sq_entries > CP_SQ_MAX)
+		return -EINVAL;
+	if (!cp_is_pow2(cq_entries) || cq_entries < CP_CQ_MIN ||
+	    cq_entries > CP_CQ_MAX)
+		return -EINVAL;
+	if (!cp_is_pow2(arena_bytes) || arena_bytes < CP_ARENA_MIN ||
+	    arena_bytes > CP_ARENA_MAX)
+		return -EINVAL;
+	/* The maxima keep every sum below 2^32 (about 69 MiB in all). */
+	l->ctl_off = CP_PAGE;
+	l->sq_off = l->ctl_off + cp_page_round((uint32_t)sizeof(struct cp_seg_ctl));
+	l->arena_off = l->sq_off +
+	    cp_page_round(sq_entries * (uint32_t)sizeof(struct cp_sqe));
+	l->cq_off = l->arena_off + arena_bytes;
+	l->seg_bytes = l->cq_off +
+	    cp_page_round(cq_entries * (uint32_t)sizeof(struct cp_cqe));
+	return 0;
+}
+
+#endif /* CP_PROTO_H */
