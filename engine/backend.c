@@ -1,0 +1,333 @@
+#include "backend.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "threadpool.h"
+#include "ttype.h"
+
+/*
+ * The registry: every backend compiled in, in "auto" preference order
+ * (a device backend before the CPU).  A CUDA build adds its table here,
+ * under CP_HAVE_CUDA, once backend_cuda.c provides be_cuda_ops.
+ */
+static const struct be_ops *const be_table[] = {
+	&be_cpu_ops,
+};
+#define BE_N (sizeof(be_table) / sizeof(be_table[0]))
+
+static const char *be_name_list[BE_N + 1];
+
+const char *const *
+be_names(void)
+{
+	size_t i;
+
+	for (i = 0; i < BE_N; i++)
+		be_name_list[i] = be_table[i]->name;
+	be_name_list[BE_N] = NULL;
+	return be_name_list;
+}
+
+static int
+be_fill_params(const struct model *m, const struct be_params *in,
+    struct be_params *p, struct cp_err *e)
+{
+	int n_ctx_train = m->hp.n_ctx_train;
+
+	if (in != NULL)
+		*p = *in;
+	else
+		memset(p, 0, sizeof(*p));
+	if (p->n_threads == 0)
+		p->n_threads = tp_physical_cores();
+	if (p->n_threads > TP_MAX_THREADS)
+		p->n_threads = TP_MAX_THREADS;
+	if (p->max_batch_tokens == 0)
+		p->max_batch_tokens = BE_DEFAULT_BATCH_TOKENS;
+	if (p->max_seqs == 0)
+		p->max_seqs = BE_DEFAULT_MAX_SEQS;
+	if (p->n_ctx == 0)
+		p->n_ctx = n_ctx_train;
+	if (p->block_tokens == 0)
+		p->block_tokens = KV_BLOCK_TOKENS;
+	if (p->n_threads < 1)
+		return cp_err_set(e, -EINVAL, "backend: threads %d not in "
+		    "1..%d", p->n_threads, TP_MAX_THREADS);
+	if (p->max_batch_tokens < 1 || p->max_batch_tokens > (1 << 20))
+		return cp_err_set(e, -EINVAL, "backend: max_batch_tokens %d "
+		    "not in 1..%d", p->max_batch_tokens, 1 << 20);
+	if (p->max_seqs < 1 || p->max_seqs > KV_MAX_SEQS)
+		return cp_err_set(e, -EINVAL, "backend: max_seqs %d not in "
+		    "1..%d", p->max_seqs, KV_MAX_SEQS);
+	if (p->n_ctx < 1 || p->n_ctx > n_ctx_train)
+		return cp_err_set(e, -EINVAL, "backend: context length %d not "
+		    "in 1..%d (the model's context_length)", p->n_ctx,
+		    n_ctx_train);
+	if (p->block_tokens < 1 || p->block_tokens > KV_MAX_BLOCK_TOKENS)
+		return cp_err_set(e, -EINVAL, "backend: block_tokens %d not "
+		    "in 1..%d", p->block_tokens, KV_MAX_BLOCK_TOKENS);
+	if (p->kv_tokens < 0)
+		return cp_err_set(e, -EINVAL, "backend: kv_tokens %d "
+		    "negative", p->kv_tokens);
+	return 0;
+}
+
+static int
+be_kv_new(struct backend *be, struct cp_err *e)
+{
+	const struct model_hparams *hp = &be->model->hp;
+	const struct be_params *p = &be->params;
+	struct kv_params kp = {
+		.n_layer = hp->n_layer,
+		.kv_dim = hp->n_head_kv * hp->head_dim,
+		.type = p->kv_f32 ? CP_T_F32 : CP_T_F16,
+		.block_tokens = p->block_tokens,
+		.max_seqs = p->max_seqs,
+		.n_ctx = p->n_ctx,
+	};
+
+	if (p->kv_tokens > 0)
+		kp.n_blocks = kv_blocks_for_tokens(&kp,
+		    (uint64_t)p->kv_tokens);
+	else if (p->kv_mib > 0)
+		kp.n_blocks = kv_blocks_for_mib(&kp, p->kv_mib);
+	else
+		kp.n_blocks = kv_blocks_for_tokens(&kp, (uint64_t)p->n_ctx);
+	if (kp.n_blocks < 1)
+		return cp_err_set(e, -EINVAL, "backend: KV cache of %llu MiB "
+		    "holds no block of %d tokens (%zu bytes each)",
+		    (unsigned long long)p->kv_mib, p->block_tokens,
+		    kv_token_bytes(&kp) * (size_t)p->block_tokens);
+	return kv_new(&kp, &be->kv, e);
+}
+
+int
+be_open(const char *name, const struct model *m, const struct be_params *p,
+    struct backend **out, struct cp_err *e)
+{
+	const struct be_ops *ops = NULL;
+	struct backend *be;
+	size_t i;
+	int rc;
+
+	*out = NULL;
+	for (i = 0; i < BE_N; i++) {
+		if (strcmp(name, "auto") == 0) {
+			if (be_table[i]->probe == NULL ||
+			    be_table[i]->probe(NULL) == 0) {
+				ops = be_table[i];
+				break;
+			}
+		} else if (strcmp(name, be_table[i]->name) == 0) {
+			ops = be_table[i];
+			break;
+		}
+	}
+	if (ops == NULL && strcmp(name, "auto") == 0)
+		return cp_err_set(e, -ENODEV, "backend: none usable here");
+	if (ops == NULL)
+		return cp_err_set(e, -ENOENT, "backend '%s' unknown or not "
+		    "compiled in", name);
+	if (ops->probe != NULL && (rc = ops->probe(e)) < 0)
+		return rc;
+	if ((be = calloc(1, sizeof(*be))) == NULL)
+		return cp_err_set(e, -ENOMEM, "backend: out of memory");
+	be->ops = ops;
+	be->model = m;
+	if ((rc = be_fill_params(m, p, &be->params, e)) < 0 ||
+	    (rc = be_kv_new(be, e)) < 0)
+		goto err;
+	if ((rc = ops->buf_alloc(be, kv_storage_bytes(be->kv),
+	    &be->kv_buf)) < 0) {
+		cp_err_set(e, rc, "backend %s: cannot allocate %zu bytes of "
+		    "KV cache", ops->name, kv_storage_bytes(be->kv));
+		goto err;
+	}
+	if ((rc = ops->init(be, e)) < 0)
+		goto err;
+	*out = be;
+	return 0;
+err:
+	if (be->kv_buf != NULL)
+		ops->buf_free(be, be->kv_buf);
+	kv_free(be->kv);
+	free(be);
+	return rc;
+}
+
+void
+be_close(struct backend *be)
+{
+	const float *lg;
+
+	if (be == NULL)
+		return;
+	if (be->inflight != NULL)
+		(void)be->ops->step_wait(be, &lg, NULL);
+	be->ops->fini(be);
+	be->ops->buf_free(be, be->kv_buf);
+	kv_free(be->kv);
+	free(be);
+}
+
+const char *
+be_name(const struct backend *be)
+{
+	return be->ops->name;
+}
+
+const struct be_params *
+be_params(const struct backend *be)
+{
+	return &be->params;
+}
+
+struct kv_cache *
+be_kv(struct backend *be)
+{
+	return be->kv;
+}
+
+int
+be_batch_check(const struct backend *be, const struct step_batch *b,
+    struct cp_err *e)
+{
+	const struct be_params *p = &be->params;
+	int i, j, sum = 0, len, written, n_vocab = be->model->hp.n_vocab;
+
+	if (b->n_seqs < 1 || b->n_seqs > p->max_seqs)
+		return cp_err_set(e, -EINVAL, "batch: %d sequences, expected "
+		    "1..%d", b->n_seqs, p->max_seqs);
+	if (b->n_tokens < 1 || b->n_tokens > p->max_batch_tokens)
+		return cp_err_set(e, -EINVAL, "batch: %d tokens, expected "
+		    "1..%d", b->n_tokens, p->max_batch_tokens);
+	if (b->tokens == NULL || b->seqs == NULL)
+		return cp_err_set(e, -EINVAL, "batch: no tokens or entries");
+	for (i = 0; i < b->n_seqs; i++) {
+		const struct batch_seq *s = &b->seqs[i];
+
+		if ((len = kv_seq_len(be->kv, s->seq)) < 0)
+			return cp_err_set(e, -EINVAL, "batch entry %d: "
+			    "sequence %d is not live", i, s->seq);
+		written = kv_seq_written(be->kv, s->seq);
+		if (s->n_tokens < 1 || s->n_tokens > b->n_tokens - sum)
+			return cp_err_set(e, -EINVAL, "batch entry %d: %d "
+			    "tokens, %d left in the batch", i, s->n_tokens,
+			    b->n_tokens - sum);
+		if (s->pos < 0 || s->pos > written)
+			return cp_err_set(e, -EINVAL, "batch entry %d: "
+			    "position %d, sequence %d has %d written", i,
+			    s->pos, s->seq, written);
+		if (s->n_tokens > len - s->pos)
+			return cp_err_set(e, -EINVAL, "batch entry %d: "
+			    "positions %d..%d past the %d reserved", i,
+			    s->pos, s->pos + s->n_tokens - 1, len);
+		for (j = 0; j < i; j++)
+			if (b->seqs[j].seq == s->seq)
+				return cp_err_set(e, -EINVAL, "batch entries "
+				    "%d and %d share sequence %d", j, i,
+				    s->seq);
+		sum += s->n_tokens;
+	}
+	if (sum != b->n_tokens)
+		return cp_err_set(e, -EINVAL, "batch: entries hold %d tokens, "
+		    "n_tokens is %d", sum, b->n_tokens);
+	for (i = 0; i < b->n_tokens; i++)
+		if (b->tokens[i] < 0 || b->tokens[i] >= n_vocab)
+			return cp_err_set(e, -EINVAL, "batch: token %d is id "
+			    "%d, expected 0..%d", i, (int)b->tokens[i],
+			    n_vocab - 1);
+	return 0;
+}
+
+/* A failed step may have overwritten its ranges: they hold nothing valid. */
+static void
+be_step_failed(struct backend *be, const struct step_batch *b)
+{
+	int i, w;
+
+	for (i = 0; i < b->n_seqs; i++) {
+		w = kv_seq_written(be->kv, b->seqs[i].seq);
+		if (w > b->seqs[i].pos)
+			(void)kv_seq_set_written(be->kv, b->seqs[i].seq,
+			    b->seqs[i].pos);
+	}
+}
+
+int
+be_step_submit(struct backend *be, const struct step_batch *b,
+    struct cp_err *e)
+{
+	int rc, i;
+
+	if (be->inflight != NULL)
+		return cp_err_set(e, -EBUSY, "backend: a step is in flight");
+	if ((rc = be_batch_check(be, b, e)) < 0)
+		return rc;
+	if ((rc = be->ops->step_submit(be, b, e)) < 0) {
+		be_step_failed(be, b);
+		return rc;
+	}
+	be->inflight = b;
+	be->n_logits = 0;
+	for (i = 0; i < b->n_seqs; i++)
+		be->n_logits += b->seqs[i].logits;
+	return 0;
+}
+
+int
+be_step_wait(struct backend *be, const float **logits, int *n_logits,
+    struct cp_err *e)
+{
+	const struct step_batch *b = be->inflight;
+	int rc, i;
+
+	if (b == NULL)
+		return cp_err_set(e, -EINVAL, "backend: no step in flight");
+	rc = be->ops->step_wait(be, logits, e);
+	be->inflight = NULL;
+	if (rc < 0) {
+		be_step_failed(be, b);
+		return rc;
+	}
+	/* Positions past the range, if any, were computed from other K/V. */
+	for (i = 0; i < b->n_seqs; i++)
+		(void)kv_seq_set_written(be->kv, b->seqs[i].seq,
+		    b->seqs[i].pos + b->seqs[i].n_tokens);
+	if (n_logits != NULL)
+		*n_logits = be->n_logits;
+	return 0;
+}
+
+int
+be_step(struct backend *be, const struct step_batch *b,
+    const float **logits, int *n_logits, struct cp_err *e)
+{
+	int rc;
+
+	if ((rc = be_step_submit(be, b, e)) < 0)
+		return rc;
+	return be_step_wait(be, logits, n_logits, e);
+}
+
+int
+be_kv_read(struct backend *be, size_t off, void *dst, size_t n)
+{
+	size_t size = kv_storage_bytes(be->kv);
+
+	if (off > size || n > size - off)
+		return -EINVAL;
+	return be->ops->buf_get(be, be->kv_buf, off, dst, n);
+}
+
+int
+be_kv_write(struct backend *be, size_t off, const void *src, size_t n)
+{
+	size_t size = kv_storage_bytes(be->kv);
+
+	if (off > size || n > size - off)
+		return -EINVAL;
+	return be->ops->buf_set(be, be->kv_buf, off, src, n);
+}

@@ -1,0 +1,172 @@
+/*
+ * backend.h - where a model runs: the backend interface and its wrappers.
+ *
+ * A backend is a table of operations (struct be_ops) plus its own state
+ * (be->ctx).  The CPU backend reads the weights in place from the mapped
+ * file; a device backend (CUDA) uploads them in init and keeps the KV
+ * storage and all scratch in device buffers.  Host and device meet only at
+ * the edges of a step: the batch (token ids, positions, block tables) goes
+ * in, the requested logits come out.
+ *
+ * The generic layer (backend.c) owns what every backend shares: the KV
+ * block bookkeeping (kvcache.h), the KV storage buffer allocated through
+ * the backend's buffer operations, validation of every batch against the
+ * cache, and the written counts after a step.  A backend's step therefore
+ * sees only batches that are valid.
+ *
+ * Use: be_open() -> per step: kv_seq_new()/kv_seq_append() on be_kv(),
+ * be_step_submit(), be_step_wait() -> be_close().  The step is
+ * asynchronous: between submit and wait the caller may prepare the next
+ * batch, but must not touch the submitted batch or the cache.
+ */
+#ifndef CP_BACKEND_H
+#define CP_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "error.h"
+#include "kvcache.h"
+#include "model.h"
+
+#define BE_DEFAULT_BATCH_TOKENS 512
+#define BE_DEFAULT_MAX_SEQS 16
+
+struct be_params {
+	int n_threads;		/* CPU threads (0: physical cores) */
+	int max_batch_tokens;	/* rows per step (0: BE_DEFAULT_BATCH_TOKENS) */
+	int max_seqs;		/* sequences alive in the cache, and per step
+				   (0: BE_DEFAULT_MAX_SEQS) */
+	int n_ctx;		/* tokens per sequence (0: the model's
+				   context_length; at most that) */
+	int kv_tokens;		/* pool size in tokens (0: kv_mib, or n_ctx) */
+	uint64_t kv_mib;	/* pool size in MiB when kv_tokens is 0 */
+	bool kv_f32;		/* F32 K/V storage instead of F16 */
+	int block_tokens;	/* tokens per KV block (0: KV_BLOCK_TOKENS) */
+};
+
+/* A buffer in the backend's memory (device memory for a GPU). */
+struct be_buf;
+
+struct backend;
+
+/*
+ * The operations of one backend.  Required: name, init, fini, buf_alloc,
+ * buf_free, buf_set, buf_get, step_submit, step_wait.  Optional members
+ * may be NULL; the wrappers say what happens then.
+ */
+struct be_ops {
+	const char *name;	/* "cpu", "cuda" */
+	/* 0 when the backend can run on this machine, else -ENODEV with e. */
+	int (*probe)(struct cp_err *e);
+	/*
+	 * Set up be->ctx for be->model with be->params (defaults filled in)
+	 * and be->kv; be->kv_buf is already allocated.  Returns 0 or a
+	 * negative errno with e set; on error nothing is left to fini.
+	 */
+	int (*init)(struct backend *be, struct cp_err *e);
+	/* Release be->ctx (not kv_buf, which the wrapper frees after). */
+	void (*fini)(struct backend *be);
+	/* size bytes of backend memory, zeroed; 0, -ENOMEM. */
+	int (*buf_alloc)(struct backend *be, size_t size, struct be_buf **out);
+	void (*buf_free)(struct backend *be, struct be_buf *buf);
+	/* Copy n host bytes in at off / out from off; off + n within the buffer. */
+	int (*buf_set)(struct backend *be, struct be_buf *buf, size_t off,
+	    const void *src, size_t n);
+	int (*buf_get)(struct backend *be, const struct be_buf *buf,
+	    size_t off, void *dst, size_t n);
+	/* Host address of the buffer's byte 0 when it is host memory. */
+	void *(*buf_host)(struct be_buf *buf);
+	/*
+	 * Start step b (validated).  b and the cache are the backend's until
+	 * step_wait returns.  0, or a negative errno with e set.
+	 */
+	int (*step_submit)(struct backend *be, const struct step_batch *b,
+	    struct cp_err *e);
+	/*
+	 * Finish the submitted step: *logits gets host memory holding the
+	 * requested logits (n_vocab floats per requesting entry, in entry
+	 * order), valid until the next submit.  0 or a negative errno.
+	 */
+	int (*step_wait)(struct backend *be, const float **logits,
+	    struct cp_err *e);
+};
+
+/* State shared by the wrappers and the backend implementing them. */
+struct backend {
+	const struct be_ops *ops;
+	void *ctx;			/* the backend's own state */
+	const struct model *model;	/* borrowed, outlives the backend */
+	struct be_params params;	/* defaults filled in */
+	struct kv_cache *kv;		/* block bookkeeping */
+	struct be_buf *kv_buf;		/* K/V storage, kv_storage_bytes() */
+	const struct step_batch *inflight;	/* submitted, not waited for */
+	int n_logits;			/* logits rows of the inflight step */
+};
+
+/* The CPU backend's table (backend_cpu.c). */
+extern const struct be_ops be_cpu_ops;
+
+/*
+ * Names of the backends compiled in, in "auto" preference order, as a
+ * NULL-terminated static array.
+ */
+const char *const *be_names(void);
+
+/*
+ * Open backend name ("auto": the first of be_names() whose probe
+ * succeeds) for model m (borrowed; must outlive the backend) with params p
+ * (NULL: all defaults).  Returns 0 and *out (release with be_close()), or
+ * a negative errno with e set: -ENOENT unknown name, -ENODEV backend not
+ * usable here, -EINVAL bad params, -ENOMEM.
+ */
+int be_open(const char *name, const struct model *m,
+    const struct be_params *p, struct backend **out, struct cp_err *e);
+
+/* Release everything; waits for an in-flight step first; accepts NULL. */
+void be_close(struct backend *be);
+
+/* The backend's name. */
+const char *be_name(const struct backend *be);
+
+/* The effective parameters (defaults filled in); borrowed. */
+const struct be_params *be_params(const struct backend *be);
+
+/* The KV block bookkeeping, owned by the backend: sequences live here. */
+struct kv_cache *be_kv(struct backend *be);
+
+/*
+ * Check b against the cache and the backend's limits: entries in 1..
+ * max_seqs, distinct live sequences, rows in 1..max_batch_tokens adding up
+ * to n_tokens, pos <= written, pos + n_tokens <= len, token ids in
+ * [0, n_vocab).  0 or -EINVAL with e naming the entry at fault.
+ */
+int be_batch_check(const struct backend *be, const struct step_batch *b,
+    struct cp_err *e);
+
+/*
+ * Validate and start step b (see be_ops.step_submit).  -EBUSY when a step
+ * is in flight, -EINVAL for a bad batch; otherwise the backend's result.
+ */
+int be_step_submit(struct backend *be, const struct step_batch *b,
+    struct cp_err *e);
+
+/*
+ * Finish the in-flight step: *logits as in be_ops.step_wait, *n_logits
+ * (may be NULL) the rows it holds.  On success the written count of every
+ * sequence of the step covers its range.  -EINVAL when none is in flight.
+ */
+int be_step_wait(struct backend *be, const float **logits, int *n_logits,
+    struct cp_err *e);
+
+/* be_step_submit() then be_step_wait(). */
+int be_step(struct backend *be, const struct step_batch *b,
+    const float **logits, int *n_logits, struct cp_err *e);
+
+/* Host <-> backend copies of the KV storage (tests, swapping). */
+int be_kv_read(struct backend *be, size_t off, void *dst, size_t n);
+int be_kv_write(struct backend *be, size_t off, const void *src, size_t n);
+
+#endif

@@ -1,0 +1,663 @@
+#include "forward.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "matmul.h"
+#include "quant.h"
+#include "ttype.h"
+
+#define FWD_ATT_TILE 32		/* rows of one attention task */
+#define FWD_MM_SPLIT 4		/* matmul tasks per thread */
+#define FWD_ALIGN 64
+
+/* One attention task: rows [r0, r1) of batch entry `entry`, KV head g. */
+struct fwd_att_task {
+	int entry;
+	int g;
+	int r0, r1;		/* rows relative to the entry's first row */
+};
+
+/*
+ * Scratch, T = max_batch_tokens rows, S = max_seqs logits rows:
+ *	x	[T, n_embd]	residual stream
+ *	xn	[T, n_embd]	normed input of a matrix product
+ *	q	[T, n_head * head_dim]
+ *	k, v	[T, n_head_kv * head_dim]
+ *	att	[T, n_head * head_dim]	attention output (online softmax
+ *					accumulators while attending)
+ *	att_m, att_l [T, n_head]	max score and sum of exp of each
+ *					row-head (float, double)
+ *	gate, up [T, n_ff]
+ *	tmp	[T, n_embd]	output of wo and w_down before the residual add
+ *	rope	[T, n_rot]	cos, sin pairs of each row's position
+ *	row_pos, row_entry [T]
+ *	logit_rows [S]		row whose logits an entry asked for
+ *	mm_scratch		activations prepared for a matrix product
+ *	kt, vt, sc [threads][block_tokens * head_dim | block_tokens]
+ *				one K/V block as F32 and its scores
+ */
+struct fwd {
+	const struct model *m;
+	struct kv_cache *kv;
+	unsigned char *kv_mem;
+	struct fwd_params p;
+	int n_threads;
+	int bt;			/* tokens per KV block */
+	int qd, kvd;		/* query and key/value widths */
+	float *x, *xn, *q, *k, *v, *att, *att_m, *gate, *up, *tmp;
+	double *att_l;
+	float *rope;
+	int *row_pos, *row_entry, *logit_rows;
+	void *mm_scratch;
+	size_t mm_scratch_bytes;
+	float *kt, *vt, *sc;
+	struct fwd_att_task *tasks;
+	int max_tasks;
+	/* The prepared activations in mm_scratch: valid for prep_x/prep_type. */
+	const float *prep_x;
+	uint32_t prep_type;
+	int prep_m;
+	/* The step being run (valid during fwd_step()). */
+	const struct step_batch *b;
+	int *entry_row0;	/* [max_seqs] first row of each entry */
+	int layer;
+};
+
+static void *
+fwd_alloc(size_t n)
+{
+	void *p;
+
+	n = (n + FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
+	if (n == 0)
+		n = FWD_ALIGN;
+	if ((p = aligned_alloc(FWD_ALIGN, n)) != NULL)
+		memset(p, 0, n);
+	return p;
+}
+
+static size_t
+fwd_mm_need(const struct model_tensor *w, int m)
+{
+	return mm_scratch_bytes(w->type, w->cols, m);
+}
+
+static size_t
+fwd_max(size_t a, size_t b)
+{
+	return a > b ? a : b;
+}
+
+int
+fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
+    const struct fwd_params *p, struct fwd **out, struct cp_err *e)
+{
+	const struct model_hparams *hp = &m->hp;
+	const struct kv_params *kp = kv_params(kv);
+	struct fwd *f;
+	size_t T, S, need = 0, nt;
+	int il;
+
+	*out = NULL;
+	if (p->max_batch_tokens < 1 || p->max_batch_tokens > (1 << 20))
+		return cp_err_set(e, -EINVAL, "forward: max_batch_tokens %d "
+		    "not in 1..%d", p->max_batch_tokens, 1 << 20);
+	if (p->max_seqs < 1 || p->max_seqs > KV_MAX_SEQS)
+		return cp_err_set(e, -EINVAL, "forward: max_seqs %d not in "
+		    "1..%d", p->max_seqs, KV_MAX_SEQS);
+	if (kp->n_layer != hp->n_layer ||
+	    kp->kv_dim != hp->n_head_kv * hp->head_dim)
+		return cp_err_set(e, -EINVAL, "forward: kv cache shape "
+		    "(%d layers, kv_dim %d) does not fit the model (%d, %d)",
+		    kp->n_layer, kp->kv_dim, hp->n_layer,
+		    hp->n_head_kv * hp->head_dim);
+	if ((f = calloc(1, sizeof(*f))) == NULL)
+		return cp_err_set(e, -ENOMEM, "forward: out of memory");
+	f->m = m;
+	f->kv = kv;
+	f->kv_mem = kv_mem;
+	f->p = *p;
+	f->n_threads = p->tp != NULL ? tp_threads(p->tp) : 1;
+	f->bt = kp->block_tokens;
+	f->qd = hp->n_head * hp->head_dim;
+	f->kvd = hp->n_head_kv * hp->head_dim;
+	T = (size_t)p->max_batch_tokens;
+	S = (size_t)p->max_seqs;
+	nt = (size_t)f->n_threads;
+
+	for (il = 0; il < hp->n_layer; il++) {
+		const struct model_layer *l = &m->layers[il];
+
+		need = fwd_max(need, fwd_mm_need(&l->wq, (int)T));
+		need = fwd_max(need, fwd_mm_need(&l->wk, (int)T));
+		need = fwd_max(need, fwd_mm_need(&l->wv, (int)T));
+		need = fwd_max(need, fwd_mm_need(&l->wo, (int)T));
+		need = fwd_max(need, fwd_mm_need(&l->w_gate, (int)T));
+		need = fwd_max(need, fwd_mm_need(&l->w_up, (int)T));
+		need = fwd_max(need, fwd_mm_need(&l->w_down, (int)T));
+	}
+	need = fwd_max(need, fwd_mm_need(&m->output, (int)S));
+	f->mm_scratch_bytes = need;
+	f->max_tasks = hp->n_head_kv *
+	    (p->max_batch_tokens / FWD_ATT_TILE + p->max_seqs + 1);
+
+	f->x = fwd_alloc(T * (size_t)hp->n_embd * sizeof(float));
+	f->xn = fwd_alloc(fwd_max(T, S) * (size_t)hp->n_embd * sizeof(float));
+	f->q = fwd_alloc(T * (size_t)f->qd * sizeof(float));
+	f->k = fwd_alloc(T * (size_t)f->kvd * sizeof(float));
+	f->v = fwd_alloc(T * (size_t)f->kvd * sizeof(float));
+	f->att = fwd_alloc(T * (size_t)f->qd * sizeof(float));
+	f->att_m = fwd_alloc(T * (size_t)hp->n_head * sizeof(float));
+	f->att_l = fwd_alloc(T * (size_t)hp->n_head * sizeof(double));
+	f->gate = fwd_alloc(T * (size_t)hp->n_ff * sizeof(float));
+	f->up = fwd_alloc(T * (size_t)hp->n_ff * sizeof(float));
+	f->tmp = fwd_alloc(T * (size_t)hp->n_embd * sizeof(float));
+	f->rope = fwd_alloc(T * (size_t)(hp->n_rot ? hp->n_rot : 1) *
+	    sizeof(float));
+	f->row_pos = fwd_alloc(T * sizeof(int));
+	f->row_entry = fwd_alloc(T * sizeof(int));
+	f->logit_rows = fwd_alloc(S * sizeof(int));
+	f->entry_row0 = fwd_alloc(S * sizeof(int));
+	f->mm_scratch = fwd_alloc(need);
+	f->kt = fwd_alloc(nt * (size_t)f->bt * (size_t)hp->head_dim *
+	    sizeof(float));
+	f->vt = fwd_alloc(nt * (size_t)f->bt * (size_t)hp->head_dim *
+	    sizeof(float));
+	f->sc = fwd_alloc(nt * (size_t)f->bt * sizeof(float));
+	f->tasks = fwd_alloc((size_t)f->max_tasks * sizeof(*f->tasks));
+	if (f->x == NULL || f->xn == NULL || f->q == NULL || f->k == NULL ||
+	    f->v == NULL || f->att == NULL || f->att_m == NULL ||
+	    f->att_l == NULL || f->gate == NULL || f->up == NULL ||
+	    f->tmp == NULL || f->rope == NULL || f->row_pos == NULL ||
+	    f->row_entry == NULL || f->logit_rows == NULL ||
+	    f->entry_row0 == NULL || f->mm_scratch == NULL || f->kt == NULL ||
+	    f->vt == NULL || f->sc == NULL || f->tasks == NULL) {
+		fwd_free(f);
+		return cp_err_set(e, -ENOMEM, "forward: out of memory for "
+		    "%d batch tokens", p->max_batch_tokens);
+	}
+	*out = f;
+	return 0;
+}
+
+void
+fwd_free(struct fwd *f)
+{
+	if (f == NULL)
+		return;
+	free(f->tasks);
+	free(f->sc);
+	free(f->vt);
+	free(f->kt);
+	free(f->mm_scratch);
+	free(f->entry_row0);
+	free(f->logit_rows);
+	free(f->row_entry);
+	free(f->row_pos);
+	free(f->rope);
+	free(f->tmp);
+	free(f->up);
+	free(f->gate);
+	free(f->att_l);
+	free(f->att_m);
+	free(f->att);
+	free(f->v);
+	free(f->k);
+	free(f->q);
+	free(f->xn);
+	free(f->x);
+	free(f);
+}
+
+/* ---- matrix products ------------------------------------------------- */
+
+struct fwd_mm_job {
+	struct mm_args a;
+	const void *scratch;
+	int chunk;
+};
+
+static void
+fwd_mm_task(void *arg, int task, int thread)
+{
+	struct fwd_mm_job *j = arg;
+	int o0 = task * j->chunk, o1 = o0 + j->chunk;
+
+	(void)thread;
+	if (o1 > j->a.n_out)
+		o1 = j->a.n_out;
+	mm_rows(&j->a, j->scratch, o0, o1);
+}
+
+/*
+ * y[r] = w x[r] for r < m.  x must not change between calls that reuse its
+ * prepared form: the preparation is skipped when x, w's type and m match
+ * the previous call's (f->prep_x is reset wherever x is rewritten).
+ */
+static void
+fwd_mm(struct fwd *f, const struct model_tensor *w, const float *x, int m,
+    float *y)
+{
+	struct fwd_mm_job j;
+	int n_tasks;
+
+	j.a.wtype = w->type;
+	j.a.w = w->data;
+	j.a.w_stride = w->row_bytes;
+	j.a.n_out = w->rows;
+	j.a.k = w->cols;
+	j.a.x = x;
+	j.a.ldx = (size_t)w->cols;
+	j.a.m = m;
+	j.a.y = y;
+	j.a.ldy = (size_t)w->rows;
+	j.scratch = f->mm_scratch;
+	if (f->prep_x != x || f->prep_type != w->type || f->prep_m != m) {
+		mm_prepare(&j.a, f->mm_scratch);
+		f->prep_x = x;
+		f->prep_type = w->type;
+		f->prep_m = m;
+	}
+	n_tasks = f->n_threads * FWD_MM_SPLIT;
+	if (n_tasks > w->rows)
+		n_tasks = w->rows;
+	j.chunk = (w->rows + n_tasks - 1) / n_tasks;
+	n_tasks = (w->rows + j.chunk - 1) / j.chunk;
+	if (f->p.tp != NULL) {
+		tp_run(f->p.tp, fwd_mm_task, &j, n_tasks);
+	} else {
+		j.chunk = w->rows;
+		fwd_mm_task(&j, 0, 0);
+	}
+}
+
+/* ---- element-wise pieces --------------------------------------------- */
+
+/* out = x / sqrt(mean(x^2) + eps) * w; the sum of squares in double. */
+static void
+fwd_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
+{
+	double ss = 0;
+	float mean, scale;
+	int i;
+
+	for (i = 0; i < n; i++)
+		ss += (double)(x[i] * x[i]);
+	mean = (float)(ss / n);
+	scale = 1.0f / sqrtf(mean + eps);
+	for (i = 0; i < n; i++)
+		out[i] = (x[i] * scale) * w[i];
+}
+
+/*
+ * cos and sin of each rotated pair of position pos:
+ * theta_i = pos * scale * base^(-2i / n_rot), the power built by repeated
+ * multiplication in float.
+ */
+static void
+fwd_rope_row(float *cs, int pos, const struct model_hparams *hp)
+{
+	float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+	float t = (float)pos, theta;
+	int i;
+
+	for (i = 0; i < hp->n_rot / 2; i++) {
+		theta = hp->rope_scale * t;
+		cs[2 * i] = cosf(theta);
+		cs[2 * i + 1] = sinf(theta);
+		t *= theta_scale;
+	}
+}
+
+/* Rotate adjacent pairs (2i, 2i+1) of the first n_rot dims of each head. */
+static void
+fwd_rope_apply(float *v, int n_heads, int head_dim, int n_rot,
+    const float *cs)
+{
+	float x0, x1, c, s;
+	int h, i;
+
+	for (h = 0; h < n_heads; h++) {
+		float *p = v + (size_t)h * (size_t)head_dim;
+
+		for (i = 0; i < n_rot / 2; i++) {
+			c = cs[2 * i];
+			s = cs[2 * i + 1];
+			x0 = p[2 * i];
+			x1 = p[2 * i + 1];
+			p[2 * i] = x0 * c - x1 * s;
+			p[2 * i + 1] = x0 * s + x1 * c;
+		}
+	}
+}
+
+/* ---- attention ------------------------------------------------------- */
+
+/* Store rows' K and V (kvd floats each) at their positions in the cache. */
+static void
+fwd_kv_store(struct fwd *f, int layer)
+{
+	const struct step_batch *b = f->b;
+	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
+	int r, i;
+
+	for (r = 0; r < b->n_tokens; r++) {
+		const struct batch_seq *bs = &b->seqs[f->row_entry[r]];
+		const int32_t *tab = kv_seq_blocks(f->kv, bs->seq);
+		int pos = f->row_pos[r];
+		int blk = tab[pos / f->bt], slot = pos % f->bt;
+		unsigned char *kd = f->kv_mem + kv_block_offset(f->kv, blk,
+		    layer, KV_K) + (size_t)slot * rowb;
+		unsigned char *vd = f->kv_mem + kv_block_offset(f->kv, blk,
+		    layer, KV_V) + (size_t)slot * rowb;
+		const float *ks = f->k + (size_t)r * (size_t)f->kvd;
+		const float *vs = f->v + (size_t)r * (size_t)f->kvd;
+
+		if (es == 4) {
+			memcpy(kd, ks, rowb);
+			memcpy(vd, vs, rowb);
+			continue;
+		}
+		for (i = 0; i < f->kvd; i++) {
+			uint16_t hk = fp32_to_fp16(ks[i]);
+			uint16_t hv = fp32_to_fp16(vs[i]);
+
+			memcpy(kd + 2 * (size_t)i, &hk, 2);
+			memcpy(vd + 2 * (size_t)i, &hv, 2);
+		}
+	}
+}
+
+/* Rows [0, n) of head g in block blk of layer, as F32, into kt and vt (vt NULL: K only). */
+static void
+fwd_kv_load(const struct fwd *f, int layer, int blk, int g, int n,
+    float *kt, float *vt)
+{
+	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
+	int hd = f->m->hp.head_dim, j, i;
+	const unsigned char *kb = f->kv_mem + kv_block_offset(f->kv, blk,
+	    layer, KV_K) + (size_t)g * (size_t)hd * es;
+	const unsigned char *vb = f->kv_mem + kv_block_offset(f->kv, blk,
+	    layer, KV_V) + (size_t)g * (size_t)hd * es;
+
+	for (j = 0; j < n; j++) {
+		const unsigned char *kr = kb + (size_t)j * rowb;
+		const unsigned char *vr = vb + (size_t)j * rowb;
+		float *kd = kt + (size_t)j * (size_t)hd;
+		float *vd = vt != NULL ? vt + (size_t)j * (size_t)hd : NULL;
+
+		if (es == 4) {
+			memcpy(kd, kr, (size_t)hd * 4);
+			if (vt != NULL)
+				memcpy(vd, vr, (size_t)hd * 4);
+			continue;
+		}
+		for (i = 0; i < hd; i++) {
+			uint16_t h16;
+
+			memcpy(&h16, kr + 2 * (size_t)i, 2);
+			kd[i] = fp16_to_fp32(h16);
+		}
+		for (i = 0; vt != NULL && i < hd; i++) {
+			uint16_t h16;
+
+			memcpy(&h16, vr + 2 * (size_t)i, 2);
+			vd[i] = fp16_to_fp32(h16);
+		}
+	}
+}
+
+/* Scores q . k_j * scale of positions j < nv of a loaded block. */
+static void
+fwd_scores(const float *q, const float *kt, int nv, int hd, float scale,
+    float *sc)
+{
+	int j, i;
+
+	for (j = 0; j < nv; j++) {
+		const float *kr = kt + (size_t)j * (size_t)hd;
+		float s = 0;
+
+		for (i = 0; i < hd; i++)
+			s += q[i] * kr[i];
+		sc[j] = s * scale;
+	}
+}
+
+/*
+ * One task: rows [r0, r1) of an entry and the query heads that share KV
+ * head g.  The softmax is exact, in three walks over the row's positions
+ * 0..pos, block by block in position order: the largest score; the sum of
+ * exp(score - max) (in double); then the V rows weighted by the normalized
+ * probabilities, which with an F16 cache are rounded to F16 as the
+ * reference implementation rounds them before its product with V.  Each
+ * walk keeps O(1) state per row-head, so nothing grows with the context,
+ * and a row's arithmetic depends only on its position and the cache: that
+ * is what makes steps batch invariant.
+ */
+static void
+fwd_att_task(void *arg, int task, int thread)
+{
+	struct fwd *f = arg;
+	const struct model_hparams *hp = &f->m->hp;
+	const struct fwd_att_task *t = &f->tasks[task];
+	const struct batch_seq *bs = &f->b->seqs[t->entry];
+	const int32_t *tab = kv_seq_blocks(f->kv, bs->seq);
+	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
+	int row0 = f->entry_row0[t->entry];
+	int pmax = bs->pos + t->r1 - 1, nb = pmax / f->bt + 1;
+	float *kt = f->kt + (size_t)thread * (size_t)f->bt * (size_t)hd;
+	float *vt = f->vt + (size_t)thread * (size_t)f->bt * (size_t)hd;
+	float *sc = f->sc + (size_t)thread * (size_t)f->bt;
+	float scale = 1.0f / sqrtf((float)hd);
+	bool round_p = kv_elem_bytes(f->kv) == 2;
+	int pass, blk, r, hh, j, i, n, nv;
+
+	for (r = t->r0; r < t->r1; r++) {
+		for (hh = 0; hh < group; hh++) {
+			int h = t->g * group + hh;
+			size_t rh = (size_t)(row0 + r) * (size_t)hp->n_head +
+			    (size_t)h;
+
+			f->att_m[rh] = -INFINITY;
+			f->att_l[rh] = 0;
+			memset(f->att + (size_t)(row0 + r) * (size_t)f->qd +
+			    (size_t)h * (size_t)hd, 0, (size_t)hd * 4);
+		}
+	}
+	for (pass = 0; pass < 3; pass++) {
+		for (blk = 0; blk < nb; blk++) {
+			int p0 = blk * f->bt;
+
+			n = pmax - p0 + 1;
+			if (n > f->bt)
+				n = f->bt;
+			fwd_kv_load(f, f->layer, tab[blk], t->g, n, kt,
+			    pass == 2 ? vt : NULL);
+			for (r = t->r0; r < t->r1; r++) {
+				int pos = bs->pos + r;
+
+				if (pos < p0)
+					continue;
+				nv = pos - p0 + 1;
+				if (nv > n)
+					nv = n;
+				for (hh = 0; hh < group; hh++) {
+					int h = t->g * group + hh;
+					size_t rh = (size_t)(row0 + r) *
+					    (size_t)hp->n_head + (size_t)h;
+					size_t qo = (size_t)(row0 + r) *
+					    (size_t)f->qd + (size_t)h *
+					    (size_t)hd;
+					float *acc = f->att + qo;
+					float mx = f->att_m[rh], inv, w;
+
+					fwd_scores(f->q + qo, kt, nv, hd,
+					    scale, sc);
+					if (pass == 0) {
+						for (j = 0; j < nv; j++)
+							if (sc[j] > mx)
+								mx = sc[j];
+						f->att_m[rh] = mx;
+						continue;
+					}
+					if (pass == 1) {
+						for (j = 0; j < nv; j++)
+							f->att_l[rh] += (double)
+							    expf(sc[j] - mx);
+						continue;
+					}
+					inv = (float)(1.0 / f->att_l[rh]);
+					for (j = 0; j < nv; j++) {
+						const float *vr = vt +
+						    (size_t)j * (size_t)hd;
+
+						w = expf(sc[j] - mx) * inv;
+						if (round_p)
+							w = fp16_to_fp32(
+							    fp32_to_fp16(w));
+						for (i = 0; i < hd; i++)
+							acc[i] += w * vr[i];
+					}
+				}
+			}
+		}
+	}
+}
+
+static void
+fwd_attention(struct fwd *f, int layer)
+{
+	const struct step_batch *b = f->b;
+	int n = 0, e, g, r0;
+
+	f->layer = layer;
+	for (e = 0; e < b->n_seqs; e++)
+		for (g = 0; g < f->m->hp.n_head_kv; g++)
+			for (r0 = 0; r0 < b->seqs[e].n_tokens;
+			    r0 += FWD_ATT_TILE) {
+				struct fwd_att_task *t = &f->tasks[n++];
+
+				t->entry = e;
+				t->g = g;
+				t->r0 = r0;
+				t->r1 = r0 + FWD_ATT_TILE;
+				if (t->r1 > b->seqs[e].n_tokens)
+					t->r1 = b->seqs[e].n_tokens;
+			}
+	if (f->p.tp != NULL)
+		tp_run(f->p.tp, fwd_att_task, f, n);
+	else
+		for (e = 0; e < n; e++)
+			fwd_att_task(f, e, 0);
+}
+
+/* ---- the step -------------------------------------------------------- */
+
+static int
+fwd_layer(struct fwd *f, int il)
+{
+	const struct model_hparams *hp = &f->m->hp;
+	const struct model_layer *l = &f->m->layers[il];
+	int T = f->b->n_tokens, r;
+	size_t i, nf;
+	bool round_q = kv_elem_bytes(f->kv) == 2;
+
+	for (r = 0; r < T; r++)
+		fwd_rmsnorm(f->xn + (size_t)r * (size_t)hp->n_embd,
+		    f->x + (size_t)r * (size_t)hp->n_embd, l->attn_norm,
+		    hp->n_embd, hp->rms_eps);
+	f->prep_x = NULL;
+	fwd_mm(f, &l->wq, f->xn, T, f->q);
+	fwd_mm(f, &l->wk, f->xn, T, f->k);
+	fwd_mm(f, &l->wv, f->xn, T, f->v);
+	for (r = 0; r < T; r++) {
+		float *q = f->q + (size_t)r * (size_t)f->qd;
+		const float *cs = f->rope + (size_t)r * (size_t)hp->n_rot;
+
+		fwd_rope_apply(q, hp->n_head, hp->head_dim, hp->n_rot, cs);
+		fwd_rope_apply(f->k + (size_t)r * (size_t)f->kvd,
+		    hp->n_head_kv, hp->head_dim, hp->n_rot, cs);
+		/* With an F16 cache, Q meets K in F16 precision. */
+		if (round_q)
+			for (i = 0; i < (size_t)f->qd; i++)
+				q[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
+	}
+	fwd_kv_store(f, il);
+	fwd_attention(f, il);
+	fwd_mm(f, &l->wo, f->att, T, f->tmp);
+	for (i = 0; i < (size_t)T * (size_t)hp->n_embd; i++)
+		f->x[i] += f->tmp[i];
+
+	for (r = 0; r < T; r++)
+		fwd_rmsnorm(f->xn + (size_t)r * (size_t)hp->n_embd,
+		    f->x + (size_t)r * (size_t)hp->n_embd, l->ffn_norm,
+		    hp->n_embd, hp->rms_eps);
+	f->prep_x = NULL;
+	fwd_mm(f, &l->w_gate, f->xn, T, f->gate);
+	fwd_mm(f, &l->w_up, f->xn, T, f->up);
+	nf = (size_t)T * (size_t)hp->n_ff;
+	for (i = 0; i < nf; i++) {
+		float g = f->gate[i];
+
+		f->gate[i] = g / (1.0f + expf(-g)) * f->up[i];
+	}
+	fwd_mm(f, &l->w_down, f->gate, T, f->tmp);
+	for (i = 0; i < (size_t)T * (size_t)hp->n_embd; i++)
+		f->x[i] += f->tmp[i];
+	return 0;
+}
+
+int
+fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
+{
+	const struct model *m = f->m;
+	const struct model_hparams *hp = &m->hp;
+	int e, r, j, row = 0, n_out = 0, il;
+
+	if (b->n_tokens < 1 || b->n_tokens > f->p.max_batch_tokens ||
+	    b->n_seqs < 1 || b->n_seqs > f->p.max_seqs)
+		return -EINVAL;
+	f->b = b;
+	for (e = 0; e < b->n_seqs; e++) {
+		const struct batch_seq *bs = &b->seqs[e];
+
+		f->entry_row0[e] = row;
+		for (j = 0; j < bs->n_tokens; j++, row++) {
+			f->row_pos[row] = bs->pos + j;
+			f->row_entry[row] = e;
+		}
+		if (bs->logits)
+			f->logit_rows[n_out++] = row - 1;
+	}
+	if (row != b->n_tokens)
+		return -EINVAL;
+
+	for (r = 0; r < b->n_tokens; r++) {
+		const struct model_tensor *te = &m->tok_embd;
+
+		if (dequant_row(te->type, (const unsigned char *)te->data +
+		    (size_t)b->tokens[r] * te->row_bytes,
+		    f->x + (size_t)r * (size_t)hp->n_embd,
+		    (size_t)hp->n_embd) != 0)
+			return -EINVAL;
+		fwd_rope_row(f->rope + (size_t)r * (size_t)hp->n_rot,
+		    f->row_pos[r], hp);
+	}
+	for (il = 0; il < hp->n_layer; il++)
+		fwd_layer(f, il);
+	if (n_out == 0)
+		return 0;
+	for (j = 0; j < n_out; j++)
+		fwd_rmsnorm(f->xn + (size_t)j * (size_t)hp->n_embd,
+		    f->x + (size_t)f->logit_rows[j] * (size_t)hp->n_embd,
+		    m->out_norm, hp->n_embd, hp->rms_eps);
+	f->prep_x = NULL;
+	fwd_mm(f, &m->output, f->xn, n_out, logits);
+	f->b = NULL;
+	return 0;
+}
