@@ -1,0 +1,105 @@
+/*
+ * dot.h - dot-product kernels: rows of one weight type times rows of
+ * activations prepared in the format that weight type wants.
+ *
+ * Every kernel computes
+ *
+ *	y[r * ldy + o] = dot(W row o, X row r)	for o < nw, r < nx
+ *
+ * where W row o starts at (const char *)w + o * bw and X row r at
+ * (const char *)x + r * bx, both k elements long (k a multiple of the
+ * weight type's block).  Each output element is summed in one fixed order
+ * that depends on k only, never on nw, nx or the neighbouring rows, so a
+ * kernel may tile rows any way it likes and stay batch invariant.
+ *
+ * Prepared activations (struct dot_kernel.xtype):
+ *	F32 weights	F32 rows (the caller's X as is)
+ *	F16, BF16	F32 rows whose values were rounded to F16 / BF16
+ *			(xround), as ggml converts activations to the
+ *			weight's type before its dot product
+ *	Q4_0 Q5_0 Q8_0	Q8_0 blocks (quant_row())
+ *	Q4_1 Q5_1	Q8_1 blocks
+ *	Q2_K..Q6_K	Q8_K super-blocks, rows 4-byte aligned
+ *
+ * Summation orders (the scalar kernels define them; each SIMD kernel
+ * reproduces them exactly unless noted):
+ *	32-element blocks: the exact integer sum of each block, times
+ *	(weight scale * activation scale), goes to partial sum b % 4 of block
+ *	b; the result is (p0 + p1) + (p2 + p3).
+ *	K-quants: one float sum over super-blocks of d * isum (- dmin * msum),
+ *	isum and msum exact integer sums of the super-block.
+ *	F32, F16, BF16: the scalar kernels keep 8 partial sums (element j to
+ *	sum j % 8, multiply then add); the AVX2 kernels keep 2 x 8 fused
+ *	multiply-add lanes, so they agree with the scalar ones only to
+ *	rounding (about k * 2^-24 relative to sum |w * x|).
+ */
+#ifndef CP_DOT_H
+#define CP_DOT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The kernel signature described above. */
+typedef void dot_fn(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy);
+
+struct dot_kernel {
+	uint32_t wtype;		/* enum cp_ttype of the weight rows */
+	uint32_t xtype;		/* type of the prepared activation rows */
+	uint32_t xround;	/* F32 rows: values rounded to this type first */
+	dot_fn *fn;
+	const char *name;	/* "q4_0.q8_0/avx2", for logs and benchmarks */
+};
+
+/*
+ * The kernel for weights of type wtype that this process uses: the AVX2 one
+ * when the CPU has AVX2, FMA and F16C and CP_NO_SIMD is not set to a value
+ * other than 0 (decided once per process), else the scalar one.  NULL when
+ * wtype has no kernel.  Static storage.
+ */
+const struct dot_kernel *dot_kernel(uint32_t wtype);
+
+/* The scalar (reference) kernel for wtype, or NULL.  Static storage. */
+const struct dot_kernel *dot_kernel_scalar(uint32_t wtype);
+
+/*
+ * The AVX2 kernel for wtype, or NULL when there is none or this CPU cannot
+ * run it (cpu_has_avx2()).  Static storage.
+ */
+const struct dot_kernel *dot_kernel_avx2(uint32_t wtype);
+
+/*
+ * dst[j] = src[j] rounded to type to (F16 or BF16, round to nearest even;
+ * F32 copies) for j < n: the F32-row activation formats above.  The same
+ * bits on every path.  src == dst is allowed.
+ */
+void dot_round_row(uint32_t to, const float *src, float *dst, int n);
+
+/* Scalar kernels (dot.c, dot_quant.c). */
+dot_fn dot_f32_f32;
+dot_fn dot_f16_f32;
+dot_fn dot_bf16_f32;
+dot_fn dot_q4_0_q8_0;
+dot_fn dot_q4_1_q8_1;
+dot_fn dot_q5_0_q8_0;
+dot_fn dot_q5_1_q8_1;
+dot_fn dot_q8_0_q8_0;
+dot_fn dot_q2_K_q8_K;
+dot_fn dot_q3_K_q8_K;
+dot_fn dot_q4_K_q8_K;
+dot_fn dot_q5_K_q8_K;
+dot_fn dot_q6_K_q8_K;
+
+/* AVX2 + FMA + F16C kernels (dot_avx2.c); call only when cpu_has_avx2(). */
+dot_fn dot_f32_f32_avx2;
+dot_fn dot_f16_f32_avx2;
+dot_fn dot_bf16_f32_avx2;
+dot_fn dot_q4_0_q8_0_avx2;
+dot_fn dot_q8_0_q8_0_avx2;
+dot_fn dot_q4_K_q8_K_avx2;
+dot_fn dot_q6_K_q8_K_avx2;
+/* dot_round_row(CP_T_F16, ...) with F16C. */
+void dot_round_f16_avx2(const float *src, float *dst, int n);
+
+#endif

@@ -1,0 +1,143 @@
+/*
+ * matmul.c - Y = X W^T with GGUF weights, on top of the dot kernels.
+ *
+ * mm_prepare() turns X into the activation format of the weight type's
+ * kernel (dot.h): F32 weights read X in place; F16 and BF16 weights read X
+ * rounded to F16 / BF16 (as ggml converts activations to the weight type),
+ * quantized weights read Q8_0, Q8_1 or Q8_K blocks.  mm_rows() walks the
+ * output in tiles, weight rows outer and activation rows inner, so each
+ * weight row is read from memory once per tile of activation rows while it
+ * sits in cache; the tiles never change how an element is summed.
+ */
+#include "matmul.h"
+
+#include <assert.h>
+#include <stdint.h>
+
+#include "dot.h"
+#include "quant.h"
+#include "ttype.h"
+
+#define MM_ALIGN 64
+/* Bytes of activation rows per tile (kept in L2 while weights stream). */
+#define MM_XTILE_BYTES (128 * 1024)
+/* Bytes of weight rows per tile. */
+#define MM_WTILE_BYTES (256 * 1024)
+
+static size_t
+round_up(size_t n, size_t a)
+{
+	return (n + a - 1) / a * a;
+}
+
+/* Bytes between prepared activation rows, or 0 when k does not fit. */
+static size_t
+xrow_bytes(const struct dot_kernel *kern, int k)
+{
+	uint64_t n;
+
+	if (k <= 0 || ttype_nbytes(kern->xtype, (uint64_t)k, &n) != 0)
+		return 0;
+	return round_up((size_t)n, MM_ALIGN);
+}
+
+static bool
+k_fits(uint32_t wtype, int k)
+{
+	const struct ttype_info *ti = ttype_info(wtype);
+
+	return ti != NULL && k > 0 && (uint32_t)k % ti->block == 0;
+}
+
+bool
+mm_supported(uint32_t wtype)
+{
+	return dot_kernel(wtype) != NULL;
+}
+
+/* F32 weights read X in place and need no scratch. */
+static bool
+reads_x(const struct dot_kernel *kern)
+{
+	return kern->wtype == CP_T_F32;
+}
+
+size_t
+mm_scratch_bytes(uint32_t wtype, int k, int m)
+{
+	const struct dot_kernel *kern = dot_kernel(wtype);
+	size_t row;
+
+	if (kern == NULL || reads_x(kern) || !k_fits(wtype, k) || m <= 0)
+		return 0;
+	row = xrow_bytes(kern, k);
+	if (row == 0 || (size_t)m > (SIZE_MAX - MM_ALIGN) / row)
+		return 0;
+	return (size_t)m * row + MM_ALIGN;
+}
+
+/* The scratch, aligned up to MM_ALIGN inside the bytes mm_scratch_bytes() counted. */
+static char *
+scratch_base(const void *scratch)
+{
+	uintptr_t p = (uintptr_t)scratch;
+
+	return (char *)(p + (MM_ALIGN - p % MM_ALIGN) % MM_ALIGN);
+}
+
+void
+mm_prepare(const struct mm_args *a, void *scratch)
+{
+	const struct dot_kernel *kern = dot_kernel(a->wtype);
+	size_t row;
+	char *base;
+
+	assert(kern != NULL && k_fits(a->wtype, a->k));
+	if (reads_x(kern))
+		return;
+	row = xrow_bytes(kern, a->k);
+	base = scratch_base(scratch);
+	for (int r = 0; r < a->m; r++) {
+		const float *src = a->x + (size_t)r * a->ldx;
+		void *dst = base + (size_t)r * row;
+
+		if (kern->xtype == CP_T_F32)
+			dot_round_row(kern->xround, src, dst, a->k);
+		else
+			(void)quant_row(kern->xtype, src, dst, (size_t)a->k);
+	}
+}
+
+void
+mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1)
+{
+	const struct dot_kernel *kern = dot_kernel(a->wtype);
+	const char *w = a->w, *x;
+	size_t bx;
+	int rt, ot;
+
+	assert(kern != NULL && k_fits(a->wtype, a->k));
+	assert(0 <= o0 && o0 <= o1 && o1 <= a->n_out);
+	if (reads_x(kern)) {
+		x = (const char *)a->x;
+		bx = a->ldx * sizeof(float);
+	} else {
+		x = scratch_base(scratch);
+		bx = xrow_bytes(kern, a->k);
+	}
+	rt = (int)(MM_XTILE_BYTES / bx);
+	rt = rt < 1 ? 1 : rt;
+	ot = (int)(MM_WTILE_BYTES / (a->w_stride > 0 ? a->w_stride : 1));
+	ot = ot < 4 ? 4 : ot;
+	for (int ob = o0; ob < o1; ob += ot) {
+		int on = o1 - ob < ot ? o1 - ob : ot;
+
+		for (int rb = 0; rb < a->m; rb += rt) {
+			int rn = a->m - rb < rt ? a->m - rb : rt;
+
+			kern->fn(a->k, w + (size_t)ob * a->w_stride, a->w_stride,
+			    on, x + (size_t)rb * bx, bx, rn,
+			    a->y + (size_t)rb * a->ldy + ob, a->ldy);
+		}
+	}
+}

@@ -1,0 +1,611 @@
+/*
+ * check_matmul.c - matmul.h and the dot kernels of dot.h.
+ *
+ * References are computed here: W dequantized to F32 (dequant_row()) times
+ * the unquantized X in double precision.  The kernels see X rounded or
+ * quantized to their activation format, so the tolerance is the sum over j
+ * of |W[j]| times the largest error that format's rounding allows for X[j]
+ * (derived from the format: half a quantization step plus the rounding of
+ * the stored scale), plus float summation error.
+ */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_features.h"
+#include "dot.h"
+#include "matmul.h"
+#include "quant.h"
+#include "ttype.h"
+
+static const uint32_t all_types[] = {
+	CP_T_F32, CP_T_F16, CP_T_BF16, CP_T_Q4_0, CP_T_Q4_1, CP_T_Q5_0,
+	CP_T_Q5_1, CP_T_Q8_0, CP_T_Q2_K, CP_T_Q3_K, CP_T_Q4_K, CP_T_Q5_K,
+	CP_T_Q6_K,
+};
+#define N_TYPES (sizeof(all_types) / sizeof(all_types[0]))
+
+/* xorshift64*: deterministic test data. */
+static uint64_t rng_state;
+
+static void
+rng_seed(uint64_t s)
+{
+	rng_state = s * 0x9e3779b97f4a7c15ull + 1;
+}
+
+static uint32_t
+rng_u32(void)
+{
+	rng_state ^= rng_state >> 12;
+	rng_state ^= rng_state << 25;
+	rng_state ^= rng_state >> 27;
+	return (uint32_t)((rng_state * 0x2545f4914f6cdd1dull) >> 32);
+}
+
+/* Uniform in [-1, 1). */
+static float
+rng_f(void)
+{
+	return (float)rng_u32() / 2147483648.0f - 1.0f;
+}
+
+static void
+put_f16(uint8_t *p, float v)
+{
+	uint16_t h = fp32_to_fp16(v);
+
+	p[0] = (uint8_t)h;
+	p[1] = (uint8_t)(h >> 8);
+}
+
+static size_t
+row_bytes(uint32_t t, int k)
+{
+	uint64_t n;
+
+	ck_assert_int_eq(ttype_nbytes(t, (uint64_t)k, &n), 0);
+	return (size_t)n;
+}
+
+/* A small positive f16 scale in [lo, 2 lo). */
+static float
+rng_scale(float lo)
+{
+	return lo * (1.5f + 0.5f * rng_f());
+}
+
+/*
+ * n_out random weight rows of type t: float types from uniform values,
+ * quantized types from random quant bytes with sane f16 scales written in.
+ */
+static uint8_t *
+make_weights(uint32_t t, int n_out, int k, size_t *stride)
+{
+	const struct ttype_info *ti = ttype_info(t);
+	size_t rb = row_bytes(t, k), nb = (size_t)k / ti->block;
+	uint8_t *w = malloc(rb * (size_t)n_out + 1);
+
+	ck_assert_ptr_nonnull(w);
+	*stride = rb;
+	for (size_t i = 0; i < rb * (size_t)n_out; i++)
+		w[i] = (uint8_t)rng_u32();
+	for (int o = 0; o < n_out; o++) {
+		uint8_t *row = w + (size_t)o * rb;
+
+		for (size_t b = 0; b < nb; b++) {
+			uint8_t *blk = row + b * ti->bytes;
+
+			switch (t) {
+			case CP_T_F32:
+				{
+					float v = rng_f();
+
+					memcpy(blk, &v, 4);
+				}
+				break;
+			case CP_T_F16:
+				put_f16(blk, rng_f());
+				break;
+			case CP_T_BF16:
+				{
+					uint16_t h = fp32_to_bf16(rng_f());
+
+					blk[0] = (uint8_t)h;
+					blk[1] = (uint8_t)(h >> 8);
+				}
+				break;
+			case CP_T_Q4_0: case CP_T_Q5_0: case CP_T_Q8_0:
+				put_f16(blk, rng_scale(0.01f));
+				break;
+			case CP_T_Q4_1: case CP_T_Q5_1:
+				put_f16(blk, rng_scale(0.01f));
+				put_f16(blk + 2, -rng_scale(0.05f));
+				break;
+			case CP_T_Q2_K:
+				put_f16(blk + 80, rng_scale(0.01f));
+				put_f16(blk + 82, rng_scale(0.005f));
+				break;
+			case CP_T_Q3_K:
+				put_f16(blk + 108, rng_scale(0.001f));
+				break;
+			case CP_T_Q4_K: case CP_T_Q5_K:
+				put_f16(blk, rng_scale(0.001f));
+				put_f16(blk + 2, rng_scale(0.001f));
+				break;
+			case CP_T_Q6_K:
+				put_f16(blk + 208, rng_scale(0.0005f));
+				break;
+			default:
+				ck_abort_msg("no generator for type %u", t);
+			}
+		}
+	}
+	return w;
+}
+
+static float *
+make_x(int m, int ldx)
+{
+	float *x = malloc(sizeof(float) * (size_t)m * (size_t)ldx);
+
+	ck_assert_ptr_nonnull(x);
+	for (int i = 0; i < m * ldx; i++)
+		x[i] = rng_f() * (i % 7 == 0 ? 4.0f : 1.0f);
+	return x;
+}
+
+/*
+ * Largest error the activation format of weight type t may add to each of
+ * the k values of row x: xerr[j].
+ */
+static void
+act_error(uint32_t t, const float *x, int k, double *xerr)
+{
+	int blk = 0;
+	double div = 0;
+
+	switch (t) {
+	case CP_T_F32:
+		for (int j = 0; j < k; j++)
+			xerr[j] = 0;
+		return;
+	case CP_T_F16:
+		/* half an ulp of 11 significant bits, or of the subnormal step */
+		for (int j = 0; j < k; j++)
+			xerr[j] = fabs(x[j]) * ldexp(1, -11) + ldexp(1, -25);
+		return;
+	case CP_T_BF16:
+		for (int j = 0; j < k; j++)
+			xerr[j] = fabs(x[j]) * ldexp(1, -8);
+		return;
+	case CP_T_Q2_K: case CP_T_Q3_K: case CP_T_Q4_K: case CP_T_Q5_K:
+	case CP_T_Q6_K:
+		blk = 256;
+		div = 127;
+		break;
+	default:
+		blk = 32;
+		div = 127;
+		break;
+	}
+	for (int b = 0; b < k / blk; b++) {
+		double amax = 0;
+
+		for (int j = 0; j < blk; j++)
+			amax = fmax(amax, fabs(x[b * blk + j]));
+		/*
+		 * Half a step of amax / 127, plus 127 times the f16 rounding of
+		 * the step (Q8_0/Q8_1 store it as f16: relative 2^-11).
+		 */
+		for (int j = 0; j < blk; j++)
+			xerr[b * blk + j] = amax / div * (0.5 + (blk == 32 ?
+			    127 * ldexp(1, -11) : 1e-6));
+	}
+}
+
+/*
+ * Q4_1/Q5_1 times Q8_1: the min term m * s reads s = f16(d * sum(q)), which
+ * adds |m| (|s| 2^-11 + |d - f16(d)| |sum q|) <= |m| 64 amax 2^-11 per block.
+ */
+static double
+min_term_error(uint32_t t, const uint8_t *w, const float *x, int k)
+{
+	size_t bytes = t == CP_T_Q4_1 ? sizeof(struct blk_q4_1) :
+	    sizeof(struct blk_q5_1);
+	double e = 0;
+
+	if (t != CP_T_Q4_1 && t != CP_T_Q5_1)
+		return 0;
+	for (int b = 0; b < k / 32; b++) {
+		double amax = 0;
+
+		for (int j = 0; j < 32; j++)
+			amax = fmax(amax, fabs(x[32 * b + j]));
+		e += fabs(quant_f16(w + b * bytes + 2)) * 64 * amax *
+		    ldexp(1, -11);
+	}
+	return e;
+}
+
+/*
+ * Y (m x n_out, ldy) against the double-precision reference; every output
+ * element within its own error bound.
+ */
+static void
+check_against_reference(uint32_t t, const uint8_t *w, size_t ws, int n_out,
+    int k, const float *x, int ldx, int m, const float *y, int ldy)
+{
+	float *wf = malloc(sizeof(float) * (size_t)k);
+	double *xerr = malloc(sizeof(double) * (size_t)k);
+
+	ck_assert_ptr_nonnull(wf);
+	ck_assert_ptr_nonnull(xerr);
+	for (int r = 0; r < m; r++) {
+		const float *xr = x + (size_t)r * ldx;
+
+		act_error(t, xr, k, xerr);
+		for (int o = 0; o < n_out; o++) {
+			double ref = 0, bound = 0, mag = 0, got;
+
+			ck_assert_int_eq(dequant_row(t, w + (size_t)o * ws, wf,
+			    (size_t)k), 0);
+			for (int j = 0; j < k; j++) {
+				ref += (double)wf[j] * xr[j];
+				bound += fabs(wf[j]) * xerr[j];
+				mag += fabs(wf[j]) * (fabs(xr[j]) + xerr[j]);
+			}
+			bound += min_term_error(t, w + (size_t)o * ws, xr, k);
+			/* float rounding: products, block scaling, k additions */
+			bound += mag * (k + 8) * ldexp(1, -23);
+			got = y[(size_t)r * ldy + o];
+			ck_assert_msg(fabs(got - ref) <= bound,
+			    "%s k=%d row %d out %d: got %.9g want %.9g (bound %.3g)",
+			    ttype_name(t), k, r, o, got, ref, bound);
+		}
+	}
+	free(xerr);
+	free(wf);
+}
+
+/* Y = X W^T through matmul.h in one call covering all rows and outputs. */
+static void
+run_mm(uint32_t t, const uint8_t *w, size_t ws, int n_out, int k,
+    const float *x, int ldx, int m, float *y, int ldy, int o0, int o1)
+{
+	struct mm_args a = {
+		.wtype = t, .w = w, .w_stride = ws, .n_out = n_out, .k = k,
+		.x = x, .ldx = (size_t)ldx, .m = m, .y = y, .ldy = (size_t)ldy,
+	};
+	size_t sb = mm_scratch_bytes(t, k, m);
+	void *scratch = sb != 0 ? malloc(sb) : NULL;
+
+	if (t != CP_T_F32)
+		ck_assert_ptr_nonnull(scratch);
+	mm_prepare(&a, scratch);
+	mm_rows(&a, scratch, o0, o1);
+	free(scratch);
+}
+
+static int
+min_k(uint32_t t)
+{
+	const struct ttype_info *ti = ttype_info(t);
+
+	return ti->block == 1 ? 1 : (int)ti->block;
+}
+
+/* Shapes: awkward on purpose (single rows, odd m, n_out not a multiple of 8). */
+static const struct { int m, n_out, kmul; } shapes[] = {
+	{ 1, 1, 1 }, { 1, 13, 1 }, { 3, 5, 1 }, { 7, 9, 2 }, { 2, 3, 5 },
+	{ 5, 4, 9 },
+};
+
+START_TEST(test_reference)
+{
+	uint32_t t = all_types[_i];
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		int kb = min_k(t), k = kb * shapes[s].kmul;
+		int m = shapes[s].m, n = shapes[s].n_out;
+		int ldx = k + 3, ldy = n + 2;
+		size_t ws;
+		uint8_t *w;
+		float *x, *y;
+
+		if (kb == 1)
+			k = 37 * shapes[s].kmul;	/* not a multiple of 8 */
+		ldx = k + 3;
+		rng_seed(1000 * t + s);
+		w = make_weights(t, n, k, &ws);
+		x = make_x(m, ldx);
+		y = malloc(sizeof(float) * (size_t)m * (size_t)ldy);
+		ck_assert_ptr_nonnull(y);
+		for (int i = 0; i < m * ldy; i++)
+			y[i] = -12345.0f;
+		run_mm(t, w, ws, n, k, x, ldx, m, y, ldy, 0, n);
+		check_against_reference(t, w, ws, n, k, x, ldx, m, y, ldy);
+		/* columns past n_out are left alone */
+		for (int r = 0; r < m; r++)
+			for (int c = n; c < ldy; c++)
+				ck_assert_float_eq(y[r * ldy + c], -12345.0f);
+		free(y);
+		free(x);
+		free(w);
+	}
+}
+END_TEST
+
+/*
+ * Batch invariance: row r of Y is bit-identical whether computed with
+ * m = 7, alone (m = 1), or with the outputs split into several [o0, o1).
+ */
+START_TEST(test_batch_invariance)
+{
+	uint32_t t = all_types[_i];
+	int k = min_k(t) == 1 ? 301 : min_k(t) * 9, n = 19, m = 7;
+	size_t ws;
+	uint8_t *w;
+	float *x, *yall, *yone, *ysplit;
+
+	rng_seed(77 + t);
+	w = make_weights(t, n, k, &ws);
+	x = make_x(m, k);
+	yall = calloc((size_t)m * n, sizeof(float));
+	yone = calloc((size_t)m * n, sizeof(float));
+	ysplit = calloc((size_t)m * n, sizeof(float));
+	ck_assert_ptr_nonnull(yall);
+	ck_assert_ptr_nonnull(yone);
+	ck_assert_ptr_nonnull(ysplit);
+	run_mm(t, w, ws, n, k, x, k, m, yall, n, 0, n);
+	for (int r = 0; r < m; r++)
+		run_mm(t, w, ws, n, k, x + (size_t)r * k, k, 1,
+		    yone + (size_t)r * n, n, 0, n);
+	run_mm(t, w, ws, n, k, x, k, m, ysplit, n, 0, 1);
+	run_mm(t, w, ws, n, k, x, k, m, ysplit, n, 1, 6);
+	run_mm(t, w, ws, n, k, x, k, m, ysplit, n, 6, 6);
+	run_mm(t, w, ws, n, k, x, k, m, ysplit, n, 6, n);
+	for (int i = 0; i < m * n; i++) {
+		ck_assert_msg(memcmp(&yall[i], &yone[i], sizeof(float)) == 0,
+		    "%s: element %d differs between m=7 and m=1: %.9g vs %.9g",
+		    ttype_name(t), i, yall[i], yone[i]);
+		ck_assert_msg(memcmp(&yall[i], &ysplit[i], sizeof(float)) == 0,
+		    "%s: element %d differs between o splits", ttype_name(t), i);
+	}
+	free(ysplit);
+	free(yone);
+	free(yall);
+	free(x);
+	free(w);
+}
+END_TEST
+
+/*
+ * Each AVX2 kernel against its scalar reference on the same prepared rows:
+ * bit-identical for the quantized types, within float rounding for the
+ * float ones; and each SIMD element identical whatever tile it fell in.
+ */
+START_TEST(test_simd_vs_scalar)
+{
+	uint32_t t = all_types[_i];
+	const struct dot_kernel *ks = dot_kernel_scalar(t);
+	const struct dot_kernel *kv = dot_kernel_avx2(t);
+	int k = min_k(t) == 1 ? 333 : min_k(t) * 11, n = 13, m = 7;
+	size_t ws, sb;
+	uint8_t *w;
+	float *x, *ys, *yv, *y1;
+	void *scratch;
+	const void *xp;
+	size_t bx;
+	struct mm_args a;
+
+	ck_assert_ptr_nonnull(ks);
+	if (!cpu_has_avx2())
+		return;
+	if (kv == NULL)
+		return;		/* no SIMD kernel for this type yet */
+	ck_assert_uint_eq(kv->xtype, ks->xtype);
+	ck_assert_uint_eq(kv->xround, ks->xround);
+	rng_seed(4242 + t);
+	w = make_weights(t, n, k, &ws);
+	x = make_x(m, k);
+	memset(&a, 0, sizeof(a));
+	a.wtype = t;
+	a.k = k;
+	a.x = x;
+	a.ldx = (size_t)k;
+	a.m = m;
+	sb = mm_scratch_bytes(t, k, m);
+	scratch = sb ? aligned_alloc(64, (sb + 63) / 64 * 64) : NULL;
+	if (t == CP_T_F32) {
+		xp = x;
+		bx = (size_t)k * sizeof(float);
+	} else {
+		ck_assert_ptr_nonnull(scratch);
+		mm_prepare(&a, scratch);
+		xp = scratch;	/* 64-aligned: rows start at the base */
+		bx = (sb - 64) / (size_t)m;
+	}
+	ys = calloc((size_t)m * n, sizeof(float));
+	yv = calloc((size_t)m * n, sizeof(float));
+	y1 = calloc((size_t)m * n, sizeof(float));
+	ck_assert_ptr_nonnull(ys);
+	ck_assert_ptr_nonnull(yv);
+	ck_assert_ptr_nonnull(y1);
+	ks->fn(k, w, ws, n, xp, bx, m, ys, (size_t)n);
+	kv->fn(k, w, ws, n, xp, bx, m, yv, (size_t)n);
+	for (int o = 0; o < n; o++)
+		for (int r = 0; r < m; r++)
+			kv->fn(k, w + (size_t)o * ws, ws, 1,
+			    (const char *)xp + (size_t)r * bx, bx, 1,
+			    &y1[r * n + o], (size_t)n);
+	for (int i = 0; i < m * n; i++) {
+		ck_assert_msg(memcmp(&yv[i], &y1[i], sizeof(float)) == 0,
+		    "%s: SIMD element %d depends on its tile", kv->name, i);
+		if (ks->xtype != CP_T_F32) {
+			ck_assert_msg(memcmp(&ys[i], &yv[i], sizeof(float)) == 0,
+			    "%s: element %d: scalar %.9g simd %.9g", kv->name,
+			    i, ys[i], yv[i]);
+		} else {
+			double mag = 0;
+			const float *xr = (const float *)((const char *)xp +
+			    (size_t)(i / n) * bx);
+			float *wf = malloc(sizeof(float) * (size_t)k);
+
+			ck_assert_ptr_nonnull(wf);
+			ck_assert_int_eq(dequant_row(t, w + (size_t)(i % n) * ws,
+			    wf, (size_t)k), 0);
+			for (int j = 0; j < k; j++)
+				mag += fabs((double)wf[j] * xr[j]);
+			free(wf);
+			ck_assert_msg(fabs((double)ys[i] - yv[i]) <=
+			    mag * k * ldexp(1, -24),
+			    "%s: element %d: scalar %.9g simd %.9g", kv->name,
+			    i, ys[i], yv[i]);
+		}
+	}
+	free(y1);
+	free(yv);
+	free(ys);
+	free(scratch);
+	free(x);
+	free(w);
+}
+END_TEST
+
+START_TEST(test_supported)
+{
+	for (size_t i = 0; i < N_TYPES; i++) {
+		ck_assert(mm_supported(all_types[i]));
+		ck_assert_ptr_nonnull(dot_kernel(all_types[i]));
+	}
+	ck_assert(!mm_supported(CP_T_Q8_K));
+	ck_assert(!mm_supported(CP_T_Q8_1));
+	ck_assert(!mm_supported(CP_T_IQ2_XXS));
+	ck_assert(!mm_supported(CP_T_I32));
+	ck_assert(!mm_supported(CP_T_COUNT));
+	ck_assert(!mm_supported(1000));
+	ck_assert_ptr_null(dot_kernel(CP_T_IQ4_NL));
+	/* scratch: none for F32, none for bad k or m, else the rows */
+	ck_assert_uint_eq(mm_scratch_bytes(CP_T_F32, 64, 4), 0);
+	ck_assert_uint_eq(mm_scratch_bytes(CP_T_Q4_0, 48, 4), 0);
+	ck_assert_uint_eq(mm_scratch_bytes(CP_T_Q4_K, 128, 4), 0);
+	ck_assert_uint_eq(mm_scratch_bytes(CP_T_Q4_0, 64, 0), 0);
+	ck_assert_uint_eq(mm_scratch_bytes(CP_T_Q4_0, 0, 1), 0);
+	ck_assert_uint_eq(mm_scratch_bytes(CP_T_Q4_0, -32, 1), 0);
+	ck_assert_uint_eq(mm_scratch_bytes(CP_T_IQ2_XXS, 256, 1), 0);
+	ck_assert_uint_ge(mm_scratch_bytes(CP_T_Q4_0, 64, 3), 3 * 68);
+	ck_assert_uint_ge(mm_scratch_bytes(CP_T_Q6_K, 512, 2), 2 * 584);
+	ck_assert_uint_ge(mm_scratch_bytes(CP_T_F16, 10, 2), 2 * 40);
+}
+END_TEST
+
+/* The activation format each weight type gets, as llama.cpp's CPU backend. */
+START_TEST(test_activation_formats)
+{
+	static const struct { uint32_t w, x, round; } want[] = {
+		{ CP_T_F32, CP_T_F32, CP_T_F32 },
+		{ CP_T_F16, CP_T_F32, CP_T_F16 },
+		{ CP_T_BF16, CP_T_F32, CP_T_BF16 },
+		{ CP_T_Q4_0, CP_T_Q8_0, CP_T_F32 },
+		{ CP_T_Q5_0, CP_T_Q8_0, CP_T_F32 },
+		{ CP_T_Q8_0, CP_T_Q8_0, CP_T_F32 },
+		{ CP_T_Q4_1, CP_T_Q8_1, CP_T_F32 },
+		{ CP_T_Q5_1, CP_T_Q8_1, CP_T_F32 },
+		{ CP_T_Q2_K, CP_T_Q8_K, CP_T_F32 },
+		{ CP_T_Q3_K, CP_T_Q8_K, CP_T_F32 },
+		{ CP_T_Q4_K, CP_T_Q8_K, CP_T_F32 },
+		{ CP_T_Q5_K, CP_T_Q8_K, CP_T_F32 },
+		{ CP_T_Q6_K, CP_T_Q8_K, CP_T_F32 },
+	};
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		const struct dot_kernel *ks = dot_kernel_scalar(want[i].w);
+		const struct dot_kernel *kv = dot_kernel_avx2(want[i].w);
+
+		ck_assert_ptr_nonnull(ks);
+		ck_assert_uint_eq(ks->wtype, want[i].w);
+		ck_assert_uint_eq(ks->xtype, want[i].x);
+		ck_assert_uint_eq(ks->xround, want[i].round);
+		if (kv != NULL) {
+			ck_assert_uint_eq(kv->xtype, want[i].x);
+			ck_assert_uint_eq(kv->xround, want[i].round);
+		}
+	}
+}
+END_TEST
+
+/* F16 activations really are rounded: x = 1 + 2^-12 reads as 1. */
+START_TEST(test_f16_rounds_activations)
+{
+	uint8_t w[2 * 32];
+	float x[32], y = 0;
+
+	for (int j = 0; j < 32; j++) {
+		put_f16(w + 2 * j, j == 0 ? 1.0f : 0.0f);
+		x[j] = j == 0 ? 1.0f + 0x1p-12f : 5.0f;
+	}
+	run_mm(CP_T_F16, w, sizeof(w), 1, 32, x, 32, 1, &y, 1, 0, 1);
+	ck_assert_float_eq(y, 1.0f);
+	run_mm(CP_T_F32, (const uint8_t *)x, sizeof(x), 1, 32, x, 32, 1, &y, 1,
+	    0, 1);
+	ck_assert_float_eq(y, (1.0f + 0x1p-12f) * (1.0f + 0x1p-12f) +
+	    31 * 25.0f);
+}
+END_TEST
+
+/* CP_NO_SIMD=1 selects the scalar kernels (decided on first use). */
+START_TEST(test_no_simd_env)
+{
+	ck_assert_int_eq(setenv("CP_NO_SIMD", "1", 1), 0);
+	ck_assert(!cpu_use_simd());
+	for (size_t i = 0; i < N_TYPES; i++)
+		ck_assert_ptr_eq(dot_kernel(all_types[i]),
+		    dot_kernel_scalar(all_types[i]));
+}
+END_TEST
+
+START_TEST(test_simd_default)
+{
+	ck_assert_int_eq(unsetenv("CP_NO_SIMD"), 0);
+	ck_assert(cpu_use_simd() == cpu_has_avx2());
+	if (cpu_has_avx2())
+		ck_assert_ptr_eq(dot_kernel(CP_T_Q4_0),
+		    dot_kernel_avx2(CP_T_Q4_0));
+}
+END_TEST
+
+static Suite *
+matmul_suite(void)
+{
+	Suite *s = suite_create("matmul");
+	TCase *tc = tcase_create("kernels");
+
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_reference, 0, N_TYPES);
+	tcase_add_loop_test(tc, test_batch_invariance, 0, N_TYPES);
+	tcase_add_loop_test(tc, test_simd_vs_scalar, 0, N_TYPES);
+	tcase_add_test(tc, test_supported);
+	tcase_add_test(tc, test_activation_formats);
+	tcase_add_test(tc, test_f16_rounds_activations);
+	tcase_add_test(tc, test_no_simd_env);
+	tcase_add_test(tc, test_simd_default);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(matmul_suite());
+	int failed;
+
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
