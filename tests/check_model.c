@@ -1,0 +1,470 @@
+/*
+ * check_model.c - llama model loading: hyperparameters and tensors of the
+ * fixture models (values from SOURCES.md and synth/README.md), and the load
+ * errors on damaged copies (bytes patched in memory or in a temporary
+ * file), each of which must name what is wrong.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/fixtures.h"
+#include "gguf.h"
+#include "model.h"
+#include "ttype.h"
+
+Suite *model_suite(void);
+
+static int have_fixtures;
+
+/* Read a whole fixture file into malloc'd memory. */
+static unsigned char *
+slurp(const char *rel, size_t *size)
+{
+	char *path = fx_path(rel);
+	unsigned char *buf;
+	FILE *fp;
+	long n;
+
+	ck_assert_msg(path != NULL, "fixture %s missing", rel);
+	fp = fopen(path, "rb");
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_int_eq(fseek(fp, 0, SEEK_END), 0);
+	n = ftell(fp);
+	ck_assert_int_gt(n, 0);
+	rewind(fp);
+	buf = malloc((size_t)n);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)n, fp), (size_t)n);
+	fclose(fp);
+	free(path);
+	*size = (size_t)n;
+	return buf;
+}
+
+/* Offset of the only occurrence of pat (n bytes) in buf; fails if not one. */
+static size_t
+find_once(const unsigned char *buf, size_t size, const void *pat, size_t n)
+{
+	const unsigned char *p, *q;
+
+	p = memmem(buf, size, pat, n);
+	ck_assert_msg(p != NULL, "pattern not found");
+	q = memmem(p + 1, size - (size_t)(p + 1 - buf), pat, n);
+	ck_assert_msg(q == NULL, "pattern not unique");
+	return (size_t)(p - buf);
+}
+
+/* Offset just past a GGUF string "u64 len, bytes" equal to s. */
+static size_t
+find_gguf_str(const unsigned char *buf, size_t size, const char *s)
+{
+	unsigned char pat[128];
+	uint64_t len = strlen(s);
+
+	memcpy(pat, &len, 8);
+	memcpy(pat + 8, s, len);
+	return find_once(buf, size, pat, 8 + len) + 8 + len;
+}
+
+/* Load a model from bytes; returns the error code, message in e. */
+static int
+load_mem(const unsigned char *buf, size_t size, struct cp_err *e)
+{
+	struct gguf_file *f;
+	struct model *m;
+	int rc;
+
+	memset(e, 0, sizeof(*e));
+	if ((rc = gguf_open_mem(buf, size, &f, e)) < 0)
+		return rc;
+	rc = model_from_gguf(f, &m, e);
+	if (rc == 0)
+		ck_assert_ptr_nonnull(m);
+	else
+		ck_assert_ptr_null(m);
+	model_free(m);
+	gguf_close(f);
+	return rc;
+}
+
+static struct model *
+load_fixture(const char *rel)
+{
+	char *path = fx_path(rel);
+	struct cp_err e = { 0 };
+	struct model *m = NULL;
+
+	ck_assert_msg(path != NULL, "fixture %s missing", rel);
+	ck_assert_msg(model_load(path, &m, &e) == 0, "%s", e.msg);
+	free(path);
+	return m;
+}
+
+START_TEST(test_aidreams_hparams)
+{
+	struct model *m = load_fixture("aidreams260K.gguf");
+	const struct model_hparams *hp = &m->hp;
+	uint64_t sum = 0;
+	size_t i;
+
+	/* SOURCES.md: dim 64, hidden 172, 4 layers, 4 heads, 4 kv heads,
+	 * vocab 512, context_length 128, rope dim 16, rms eps 1e-5. */
+	ck_assert_int_eq(hp->n_vocab, 512);
+	ck_assert_int_eq(hp->n_embd, 64);
+	ck_assert_int_eq(hp->n_ff, 172);
+	ck_assert_int_eq(hp->n_layer, 4);
+	ck_assert_int_eq(hp->n_head, 4);
+	ck_assert_int_eq(hp->n_head_kv, 4);
+	ck_assert_int_eq(hp->head_dim, 16);
+	ck_assert_int_eq(hp->n_rot, 16);
+	ck_assert_int_eq(hp->n_ctx_train, 128);
+	ck_assert_float_eq_tol(hp->rms_eps, 1e-5f, 1e-12f);
+	ck_assert_float_eq(hp->rope_base, 10000.0f);
+	ck_assert_float_eq(hp->rope_scale, 1.0f);
+	ck_assert(!m->tied);
+	ck_assert_uint_eq(m->tok_embd.type, CP_T_F32);
+	ck_assert_int_eq(m->output.rows, 512);
+	ck_assert_int_eq(m->output.cols, 64);
+	ck_assert_ptr_ne(m->output.data, m->tok_embd.data);
+	ck_assert_int_eq(m->layers[3].w_down.rows, 64);
+	ck_assert_int_eq(m->layers[3].w_down.cols, 172);
+	ck_assert_str_eq(m->layers[3].w_down.name, "blk.3.ffn_down.weight");
+	ck_assert_uint_eq(m->layers[0].wq.row_bytes, 64 * 4);
+	/* All 39 tensors are used: the weight bytes are their sum. */
+	ck_assert_uint_eq(gguf_n_tensors(m->gf), 39);
+	for (i = 0; i < gguf_n_tensors(m->gf); i++)
+		sum += gguf_tensor_at(m->gf, i)->nbytes;
+	ck_assert_uint_eq(model_weight_bytes(m), sum);
+	model_free(m);
+}
+END_TEST
+
+START_TEST(test_plctlab_gqa)
+{
+	struct model *m = load_fixture("stories260K-plctlab.gguf");
+	const struct model_hparams *hp = &m->hp;
+
+	/* 5 layers, 8 heads, 4 kv heads, head_dim 8, rope dim 8. */
+	ck_assert_int_eq(hp->n_layer, 5);
+	ck_assert_int_eq(hp->n_head, 8);
+	ck_assert_int_eq(hp->n_head_kv, 4);
+	ck_assert_int_eq(hp->head_dim, 8);
+	ck_assert_int_eq(hp->n_rot, 8);
+	ck_assert_int_eq(m->layers[4].wk.rows, 32);
+	ck_assert_int_eq(m->layers[4].wk.cols, 64);
+	model_free(m);
+}
+END_TEST
+
+/* synth/README.md: tensor types of each synth-tiny file. */
+static const struct {
+	const char *file;
+	uint32_t main;
+	uint32_t output;
+} tiny_types[] = {
+	{ "synth/synth-tiny-F32.gguf", CP_T_F32, CP_T_F32 },
+	{ "synth/synth-tiny-F16.gguf", CP_T_F16, CP_T_F16 },
+	{ "synth/synth-tiny-BF16.gguf", CP_T_BF16, CP_T_BF16 },
+	{ "synth/synth-tiny-Q8_0.gguf", CP_T_Q8_0, CP_T_Q8_0 },
+	{ "synth/synth-tiny-Q4_0.gguf", CP_T_Q4_0, CP_T_Q6_K },
+};
+
+START_TEST(test_synth_tiny_types)
+{
+	struct model *m = load_fixture(tiny_types[_i].file);
+	const struct model_hparams *hp = &m->hp;
+	int il;
+
+	/* 2 layers, n_embd 256, 4/2 heads (head_dim 64), n_ff 768, vocab
+	 * 512, context 2048, untied output. */
+	ck_assert_int_eq(hp->n_layer, 2);
+	ck_assert_int_eq(hp->n_embd, 256);
+	ck_assert_int_eq(hp->n_head, 4);
+	ck_assert_int_eq(hp->n_head_kv, 2);
+	ck_assert_int_eq(hp->head_dim, 64);
+	ck_assert_int_eq(hp->n_rot, 64);
+	ck_assert_int_eq(hp->n_ff, 768);
+	ck_assert_int_eq(hp->n_vocab, 512);
+	ck_assert_int_eq(hp->n_ctx_train, 2048);
+	ck_assert(!m->tied);
+	ck_assert_uint_eq(m->tok_embd.type, tiny_types[_i].main);
+	ck_assert_uint_eq(m->output.type, tiny_types[_i].output);
+	for (il = 0; il < 2; il++) {
+		ck_assert_uint_eq(m->layers[il].wq.type, tiny_types[_i].main);
+		ck_assert_uint_eq(m->layers[il].w_down.type,
+		    tiny_types[_i].main);
+		/* norms are 1.0 (README) */
+		ck_assert_float_eq(m->layers[il].attn_norm[255], 1.0f);
+		ck_assert_float_eq(m->layers[il].ffn_norm[0], 1.0f);
+	}
+	ck_assert_float_eq(m->out_norm[17], 1.0f);
+	model_free(m);
+}
+END_TEST
+
+START_TEST(test_synth_gqa)
+{
+	struct model *m = load_fixture("synth/synth-gqa-Q4_0.gguf");
+
+	ck_assert_int_eq(m->hp.n_vocab, 32000);
+	ck_assert_int_eq(m->hp.n_head, 8);
+	ck_assert_int_eq(m->hp.n_head_kv, 2);
+	ck_assert_int_eq(m->hp.head_dim, 32);
+	ck_assert_int_eq(m->hp.n_ctx_train, 4096);
+	ck_assert_uint_eq(m->output.type, CP_T_Q6_K);
+	ck_assert_uint_eq(m->layers[1].wv.type, CP_T_Q4_0);
+	model_free(m);
+}
+END_TEST
+
+START_TEST(test_err_architecture)
+{
+	size_t size, off;
+	unsigned char *buf = slurp("aidreams260K.gguf", &size);
+	struct cp_err e;
+
+	off = find_gguf_str(buf, size, "general.architecture");
+	/* u32 type (string), u64 length 5, "llama" */
+	ck_assert_int_eq(memcmp(buf + off + 12, "llama", 5), 0);
+	memcpy(buf + off + 12, "qwen2", 5);
+	ck_assert_int_eq(load_mem(buf, size, &e), -ENOTSUP);
+	ck_assert_msg(strstr(e.msg, "unsupported architecture 'qwen2'") !=
+	    NULL, "%s", e.msg);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_err_missing_tensor)
+{
+	size_t size, off;
+	unsigned char *buf = slurp("aidreams260K.gguf", &size);
+	struct cp_err e;
+
+	off = find_gguf_str(buf, size, "blk.1.ffn_up.weight");
+	buf[off - 1] = 'x';
+	ck_assert_int_eq(load_mem(buf, size, &e), -ENOENT);
+	ck_assert_msg(strstr(e.msg, "tensor 'blk.1.ffn_up.weight' missing") !=
+	    NULL, "%s", e.msg);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_err_shape)
+{
+	size_t size, off;
+	unsigned char *buf = slurp("aidreams260K.gguf", &size);
+	uint64_t ne[2];
+	uint32_t nd;
+	struct cp_err e;
+
+	/* tensor info: name, u32 n_dims, u64 ne[n_dims]; swap ne0 and ne1 */
+	off = find_gguf_str(buf, size, "blk.2.ffn_gate.weight");
+	memcpy(&nd, buf + off, 4);
+	ck_assert_uint_eq(nd, 2);
+	memcpy(ne, buf + off + 4, 16);
+	ck_assert_uint_eq(ne[0], 64);
+	ck_assert_uint_eq(ne[1], 172);
+	ne[0] = 172;
+	ne[1] = 64;
+	memcpy(buf + off + 4, ne, 16);
+	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "tensor 'blk.2.ffn_gate.weight' has shape "
+	    "[172, 64, 1, 1], expected [64, 172]") != NULL, "%s", e.msg);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_err_hparam_disagrees)
+{
+	size_t size, off;
+	unsigned char *buf = slurp("aidreams260K.gguf", &size);
+	uint32_t v;
+	struct cp_err e;
+
+	/* llama.feed_forward_length: u32 type, u32 value 172 -> 170 */
+	off = find_gguf_str(buf, size, "llama.feed_forward_length");
+	memcpy(&v, buf + off + 4, 4);
+	ck_assert_uint_eq(v, 172);
+	v = 170;
+	memcpy(buf + off + 4, &v, 4);
+	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "tensor 'blk.0.ffn_gate.weight' has shape "
+	    "[64, 172, 1, 1], expected [64, 170]") != NULL, "%s", e.msg);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_err_missing_key)
+{
+	size_t size, off;
+	unsigned char *buf = slurp("aidreams260K.gguf", &size);
+	struct cp_err e;
+
+	off = find_gguf_str(buf, size,
+	    "llama.attention.layer_norm_rms_epsilon");
+	buf[off - 1] = 'x';
+	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "required key "
+	    "'llama.attention.layer_norm_rms_epsilon' missing") != NULL, "%s",
+	    e.msg);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_err_bad_heads)
+{
+	size_t size, off;
+	unsigned char *buf = slurp("stories260K-plctlab.gguf", &size);
+	uint32_t v;
+	struct cp_err e;
+
+	/* head_count_kv 4 -> 3: 8 heads are not a multiple of it */
+	off = find_gguf_str(buf, size, "llama.attention.head_count_kv");
+	memcpy(&v, buf + off + 4, 4);
+	ck_assert_uint_eq(v, 4);
+	v = 3;
+	memcpy(buf + off + 4, &v, 4);
+	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "head_count 8 is not a multiple of "
+	    "head_count_kv 3") != NULL, "%s", e.msg);
+	/* 0 is out of range */
+	v = 0;
+	memcpy(buf + off + 4, &v, 4);
+	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "'llama.attention.head_count_kv' = 0")
+	    != NULL, "%s", e.msg);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_err_unexpected_tensor)
+{
+	size_t size, off;
+	unsigned char *buf = slurp("aidreams260K.gguf", &size);
+	struct cp_err e;
+
+	/* output.weight renamed: the output is then tied to token_embd and
+	 * the renamed tensor is left over. */
+	off = find_gguf_str(buf, size, "output.weight");
+	buf[off - 1] = 'x';
+	ck_assert_int_eq(load_mem(buf, size, &e), -ENOTSUP);
+	ck_assert_msg(strstr(e.msg, "unexpected tensor 'output.weighx'") !=
+	    NULL, "%s", e.msg);
+	free(buf);
+}
+END_TEST
+
+START_TEST(test_err_vocab_mismatch)
+{
+	size_t size, off;
+	unsigned char *buf = slurp("aidreams260K.gguf", &size);
+	uint64_t n;
+	struct cp_err e;
+
+	/* tokenizer.ggml.tokens: u32 type (array), u32 elem type, u64 count */
+	off = find_gguf_str(buf, size, "tokenizer.ggml.tokens");
+	memcpy(&n, buf + off + 8, 8);
+	ck_assert_uint_eq(n, 512);
+	/* a shorter array still parses: the tail becomes garbage keys, so
+	 * instead break the embedding's row count against the tokens */
+	off = find_gguf_str(buf, size, "token_embd.weight");
+	memcpy(&n, buf + off + 12, 8);
+	ck_assert_uint_eq(n, 512);
+	n = 256;
+	memcpy(buf + off + 12, &n, 8);
+	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "'tokenizer.ggml.tokens' has 512 tokens "
+	    "but tensor 'token_embd.weight' has 256 rows") != NULL, "%s",
+	    e.msg);
+	free(buf);
+}
+END_TEST
+
+/* A damaged file on disk: model_load() names the path. */
+START_TEST(test_err_file)
+{
+	size_t size, off;
+	unsigned char *buf = slurp("aidreams260K.gguf", &size);
+	const char *tmp = getenv("TMPDIR");
+	char path[512];
+	struct model *m = (struct model *)1;
+	struct cp_err e = { 0 };
+	FILE *fp;
+
+	snprintf(path, sizeof(path), "%s/check_model_%d.gguf",
+	    tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", (int)getpid());
+	off = find_gguf_str(buf, size, "blk.3.attn_v.weight");
+	buf[off - 1] = 'w';
+	fp = fopen(path, "wb");
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_uint_eq(fwrite(buf, 1, size, fp), size);
+	fclose(fp);
+	ck_assert_int_eq(model_load(path, &m, &e), -ENOENT);
+	ck_assert_ptr_null(m);
+	ck_assert_msg(strstr(e.msg, path) != NULL, "%s", e.msg);
+	ck_assert_msg(strstr(e.msg, "'blk.3.attn_v.weight' missing") != NULL,
+	    "%s", e.msg);
+	/* truncated: the reader refuses it */
+	fp = fopen(path, "wb");
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_uint_eq(fwrite(buf, 1, size / 2, fp), size / 2);
+	fclose(fp);
+	ck_assert_int_lt(model_load(path, &m, &e), 0);
+	ck_assert_ptr_null(m);
+	unlink(path);
+	ck_assert_int_lt(model_load(path, &m, &e), 0);
+	ck_assert_ptr_null(m);
+	free(buf);
+	model_free(NULL);
+}
+END_TEST
+
+Suite *
+model_suite(void)
+{
+	Suite *s = suite_create("model");
+	TCase *tc = tcase_create("load");
+
+	tcase_add_test(tc, test_aidreams_hparams);
+	tcase_add_test(tc, test_plctlab_gqa);
+	tcase_add_loop_test(tc, test_synth_tiny_types, 0,
+	    (int)(sizeof(tiny_types) / sizeof(tiny_types[0])));
+	tcase_add_test(tc, test_synth_gqa);
+	tcase_add_test(tc, test_err_architecture);
+	tcase_add_test(tc, test_err_missing_tensor);
+	tcase_add_test(tc, test_err_shape);
+	tcase_add_test(tc, test_err_hparam_disagrees);
+	tcase_add_test(tc, test_err_missing_key);
+	tcase_add_test(tc, test_err_bad_heads);
+	tcase_add_test(tc, test_err_unexpected_tensor);
+	tcase_add_test(tc, test_err_vocab_mismatch);
+	tcase_add_test(tc, test_err_file);
+	tcase_set_timeout(tc, 30);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr;
+	char *p = fx_path("aidreams260K.gguf");
+	int failed;
+
+	have_fixtures = p != NULL;
+	free(p);
+	if (!have_fixtures) {
+		printf("fixtures not found in %s\n", fx_dir());
+		return 77;
+	}
+	sr = srunner_create(model_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
