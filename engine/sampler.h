@@ -52,7 +52,7 @@
 #include "error.h"
 
 #define SAMPLER_MAX_LOGPROBS	20		/* most top-n entries per token */
-#define SAMPLER_MAX_LAST_N	65536		/* longest repetition window */
+#define SAMPLER_MAX_LAST_N	(1 << 20)	/* longest repetition window */
 #define SAMPLER_MAX_VOCAB	(1 << 24)	/* largest n_vocab accepted */
 #define SAMPLER_SEED_RANDOM	UINT64_MAX	/* seed: draw one from the OS */
 
