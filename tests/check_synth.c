@@ -26,6 +26,9 @@
 
 extern char **environ;
 
+/* Ends run()'s argument list (a null pointer of the type va_arg reads). */
+#define END ((char *)NULL)
+
 static char cpmodel[1024];
 
 static const char *
@@ -183,7 +186,7 @@ START_TEST(test_synth_f32)
 
 	tmp_path(path, sizeof(path), "f32.gguf");
 	ck_assert_int_eq(run(NULL, "synth", "-o", path, S_ARGS, "--vocab",
-	    "1000", "--seed", "7", "--rope-base", "500000", NULL), 0);
+	    "1000", "--seed", "7", "--rope-base", "500000", END), 0);
 	f = open_ok(path);
 	ck_assert_uint_eq(gguf_version(f), 3);
 	ck_assert_int_eq(gguf_get_str(f, "general.architecture", &s, NULL), 0);
@@ -298,11 +301,11 @@ START_TEST(test_synth_deterministic)
 	tmp_path(p2, sizeof(p2), "d2.gguf");
 	tmp_path(p3, sizeof(p3), "d3.gguf");
 	ck_assert_int_eq(run(NULL, "synth", "-o", p1, S_ARGS, "--vocab", "300",
-	    "--seed", "42", "--type", "q4_0", NULL), 0);
+	    "--seed", "42", "--type", "q4_0", END), 0);
 	ck_assert_int_eq(run(NULL, "synth", "-o", p2, S_ARGS, "--vocab", "300",
-	    "--seed", "42", "--type", "q4_0", NULL), 0);
+	    "--seed", "42", "--type", "q4_0", END), 0);
 	ck_assert_int_eq(run(NULL, "synth", "-o", p3, S_ARGS, "--vocab", "300",
-	    "--seed", "43", "--type", "q4_0", NULL), 0);
+	    "--seed", "43", "--type", "q4_0", END), 0);
 	a = slurp(p1, &na);
 	b = slurp(p2, &nb);
 	c = slurp(p3, &nc);
@@ -341,9 +344,9 @@ START_TEST(test_synth_types)
 	tmp_path(pf, sizeof(pf), "t-f32.gguf");
 	tmp_path(pq, sizeof(pq), "t-q.gguf");
 	ck_assert_int_eq(run(NULL, "synth", "-o", pf, S_ARGS, "--vocab", "300",
-	    "--seed", "3", NULL), 0);
+	    "--seed", "3", END), 0);
 	ck_assert_int_eq(run(NULL, "synth", "-o", pq, S_ARGS, "--vocab", "300",
-	    "--seed", "3", "--type", types[_i].name, NULL), 0);
+	    "--seed", "3", "--type", types[_i].name, END), 0);
 	ff = open_ok(pf);
 	fq = open_ok(pq);
 	ck_assert_uint_eq(u32_of(fq, "general.file_type"), types[_i].file_type);
@@ -408,7 +411,7 @@ START_TEST(test_synth_tied_vocab_from)
 	}
 	tmp_path(path, sizeof(path), "vf.gguf");
 	ck_assert_int_eq(run(NULL, "synth", "-o", path, S_ARGS, "--tied",
-	    "--vocab-from", src, "--type", "f16", NULL), 0);
+	    "--vocab-from", src, "--type", "f16", END), 0);
 	f = open_ok(path);
 	s = open_ok(src);
 	ck_assert_uint_eq(gguf_n_tensors(f), 20);
@@ -460,7 +463,7 @@ START_TEST(test_synth_tied_vocab_from)
 
 	/* a --vocab that disagrees with the copied vocabulary */
 	ck_assert_int_eq(run(NULL, "synth", "-o", path, S_ARGS, "--vocab",
-	    "600", "--vocab-from", src, NULL), 1);
+	    "600", "--vocab-from", src, END), 1);
 	ck_assert_int_ne(access(path, F_OK), 0);
 	free(src);
 }
@@ -475,46 +478,46 @@ START_TEST(test_synth_bad_args)
 	tmp_path(log, sizeof(log), "bad.log");
 	ck_assert_int_eq(run(log, "synth", "-o", path, "--layers", "2",
 	    "--embd", "64", "--heads", "3", "--kv-heads", "1", "--ff", "96",
-	    "--ctx", "64", "--vocab", "300", NULL), 2);
+	    "--ctx", "64", "--vocab", "300", END), 2);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "--embd 64 must be --heads 3"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab", "300",
-	    "--type", "q4_k", NULL), 2);
+	    "--type", "q4_k", END), 2);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "--type 'q4_k'"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, "--layers", "1",
 	    "--embd", "48", "--heads", "3", "--kv-heads", "1", "--ff", "64",
-	    "--ctx", "64", "--vocab", "300", "--type", "q8_0", NULL), 2);
+	    "--ctx", "64", "--vocab", "300", "--type", "q8_0", END), 2);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "multiples of 32"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab", "100",
-	    NULL), 2);
+	    END), 2);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "at least 260 tokens"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab",
-	    "300", "--kv-heads", "3", NULL), 2);
-	ck_assert_int_eq(run(log, "synth", S_ARGS, "--vocab", "300", NULL), 2);
+	    "300", "--kv-heads", "3", END), 2);
+	ck_assert_int_eq(run(log, "synth", S_ARGS, "--vocab", "300", END), 2);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab",
-	    "-5", NULL), 2);
+	    "-5", END), 2);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab",
-	    "300x", NULL), 2);
+	    "300x", END), 2);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab",
-	    "300", "--rope-base", "nan", NULL), 2);
+	    "300", "--rope-base", "nan", END), 2);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab",
-	    "300", "--bogus", NULL), 2);
+	    "300", "--bogus", END), 2);
 	ck_assert_int_eq(access(path, F_OK), -1);
 	/* failures past argument checking exit 1 */
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS,
-	    "--vocab-from", "/nonexistent.gguf", NULL), 1);
+	    "--vocab-from", "/nonexistent.gguf", END), 1);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "/nonexistent.gguf"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", "/nonexistent/dir/x.gguf",
-	    S_ARGS, "--vocab", "300", NULL), 1);
+	    S_ARGS, "--vocab", "300", END), 1);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "/nonexistent/dir/x.gguf"));
 	free(msg);
@@ -534,7 +537,7 @@ START_TEST(test_info_fixtures)
 		return;
 	}
 	tmp_path(log, sizeof(log), "info.log");
-	ck_assert_int_eq(run(log, "info", src, NULL), 0);
+	ck_assert_int_eq(run(log, "info", src, END), 0);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "GGUF version     3"));
 	ck_assert_ptr_nonnull(strstr(msg, "architecture     llama\n"));
@@ -551,7 +554,7 @@ START_TEST(test_info_fixtures)
 
 	src = fx_path("vocab/ggml-vocab-gpt-2.gguf");
 	ck_assert_ptr_nonnull(src);
-	ck_assert_int_eq(run(log, "info", "-k", src, NULL), 0);
+	ck_assert_int_eq(run(log, "info", "-k", src, END), 0);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "  model          gpt2\n"));
 	ck_assert_ptr_nonnull(strstr(msg, "  tokens         50257\n"));
@@ -563,7 +566,7 @@ START_TEST(test_info_fixtures)
 
 	src = fx_path("synth/synth-tiny-Q4_K_M.gguf");
 	ck_assert_ptr_nonnull(src);
-	ck_assert_int_eq(run(log, "info", "-t", src, NULL), 0);
+	ck_assert_int_eq(run(log, "info", "-t", src, END), 0);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "file type        15 (Q4_K_M)"));
 	ck_assert_ptr_nonnull(strstr(msg, "  q6_K          3 "));
@@ -588,14 +591,14 @@ START_TEST(test_info_bad)
 	ck_assert_ptr_nonnull(fp);
 	ck_assert_uint_eq(fwrite("GGUF\x03\0\0\0 truncated", 1, 18, fp), 18);
 	fclose(fp);
-	ck_assert_int_eq(run(log, "info", path, NULL), 1);
+	ck_assert_int_eq(run(log, "info", path, END), 1);
 	msg = slurp(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "cpmodel info: "));
 	ck_assert_ptr_nonnull(strstr(msg, path));
 	ck_assert_ptr_nonnull(strstr(msg, "smaller than the 24-byte header"));
 	free(msg);
-	ck_assert_int_eq(run(log, "info", "/nonexistent.gguf", NULL), 1);
-	ck_assert_int_eq(run(log, "info", NULL), 2);
+	ck_assert_int_eq(run(log, "info", "/nonexistent.gguf", END), 1);
+	ck_assert_int_eq(run(log, "info", END), 2);
 	unlink(path);
 	unlink(log);
 }
