@@ -873,7 +873,7 @@ tok_encode(const struct tokenizer *t, const char *text, size_t len,
 		rc = -E2BIG;
 		goto out;
 	}
-	if (ids != NULL && max_ids > 0)
+	if (ids != NULL && max_ids > 0 && out.n > 0)
 		memcpy(ids, out.v, (out.n < (size_t)max_ids ? out.n :
 		    (size_t)max_ids) * sizeof(*ids));
 	rc = (int)out.n;
