@@ -1055,6 +1055,16 @@ START_TEST(test_open_paths)
 }
 END_TEST
 
+static struct gguf_file *
+open_ok_path(const char *path)
+{
+	struct gguf_file *f = NULL;
+	struct cp_err e = { 0, "" };
+
+	ck_assert_msg(gguf_open(path, &f, &e) == 0, "%s", e.msg);
+	return f;
+}
+
 /* ---- the writer ---------------------------------------------------------- */
 
 START_TEST(test_writer_round_trip)
@@ -1237,6 +1247,66 @@ START_TEST(test_writer_copy_kv)
 	gguf_close(f);
 	unlink(path);
 	gb_free(&b);
+}
+END_TEST
+
+/* Row r of a generated q8_0 tensor: every byte is r + 1. */
+static int
+gen_rows(void *arg, uint64_t r, void *dst, size_t row_bytes)
+{
+	int *calls = arg;
+
+	(*calls)++;
+	if (r == 1000)
+		return -EIO;
+	memset(dst, (int)(r + 1), row_bytes);
+	return 0;
+}
+
+/* Generated tensors are written row by row; a generator error aborts. */
+START_TEST(test_writer_gen)
+{
+	const uint64_t ne[3] = { 64, 3, 2 }, big[2] = { 32, 1001 };
+	char path[512], tmpl[600];
+	struct gguf_writer *w;
+	struct gguf_file *f;
+	struct cp_err e = { 0, "" };
+	const struct gguf_tensor *t;
+	const uint8_t *p;
+	int calls = 0;
+
+	ck_assert_ptr_nonnull(w = gguf_writer_new());
+	ck_assert_int_eq(gguf_writer_add_tensor_gen(w, "g", CP_T_Q8_0, 3, ne,
+	    gen_rows, &calls), 0);
+	ck_assert_int_eq(gguf_writer_add_tensor_gen(w, "h", CP_T_Q8_0, 1, ne,
+	    NULL, &calls), -EINVAL);
+	tmp_path(path, sizeof(path), "gen.gguf");
+	ck_assert_int_eq(gguf_writer_write(w, path, &e), 0);
+	ck_assert_int_eq(calls, 6);
+	gguf_writer_free(w);
+	f = open_ok_path(path);
+	t = gguf_find_tensor(f, "g");
+	ck_assert_uint_eq(t->n_dims, 3);
+	ck_assert_uint_eq(t->ne[2], 2);
+	ck_assert_uint_eq(t->nbytes, 6 * 68);
+	p = t->data;
+	for (size_t i = 0; i < t->nbytes; i++)
+		ck_assert_uint_eq(p[i], i / 68 + 1);
+	gguf_close(f);
+
+	/* The failed write keeps the old file and leaves no temporary. */
+	ck_assert_ptr_nonnull(w = gguf_writer_new());
+	ck_assert_int_eq(gguf_writer_add_tensor_gen(w, "g", CP_T_Q8_0, 2, big,
+	    gen_rows, &calls), 0);
+	ck_assert_int_eq(gguf_writer_write(w, path, &e), -EIO);
+	ck_assert_ptr_nonnull(strstr(e.msg, ".tmp."));
+	gguf_writer_free(w);
+	f = open_ok_path(path);
+	ck_assert_uint_eq(gguf_find_tensor(f, "g")->nbytes, 6 * 68);
+	gguf_close(f);
+	snprintf(tmpl, sizeof(tmpl), "ls %s.tmp.* >/dev/null 2>&1", path);
+	ck_assert_int_ne(system(tmpl), 0);
+	unlink(path);
 }
 END_TEST
 
@@ -1575,6 +1645,7 @@ gguf_suite(void)
 	tcase_add_test(tc, test_open_paths);
 	tcase_add_test(tc, test_writer_round_trip);
 	tcase_add_test(tc, test_writer_copy_kv);
+	tcase_add_test(tc, test_writer_gen);
 	suite_add_tcase(s, tc);
 
 	if (fixtures) {
