@@ -104,6 +104,7 @@ emit_symbol(const struct tokenizer *t, const char *s, const struct spm_sym *y,
 
 	if (id != TOK_NONE)
 		return tok_ids_push(out, id);
+	/* Byte fallback; a vocabulary without the byte's token gets <unk>. */
 	for (i = 0; i < y->len; i++) {
 		id = t->byte_tok[(uint8_t)s[y->off + i]];
 		if (id == TOK_NONE)

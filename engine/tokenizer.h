@@ -159,7 +159,8 @@ int detok_flush(struct detok *d, char *out, size_t cap);
 /*
  * Decode ids[0..n) in one go with DETOK_* flags, flushed.  Writes at most cap
  * bytes (no NUL) and returns the length of the whole text (like snprintf),
- * or -EINVAL for an id out of range.
+ * or -EINVAL for an id out of range.  The text is the concatenated pieces
+ * (what a stream gives); spaces before punctuation are not "cleaned up".
  */
 long tok_decode(const struct tokenizer *t, const int32_t *ids, size_t n,
     unsigned flags, char *out, size_t cap);
