@@ -194,13 +194,17 @@ m_qwen2(const struct pt_text *s, size_t beg, size_t pos, size_t end)
 	return llama3_like(s, pos, end, 1);
 }
 
-/* Run of code points satisfying pred from pos. */
-#define RUN(pred) do {						\
-	size_t p_ = pos;					\
-	while (p_ < end && (pred(s, p_)))			\
-		p_++;						\
-	return p_ - pos;					\
-} while (0)
+/* Length of the run of code points satisfying pred from pos. */
+static size_t
+run_len(const struct pt_text *s, size_t pos, size_t end,
+    int (*pred)(const struct pt_text *, size_t))
+{
+	size_t p = pos;
+
+	while (p < end && pred(s, p))
+		p++;
+	return p - pos;
+}
 
 static int
 c_punct_default(const struct pt_text *s, size_t i)
@@ -222,7 +226,7 @@ static size_t
 m_punct_default(const struct pt_text *s, size_t beg, size_t pos, size_t end)
 {
 	(void)beg;
-	RUN(c_punct_default);
+	return run_len(s, pos, end, c_punct_default);
 }
 
 /* [\p{P}\$\+<=>\^~\|`]+ */
@@ -230,7 +234,7 @@ static size_t
 m_punct_falcon(const struct pt_text *s, size_t beg, size_t pos, size_t end)
 {
 	(void)beg;
-	RUN(c_punct_falcon);
+	return run_len(s, pos, end, c_punct_falcon);
 }
 
 static int
@@ -250,7 +254,7 @@ static size_t
 m_numbers(const struct pt_text *s, size_t beg, size_t pos, size_t end)
 {
 	(void)beg;
-	RUN(c_number);
+	return run_len(s, pos, end, c_number);
 }
 
 /* \p{N} */
@@ -357,7 +361,7 @@ static size_t
 m_cjk(const struct pt_text *s, size_t beg, size_t pos, size_t end)
 {
 	(void)beg;
-	RUN(c_cjk);
+	return run_len(s, pos, end, c_cjk);
 }
 
 /*
