@@ -1,0 +1,957 @@
+/*
+ * check_forward.c - the CPU forward pass over the paged KV cache.
+ *
+ * Golden values come from llama.cpp (REFERENCE.md, synth/REFERENCE.json):
+ * greedy ids of the two 260K models, and for the synthetic models the
+ * top-10 log-probabilities after each prompt and a teacher-forced check of
+ * every greedy step (synth/README.md, "Tolerances for synth-tiny").  The
+ * invariance tests compare the engine with itself where the design demands
+ * bit-identical results: chunked against unchunked prefill, one thread
+ * against several, a sequence alone against the same sequence sharing its
+ * steps with others, and a sequence recomputed after preemption.
+ */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/fixtures.h"
+#include "lib/json.h"
+#include "backend.h"
+#include "gguf.h"
+#include "kvcache.h"
+#include "model.h"
+#include "tokenizer.h"
+
+Suite *forward_suite(void);
+
+#define MAX_IDS 1024
+#define NEAR_TIE 2e-3	/* top-1/top-2 gap within our F32-cache error */
+
+/* ---- a model on the CPU backend -------------------------------------- */
+
+struct rig {
+	struct gguf_file *f;	/* set when loaded from memory */
+	struct model *m;
+	struct backend *be;
+	int n_vocab;
+};
+
+static void
+rig_open_model(struct rig *r, const struct be_params *p)
+{
+	struct cp_err e = { 0 };
+
+	r->n_vocab = r->m->hp.n_vocab;
+	ck_assert_msg(be_open("cpu", r->m, p, &r->be, &e) == 0, "%s", e.msg);
+}
+
+static void
+rig_open(struct rig *r, const char *rel, const struct be_params *p)
+{
+	char *path = fx_path(rel);
+	struct cp_err e = { 0 };
+
+	memset(r, 0, sizeof(*r));
+	ck_assert_msg(path != NULL, "fixture %s missing", rel);
+	ck_assert_msg(model_load(path, &r->m, &e) == 0, "%s", e.msg);
+	free(path);
+	rig_open_model(r, p);
+}
+
+static void
+rig_close(struct rig *r)
+{
+	be_close(r->be);
+	model_free(r->m);
+	gguf_close(r->f);
+	memset(r, 0, sizeof(*r));
+}
+
+static struct be_params
+params(int threads, int batch, int max_seqs)
+{
+	struct be_params p = { 0 };
+
+	p.n_threads = threads;
+	p.max_batch_tokens = batch;
+	p.max_seqs = max_seqs;
+	return p;
+}
+
+/*
+ * Feed ids[0..n) to seq from position pos in steps of at most chunk tokens
+ * (0: all in one step); the last step asks for logits, copied to out.
+ */
+static void
+feed(struct rig *r, int seq, int pos, const int32_t *ids, int n, int chunk,
+    float *out)
+{
+	struct kv_cache *kv = be_kv(r->be);
+	struct cp_err e = { 0 };
+	const float *lg;
+	int done = 0, take, nl;
+
+	if (chunk <= 0)
+		chunk = n;
+	while (done < n) {
+		struct batch_seq bs;
+		struct step_batch b;
+
+		take = n - done < chunk ? n - done : chunk;
+		ck_assert_int_eq(kv_seq_append(kv, seq, take), 0);
+		bs.seq = seq;
+		bs.pos = pos + done;
+		bs.n_tokens = take;
+		bs.logits = done + take == n;
+		b.tokens = ids + done;
+		b.n_tokens = take;
+		b.seqs = &bs;
+		b.n_seqs = 1;
+		ck_assert_msg(be_step(r->be, &b, &lg, &nl, &e) == 0, "%s",
+		    e.msg);
+		ck_assert_int_eq(nl, bs.logits ? 1 : 0);
+		done += take;
+	}
+	memcpy(out, lg, (size_t)r->n_vocab * sizeof(float));
+}
+
+static int
+argmax(const float *v, int n)
+{
+	int i, best = 0;
+
+	for (i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return best;
+}
+
+/* log-softmax of v[0..n) into lp (double precision). */
+static void
+logsoftmax(const float *v, int n, double *lp)
+{
+	double mx = v[argmax(v, n)], sum = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		sum += exp((double)v[i] - mx);
+	for (i = 0; i < n; i++)
+		lp[i] = (double)v[i] - mx - log(sum);
+}
+
+/*
+ * Greedy generation of n_gen ids after the prompt on a fresh sequence,
+ * prompt chunked by chunk; logits of every step go to lg (n_gen x n_vocab)
+ * when not NULL.  The sequence is freed afterwards.
+ */
+static void
+greedy(struct rig *r, const int32_t *prompt, int np, int chunk, int n_gen,
+    int32_t *ids, float *lg)
+{
+	struct kv_cache *kv = be_kv(r->be);
+	float *cur = malloc((size_t)r->n_vocab * sizeof(float));
+	int seq, i;
+
+	ck_assert_ptr_nonnull(cur);
+	seq = kv_seq_new(kv);
+	ck_assert_int_ge(seq, 0);
+	feed(r, seq, 0, prompt, np, chunk, cur);
+	for (i = 0; i < n_gen; i++) {
+		ids[i] = argmax(cur, r->n_vocab);
+		if (lg != NULL)
+			memcpy(lg + (size_t)i * (size_t)r->n_vocab, cur,
+			    (size_t)r->n_vocab * sizeof(float));
+		if (i + 1 < n_gen)
+			feed(r, seq, np + i, &ids[i], 1, 0, cur);
+	}
+	ck_assert_int_eq(kv_seq_free(kv, seq), 0);
+	free(cur);
+}
+
+/* ---- llama.cpp greedy references (REFERENCE.md) ----------------------- */
+
+static const int32_t aid_prompt[] = {
+	1, 429, 491, 433, 295, 429, 444, 445, 265, 262, 263, 342, 430
+};
+static const int32_t aid_gen[64] = {
+	446, 280, 432, 458, 375, 431, 422, 314, 280, 323, 290, 431, 448, 429,
+	465, 438, 340, 431, 338, 353, 341, 431, 327, 446, 262, 429, 453, 435,
+	285, 361, 437, 431, 440, 437, 445, 430, 275, 280, 302, 450, 405, 403,
+	399, 306, 339, 290, 264, 309, 361, 441, 267, 395, 448, 429, 465, 438,
+	340, 431, 338, 353, 341, 325, 266, 386
+};
+static const char aid_text[] = ", pixels unfolding like petals. "
+    "Classifications unfold, a kaleidoscope of probability revealing hidden "
+    "patterns. Classification whispers sec";
+static const int32_t plc_prompt[] = { 1, 403, 407, 261, 378 };
+static const int32_t plc_gen[64] = {
+	473, 473, 473, 473, 473, 473, 473, 483, 339, 260, 403, 305, 299, 302,
+	310, 1, 407, 465, 465, 465, 465, 465, 465, 465, 465, 465, 465, 465, 465,
+	465, 465, 465, 465, 465, 466, 465, 465, 465, 465, 482, 482, 462, 458,
+	465, 465, 465, 466, 473, 473, 473, 473, 473, 473, 473, 473, 473, 473,
+	483, 473, 473, 473, 472, 465, 466
+};
+
+static void
+assert_ids(const int32_t *got, const int32_t *want, int n)
+{
+	int i;
+
+	for (i = 0; i < n; i++)
+		ck_assert_msg(got[i] == want[i], "id %d: got %d, want %d", i,
+		    (int)got[i], (int)want[i]);
+}
+
+START_TEST(test_aidreams_greedy)
+{
+	struct be_params p = params(2, 0, 0);
+	struct rig r;
+	int32_t ids[64];
+
+	rig_open(&r, "aidreams260K.gguf", &p);
+	greedy(&r, aid_prompt, 13, 0, 64, ids, NULL);
+	assert_ids(ids, aid_gen, 64);
+	rig_close(&r);
+}
+END_TEST
+
+/* The prompt ids and the text through the tokenizer, as llama-server. */
+START_TEST(test_aidreams_text)
+{
+	struct be_params p = params(2, 0, 0);
+	struct cp_err e = { 0 };
+	struct tokenizer *tok;
+	struct rig r;
+	int32_t pr[32], ids[64];
+	char text[1024];
+	long n;
+	int np;
+
+	rig_open(&r, "aidreams260K.gguf", &p);
+	ck_assert_msg(tok_load(r.m->gf, &tok, &e) == 0, "%s", e.msg);
+	np = tok_encode(tok, "Once upon a time", 16, true, false, pr, 32);
+	ck_assert_int_eq(np, 13);
+	assert_ids(pr, aid_prompt, 13);
+	greedy(&r, pr, np, 0, 64, ids, NULL);
+	n = tok_decode(tok, ids, 64, 0, text, sizeof(text) - 1);
+	ck_assert_int_gt(n, 0);
+	ck_assert_int_lt(n, (long)sizeof(text));
+	text[n] = '\0';
+	ck_assert_str_eq(text, aid_text);
+	tok_free(tok);
+	rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_plctlab_greedy)
+{
+	struct be_params p = params(2, 0, 0);
+	struct rig r;
+	int32_t ids[64];
+
+	rig_open(&r, "stories260K-plctlab.gguf", &p);
+	greedy(&r, plc_prompt, 5, 0, 64, ids, NULL);
+	assert_ids(ids, plc_gen, 64);
+	rig_close(&r);
+}
+END_TEST
+
+/* ---- synthetic models against REFERENCE.json -------------------------- */
+
+struct synth_case {
+	const char *file;
+	double tol;		/* logprob tolerance */
+	bool exact;		/* free-running greedy ids must match */
+	bool kv_f32;		/* also check the kv_f32 results */
+};
+
+/*
+ * Tolerances: synth/README.md suggests 1e-2 (F32), 2e-2 (F16), 0.1
+ * (BF16), 0.2 (quantized, activations quantized as llama.cpp does).  The
+ * F32 and F16 files are held to 5e-3, which this engine meets with margin
+ * (it rounds like llama.cpp: F16 cache, Q and softmax probabilities in F16).
+ */
+static const struct synth_case synth_cases[] = {
+	{ "synth-tiny-F32.gguf", 5e-3, true, false },
+	{ "synth-tiny-F16.gguf", 5e-3, true, true },
+	{ "synth-tiny-BF16.gguf", 0.1, false, false },
+	{ "synth-tiny-Q8_0.gguf", 0.2, false, false },
+	{ "synth-tiny-Q4_0.gguf", 0.2, false, false },
+	{ "synth-gqa-F16.gguf", 5e-3, true, true },
+	{ "synth-gqa-Q8_0.gguf", 0.2, false, false },
+	{ "synth-gqa-Q4_0.gguf", 0.2, false, false },
+};
+
+static struct json *
+load_reference(void)
+{
+	char *path = fx_path("synth/REFERENCE.json");
+	char err[256];
+	struct json *j;
+
+	ck_assert_msg(path != NULL, "synth/REFERENCE.json missing");
+	j = json_parse_file(path, err, sizeof(err));
+	ck_assert_msg(j != NULL, "%s", err);
+	free(path);
+	return j;
+}
+
+static int
+json_ids(const struct json *a, int32_t *ids, int cap)
+{
+	size_t i;
+
+	ck_assert_ptr_nonnull(a);
+	ck_assert_int_eq(a->type, JSON_ARRAY);
+	ck_assert_int_le((int)a->n, cap);
+	for (i = 0; i < a->n; i++)
+		ids[i] = (int32_t)a->items[i].num;
+	return (int)a->n;
+}
+
+/* Logit gap between the best and the second best token. */
+static double
+top_gap(const float *v, int n)
+{
+	int i, best = argmax(v, n);
+	double second = -INFINITY;
+
+	for (i = 0; i < n; i++)
+		if (i != best && v[i] > second)
+			second = v[i];
+	return (double)v[best] - second;
+}
+
+/* |our logprob - reference| over the reference's top-10 tokens. */
+static double
+top10_err(const struct json *top10, const double *lp)
+{
+	double worst = 0, d;
+	size_t i;
+
+	ck_assert_ptr_nonnull(top10);
+	ck_assert_int_eq((int)top10->n, 10);
+	for (i = 0; i < top10->n; i++) {
+		const struct json *pair = &top10->items[i];
+		int id = (int)pair->items[0].num;
+
+		d = fabs(lp[id] - log(pair->items[1].num));
+		if (d > worst)
+			worst = d;
+	}
+	return worst;
+}
+
+/*
+ * One file, one prompt: top-10 after the prompt; teacher-forced greedy
+ * steps (max(y) - y[top1] <= tol, |y[top1] - ref|, |y[top2] - ref| <= tol);
+ * for exact files the free-running ids.
+ */
+static void
+check_result(struct rig *r, const struct synth_case *c,
+    const struct json *res, bool kv_f32)
+{
+	const struct json *steps = json_get(res, "greedy_step_top2");
+	const struct json *ref = kv_f32 ? json_get(res, "kv_f32") : res;
+	int32_t prompt[MAX_IDS], gen[64], ids[64];
+	int np, ng, i;
+	float *lg;
+	double *lp, err, worst = 0;
+
+	np = json_ids(json_get(res, "prompt_ids"), prompt, MAX_IDS);
+	ng = json_ids(json_get(ref, "generated_ids"), gen, 64);
+	lg = malloc((size_t)ng * (size_t)r->n_vocab * sizeof(float));
+	lp = malloc((size_t)r->n_vocab * sizeof(double));
+	ck_assert(lg != NULL && lp != NULL);
+
+	/* Teacher-forced: the reference ids fed back. */
+	{
+		struct kv_cache *kv = be_kv(r->be);
+		int seq = kv_seq_new(kv);
+
+		feed(r, seq, 0, prompt, np, 0, lg);
+		for (i = 1; i < ng; i++)
+			feed(r, seq, np + i - 1, &gen[i - 1], 1, 0,
+			    lg + (size_t)i * (size_t)r->n_vocab);
+		ck_assert_int_eq(kv_seq_free(kv, seq), 0);
+	}
+	logsoftmax(lg, r->n_vocab, lp);
+	err = top10_err(json_get(ref, "top10"), lp);
+	ck_assert_msg(err <= c->tol, "%s %s%s: top-10 logprob error %g > %g",
+	    c->file, json_get(res, "prompt")->str, kv_f32 ? " kv_f32" : "",
+	    err, c->tol);
+	for (i = 0; !kv_f32 && i < ng; i++) {
+		const struct json *st = json_at(steps, (size_t)i);
+		int t1 = (int)st->items[0].num, t2 = (int)st->items[2].num;
+		double e1, e2, gap;
+
+		ck_assert_int_eq(t1, gen[i]);
+		logsoftmax(lg + (size_t)i * (size_t)r->n_vocab, r->n_vocab, lp);
+		gap = lp[argmax(lg + (size_t)i * (size_t)r->n_vocab,
+		    r->n_vocab)] - lp[t1];
+		e1 = fabs(lp[t1] - st->items[1].num);
+		e2 = fabs(lp[t2] - st->items[3].num);
+		ck_assert_msg(gap <= c->tol && e1 <= c->tol && e2 <= c->tol,
+		    "%s %s step %d: gap %g, top1 error %g, top2 error %g, "
+		    "tolerance %g", c->file, json_get(res, "prompt")->str, i,
+		    gap, e1, e2, c->tol);
+		if (getenv("CF_DEBUG"))
+			printf("step %d: t1 %d %g (%g) t2 %d %g (%g)\n", i, t1,
+			    lp[t1], st->items[1].num, t2, lp[t2],
+			    st->items[3].num);
+		if (e1 > worst)
+			worst = e1;
+		if (e2 > worst)
+			worst = e2;
+	}
+	if (c->exact) {
+		/*
+		 * Free-running ids must match; with the F32 cache (no step
+		 * margins recorded) only up to our first near-tie, after
+		 * which the sequences may legitimately part.
+		 */
+		greedy(r, prompt, np, 0, ng, ids, lg);
+		for (i = 0; i < ng; i++) {
+			if (kv_f32 && top_gap(lg + (size_t)i *
+			    (size_t)r->n_vocab, r->n_vocab) < NEAR_TIE)
+				break;
+			ck_assert_msg(ids[i] == gen[i], "%s %s%s: greedy id %d "
+			    "is %d, want %d", c->file,
+			    json_get(res, "prompt")->str,
+			    kv_f32 ? " kv_f32" : "", i, (int)ids[i],
+			    (int)gen[i]);
+		}
+	}
+	printf("%s %s%s: top-10 error %.2e, step error %.2e\n", c->file,
+	    json_get(res, "prompt")->str, kv_f32 ? " kv_f32" : "", err, worst);
+	free(lp);
+	free(lg);
+}
+
+START_TEST(test_synth)
+{
+	const struct synth_case *c = &synth_cases[_i];
+	struct json *ref = load_reference();
+	const struct json *file, *results;
+	char rel[128];
+	struct be_params p = params(2, 1024, 1);
+	struct rig r;
+	size_t i;
+	int pass;
+
+	snprintf(rel, sizeof(rel), "synth/%s", c->file);
+	file = json_get(json_get(ref, "files"), c->file);
+	ck_assert_ptr_nonnull(file);
+	results = json_get(file, "results");
+	ck_assert_ptr_nonnull(results);
+	ck_assert_int_eq((int)results->n, 3);
+	for (pass = 0; pass < (c->kv_f32 ? 2 : 1); pass++) {
+		p.kv_f32 = pass == 1;
+		p.n_ctx = 1024;
+		rig_open(&r, rel, &p);
+		for (i = 0; i < results->n; i++)
+			check_result(&r, c, &results->items[i], pass == 1);
+		ck_assert_int_eq(kv_blocks_free(be_kv(r.be)),
+		    kv_blocks_total(be_kv(r.be)));
+		rig_close(&r);
+	}
+	json_free(ref);
+}
+END_TEST
+
+/* ---- batch invariance ------------------------------------------------- */
+
+/* A deterministic prompt of n ids in [3, n_vocab), BOS first. */
+static void
+make_prompt(int32_t *ids, int n, int n_vocab, unsigned seed)
+{
+	int i;
+
+	ids[0] = 1;
+	for (i = 1; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		ids[i] = 3 + (int32_t)((seed >> 8) % (unsigned)(n_vocab - 3));
+	}
+}
+
+static const char *const invariance_models[] = {
+	"aidreams260K.gguf",
+	"synth/synth-tiny-F16.gguf",
+	"synth/synth-tiny-Q4_0.gguf",
+};
+
+/* Prefill in chunks of 1, 7, 16, 64 gives the logits of one step. */
+START_TEST(test_chunked_equals_unchunked)
+{
+	static const int chunks[] = { 1, 7, 16, 64 };
+	struct be_params p = params(2, 128, 1);
+	int32_t prompt[100], ids0[4], ids[4];
+	float *lg0, *lg;
+	struct rig r;
+	size_t nb;
+	int c;
+
+	rig_open(&r, invariance_models[_i], &p);
+	nb = 4 * (size_t)r.n_vocab * sizeof(float);
+	lg0 = malloc(nb);
+	lg = malloc(nb);
+	ck_assert(lg0 != NULL && lg != NULL);
+	make_prompt(prompt, 100, r.n_vocab, 7);
+	greedy(&r, prompt, 100, 0, 4, ids0, lg0);
+	for (c = 0; c < 4; c++) {
+		memset(lg, 0, nb);
+		greedy(&r, prompt, 100, chunks[c], 4, ids, lg);
+		ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: chunks of %d "
+		    "change the logits", invariance_models[_i], chunks[c]);
+		assert_ids(ids, ids0, 4);
+	}
+	free(lg);
+	free(lg0);
+	rig_close(&r);
+}
+END_TEST
+
+/* Threads and KV block size change nothing either. */
+START_TEST(test_threads_blocks_invariant)
+{
+	struct be_params p;
+	int32_t prompt[60], ids[3];
+	float *lg0, *lg;
+	struct rig r;
+	size_t nb;
+	int v;
+
+	for (v = 0; v < 4; v++) {
+		p = params(v == 0 ? 1 : v == 1 ? 2 : 3, 64, 2);
+		p.block_tokens = v == 3 ? 5 : 0;
+		rig_open(&r, invariance_models[_i], &p);
+		nb = 3 * (size_t)r.n_vocab * sizeof(float);
+		if (v == 0) {
+			lg0 = malloc(nb);
+			lg = malloc(nb);
+			ck_assert(lg0 != NULL && lg != NULL);
+			make_prompt(prompt, 60, r.n_vocab, 11);
+		}
+		greedy(&r, prompt, 60, 0, 3, ids, v == 0 ? lg0 : lg);
+		if (v > 0)
+			ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: variant %d "
+			    "changes the logits", invariance_models[_i], v);
+		rig_close(&r);
+	}
+	free(lg);
+	free(lg0);
+}
+END_TEST
+
+#define NSEQ 5
+#define NGEN 8
+
+/* One sequence of the mixed-step test. */
+struct mseq {
+	int32_t toks[128];	/* prompt then generated ids */
+	int np;			/* prompt length */
+	int ng;			/* generated so far */
+	int want;		/* ids to generate */
+	int fed;		/* tokens whose K/V are in the cache */
+	int seq;		/* KV sequence, -1 when freed */
+	int preempt_at;		/* drop the cache once ng reaches this (0: never) */
+	float *lg;		/* [want, n_vocab] logits of each sampled step */
+};
+
+/*
+ * Run all sequences together under a budget of `budget` rows per step:
+ * decoding sequences first, then prompt chunks in order.  A sequence asks
+ * for logits when a step feeds its last known token.  One whose
+ * preempt_at is reached loses its whole cache (truncate to 0, as the
+ * scheduler preempts by recompute) and feeds its prompt and generated ids
+ * again in chunks.
+ */
+static void
+run_mixed(struct rig *r, struct mseq *s, int n, int budget)
+{
+	struct kv_cache *kv = be_kv(r->be);
+	struct batch_seq bs[NSEQ];
+	int32_t toks[256];
+	int order[NSEQ], idx[NSEQ];
+	struct cp_err e = { 0 };
+	const float *lg;
+	int live = n, i, k, no, nt, ne, left, take, nl, steps = 0;
+
+	while (live > 0) {
+		ck_assert_int_lt(++steps, 1000);
+		/* decoding sequences first, then prefills (and recomputes) */
+		no = 0;
+		for (i = 0; i < n; i++)
+			if (s[i].seq >= 0 && s[i].np + s[i].ng - s[i].fed == 1)
+				order[no++] = i;
+		for (i = 0; i < n; i++)
+			if (s[i].seq >= 0 && s[i].np + s[i].ng - s[i].fed > 1)
+				order[no++] = i;
+		nt = ne = 0;
+		left = budget;
+		for (k = 0; k < no && left > 0; k++) {
+			struct mseq *q = &s[order[k]];
+
+			take = q->np + q->ng - q->fed;
+			if (take > left)
+				take = left;
+			ck_assert_int_gt(take, 0);
+			ck_assert_int_eq(kv_seq_append(kv, q->seq, take), 0);
+			bs[ne].seq = q->seq;
+			bs[ne].pos = q->fed;
+			bs[ne].n_tokens = take;
+			bs[ne].logits = q->fed + take == q->np + q->ng;
+			memcpy(toks + nt, q->toks + q->fed,
+			    (size_t)take * sizeof(int32_t));
+			idx[ne++] = order[k];
+			nt += take;
+			left -= take;
+		}
+		{
+			struct step_batch b = { toks, nt, bs, ne };
+
+			ck_assert_msg(be_step(r->be, &b, &lg, &nl, &e) == 0,
+			    "%s", e.msg);
+		}
+		for (k = 0; k < ne; k++) {
+			struct mseq *q = &s[idx[k]];
+
+			q->fed += bs[k].n_tokens;
+			if (!bs[k].logits)
+				continue;
+			memcpy(q->lg + (size_t)q->ng * (size_t)r->n_vocab, lg,
+			    (size_t)r->n_vocab * sizeof(float));
+			q->toks[q->np + q->ng] = argmax(lg, r->n_vocab);
+			q->ng++;
+			lg += r->n_vocab;
+			if (q->ng == q->want) {
+				ck_assert_int_eq(kv_seq_free(kv, q->seq), 0);
+				q->seq = -1;
+				live--;
+			} else if (q->ng == q->preempt_at) {
+				/* recompute prompt and generated ids */
+				ck_assert_int_eq(kv_seq_truncate(kv, q->seq,
+				    0), 0);
+				q->fed = 0;
+				q->preempt_at = 0;
+			}
+		}
+		for (k = 0, i = 0; k < ne; k++)
+			i += bs[k].logits;
+		ck_assert_int_eq(nl, i);
+		ck_assert_msg(kv_check(kv, &e) == 0, "%s", e.msg);
+	}
+}
+
+START_TEST(test_batched_equals_alone)
+{
+	static const int plen[NSEQ] = { 5, 23, 40, 70, 17 };
+	static const int want[NSEQ] = { NGEN, NGEN, 3, NGEN, NGEN };
+	static const int preempt[NSEQ] = { 0, 4, 0, 0, 2 };
+	struct be_params p = params(2, 24, NSEQ);
+	struct mseq s[NSEQ];
+	int32_t alone[NSEQ][NGEN];
+	float *alone_lg[NSEQ];
+	struct rig r;
+	size_t row;
+	int i, j;
+
+	p.kv_tokens = 512;
+	rig_open(&r, invariance_models[_i], &p);
+	row = (size_t)r.n_vocab * sizeof(float);
+	for (i = 0; i < NSEQ; i++) {
+		memset(&s[i], 0, sizeof(s[i]));
+		make_prompt(s[i].toks, plen[i], r.n_vocab, 100u + (unsigned)i);
+		s[i].np = plen[i];
+		s[i].want = want[i];
+		s[i].preempt_at = preempt[i];
+		s[i].lg = calloc(NGEN, row);
+		alone_lg[i] = calloc(NGEN, row);
+		ck_assert(s[i].lg != NULL && alone_lg[i] != NULL);
+		/* alone: whole prompt in chunks of the budget */
+		greedy(&r, s[i].toks, plen[i], 24, want[i], alone[i],
+		    alone_lg[i]);
+	}
+	ck_assert_int_eq(kv_blocks_free(be_kv(r.be)),
+	    kv_blocks_total(be_kv(r.be)));
+	for (i = 0; i < NSEQ; i++) {
+		s[i].seq = kv_seq_new(be_kv(r.be));
+		ck_assert_int_ge(s[i].seq, 0);
+	}
+	run_mixed(&r, s, NSEQ, 24);
+	for (i = 0; i < NSEQ; i++) {
+		for (j = 0; j < want[i]; j++)
+			ck_assert_msg(s[i].toks[plen[i] + j] == alone[i][j],
+			    "%s: seq %d id %d: %d together, %d alone",
+			    invariance_models[_i], i, j,
+			    (int)s[i].toks[plen[i] + j], (int)alone[i][j]);
+		ck_assert_msg(memcmp(s[i].lg, alone_lg[i],
+		    (size_t)want[i] * row) == 0,
+		    "%s: seq %d logits differ together and alone",
+		    invariance_models[_i], i);
+		free(s[i].lg);
+		free(alone_lg[i]);
+	}
+	ck_assert_int_eq(kv_seqs_live(be_kv(r.be)), 0);
+	ck_assert_int_eq(kv_blocks_free(be_kv(r.be)),
+	    kv_blocks_total(be_kv(r.be)));
+	rig_close(&r);
+}
+END_TEST
+
+/* ---- limits and errors ------------------------------------------------ */
+
+START_TEST(test_batch_errors)
+{
+	struct be_params p = params(1, 16, 2);
+	struct cp_err e = { 0 };
+	struct kv_cache *kv;
+	struct rig r;
+	int32_t toks[20] = { 1, 2, 3, 4 };
+	struct batch_seq bs[3];
+	struct step_batch b = { toks, 2, bs, 1 };
+	const float *lg;
+	int a, c;
+
+	rig_open(&r, "aidreams260K.gguf", &p);
+	kv = be_kv(r.be);
+	a = kv_seq_new(kv);
+	c = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_new(kv), -ENOSPC);
+	ck_assert_int_eq(kv_seq_append(kv, a, 2), 0);
+	bs[0] = (struct batch_seq){ a, 0, 2, true };
+	/* dead sequence */
+	bs[0].seq = 7;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "sequence 7 is not live"));
+	bs[0].seq = a;
+	/* past the reserved positions */
+	bs[0].n_tokens = 3;
+	b.n_tokens = 3;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "past the 2 reserved"));
+	/* a gap: position 1 with nothing written */
+	bs[0] = (struct batch_seq){ a, 1, 1, true };
+	b.n_tokens = 1;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "position 1, sequence"));
+	/* token out of range */
+	bs[0] = (struct batch_seq){ a, 0, 2, true };
+	b.n_tokens = 2;
+	toks[1] = 512;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "id 512, expected 0..511"));
+	toks[1] = -1;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	toks[1] = 2;
+	/* entries and n_tokens disagree */
+	b.n_tokens = 3;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	b.n_tokens = 1;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	b.n_tokens = 2;
+	/* one sequence twice */
+	ck_assert_int_eq(kv_seq_append(kv, c, 1), 0);
+	bs[1] = bs[0];
+	bs[0].n_tokens = 1;
+	bs[1].n_tokens = 1;
+	b.n_seqs = 2;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "share sequence"));
+	/* too many entries and tokens */
+	b.n_seqs = 3;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	b.n_seqs = 0;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	b.n_seqs = 1;
+	b.n_tokens = 17;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), -EINVAL);
+	/* nothing was written by the failed steps */
+	ck_assert_int_eq(kv_seq_written(kv, a), 0);
+	/* a valid step; then wait without submit, submit twice */
+	bs[0] = (struct batch_seq){ a, 0, 2, false };
+	bs[1] = (struct batch_seq){ c, 0, 1, true };
+	b.n_tokens = 3;
+	b.n_seqs = 2;
+	toks[2] = 5;
+	ck_assert_int_eq(be_step_wait(r.be, &lg, NULL, &e), -EINVAL);
+	ck_assert_int_eq(be_step_submit(r.be, &b, &e), 0);
+	ck_assert_int_eq(be_step_submit(r.be, &b, &e), -EBUSY);
+	{
+		int nl = -1;
+
+		ck_assert_int_eq(be_step_wait(r.be, &lg, &nl, &e), 0);
+		ck_assert_int_eq(nl, 1);
+	}
+	ck_assert(isfinite(lg[0]) && isfinite(lg[511]));
+	ck_assert_int_eq(kv_seq_written(kv, a), 2);
+	ck_assert_int_eq(kv_seq_written(kv, c), 1);
+	/* a step may rewrite from an earlier position (recompute) */
+	bs[0] = (struct batch_seq){ a, 1, 1, true };
+	b.n_seqs = 1;
+	b.n_tokens = 1;
+	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), 0);
+	ck_assert_int_eq(kv_seq_written(kv, a), 2);
+	rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_open_errors)
+{
+	struct be_params p = params(1, 0, 0);
+	struct cp_err e = { 0 };
+	struct backend *be = (struct backend *)1;
+	struct rig r;
+
+	rig_open(&r, "aidreams260K.gguf", &p);
+	ck_assert_str_eq(be_name(r.be), "cpu");
+	ck_assert_int_eq(be_params(r.be)->n_ctx, 128);
+	ck_assert_int_eq(be_params(r.be)->max_batch_tokens,
+	    BE_DEFAULT_BATCH_TOKENS);
+	/* default pool: one context of 16-token blocks */
+	ck_assert_int_eq(kv_blocks_total(be_kv(r.be)), 8);
+	ck_assert_str_eq(be_names()[0], "cpu");
+	ck_assert_int_eq(be_open("nosuch", r.m, &p, &be, &e), -ENOENT);
+	ck_assert_ptr_null(be);
+	ck_assert_ptr_nonnull(strstr(e.msg, "nosuch"));
+	p.n_ctx = 129;
+	ck_assert_int_eq(be_open("cpu", r.m, &p, &be, &e), -EINVAL);
+	ck_assert_ptr_nonnull(strstr(e.msg, "context length 129"));
+	p.n_ctx = 0;
+	p.max_batch_tokens = -1;
+	ck_assert_int_eq(be_open("auto", r.m, &p, &be, &e), -EINVAL);
+	p.max_batch_tokens = 0;
+	p.block_tokens = KV_MAX_BLOCK_TOKENS + 1;
+	ck_assert_int_eq(be_open("cpu", r.m, &p, &be, &e), -EINVAL);
+	p.block_tokens = 0;
+	p.kv_tokens = 1000;
+	ck_assert_int_eq(be_open("auto", r.m, &p, &be, &e), 0);
+	ck_assert_int_eq(kv_blocks_total(be_kv(be)), 63);
+	be_close(be);
+	be_close(NULL);
+	rig_close(&r);
+}
+END_TEST
+
+/* A prompt of the whole context runs in chunks of the scratch budget. */
+START_TEST(test_context_in_chunks)
+{
+	struct be_params p = params(2, 8, 1);
+	struct kv_cache *kv;
+	int32_t prompt[128];
+	float *lg;
+	struct rig r;
+	int seq;
+
+	rig_open(&r, "aidreams260K.gguf", &p);
+	kv = be_kv(r.be);
+	lg = malloc((size_t)r.n_vocab * sizeof(float));
+	make_prompt(prompt, 128, r.n_vocab, 3);
+	seq = kv_seq_new(kv);
+	feed(&r, seq, 0, prompt, 128, 8, lg);
+	ck_assert(isfinite(lg[argmax(lg, r.n_vocab)]));
+	ck_assert_int_eq(kv_seq_append(kv, seq, 1), -E2BIG);
+	ck_assert_int_eq(kv_blocks_free(kv), 0);
+	ck_assert_int_eq(kv_seq_free(kv, seq), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 8);
+	free(lg);
+	rig_close(&r);
+}
+END_TEST
+
+/* NaN weights: the step completes, the logits say so, nothing crashes. */
+START_TEST(test_damaged_weights)
+{
+	struct be_params p = params(2, 0, 0);
+	struct cp_err e = { 0 };
+	char *path = fx_path("aidreams260K.gguf");
+	unsigned char *buf;
+	const struct gguf_tensor *t;
+	struct rig r;
+	float *lg;
+	FILE *fp;
+	long size;
+	int seq;
+
+	memset(&r, 0, sizeof(r));
+	ck_assert_ptr_nonnull(path);
+	fp = fopen(path, "rb");
+	ck_assert_ptr_nonnull(fp);
+	fseek(fp, 0, SEEK_END);
+	size = ftell(fp);
+	rewind(fp);
+	buf = malloc((size_t)size);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)size, fp), (size_t)size);
+	fclose(fp);
+	ck_assert_int_eq(gguf_open_mem(buf, (size_t)size, &r.f, &e), 0);
+	t = gguf_find_tensor(r.f, "blk.1.attn_q.weight");
+	ck_assert_ptr_nonnull(t);
+	memset(buf + ((const unsigned char *)t->data - buf), 0xff, 256);
+	ck_assert_int_eq(model_from_gguf(r.f, &r.m, &e), 0);
+	rig_open_model(&r, &p);
+	lg = malloc((size_t)r.n_vocab * sizeof(float));
+	seq = kv_seq_new(be_kv(r.be));
+	feed(&r, seq, 0, aid_prompt, 13, 0, lg);
+	ck_assert(isnan(lg[0]));
+	rig_close(&r);
+	free(lg);
+	free(buf);
+	free(path);
+}
+END_TEST
+
+Suite *
+forward_suite(void)
+{
+	Suite *s = suite_create("forward");
+	TCase *ref = tcase_create("reference");
+	TCase *inv = tcase_create("invariance");
+	TCase *err = tcase_create("errors");
+	int n_inv = (int)(sizeof(invariance_models) /
+	    sizeof(invariance_models[0]));
+
+	tcase_add_test(ref, test_aidreams_greedy);
+	tcase_add_test(ref, test_aidreams_text);
+	tcase_add_test(ref, test_plctlab_greedy);
+	tcase_add_loop_test(ref, test_synth, 0,
+	    (int)(sizeof(synth_cases) / sizeof(synth_cases[0])));
+	tcase_set_timeout(ref, 120);
+	suite_add_tcase(s, ref);
+	tcase_add_loop_test(inv, test_chunked_equals_unchunked, 0, n_inv);
+	tcase_add_loop_test(inv, test_threads_blocks_invariant, 0, n_inv);
+	tcase_add_loop_test(inv, test_batched_equals_alone, 0, n_inv);
+	tcase_set_timeout(inv, 120);
+	suite_add_tcase(s, inv);
+	tcase_add_test(err, test_batch_errors);
+	tcase_add_test(err, test_open_errors);
+	tcase_add_test(err, test_context_in_chunks);
+	tcase_add_test(err, test_damaged_weights);
+	tcase_set_timeout(err, 60);
+	suite_add_tcase(s, err);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr;
+	char *p = fx_path("aidreams260K.gguf");
+	int failed;
+
+	if (p == NULL) {
+		printf("fixtures not found in %s\n", fx_dir());
+		return 77;
+	}
+	free(p);
+	sr = srunner_create(forward_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
