@@ -40,7 +40,10 @@ WARNFLAGS := -std=c11 -Wall -Wextra -Wshadow -Wstrict-prototypes \
 ifeq ($(WERROR),1)
 WARNFLAGS += -Werror
 endif
-INCFLAGS := -Iengine -Ikernels/cpu -Ikernels/cuda -Ilibclient -Idaemon
+# -iquote: project headers are reached with "name.h" only, so daemon/sched.h
+# never hides the system's <sched.h>.
+INCDIRS := engine kernels/cpu kernels/cuda libclient daemon
+INCFLAGS := $(addprefix -iquote ,$(INCDIRS))
 ALL_CPPFLAGS = -D_GNU_SOURCE $(INCFLAGS) $(CPPFLAGS)
 ALL_CFLAGS = $(WARNFLAGS) $(CFLAGS) $(SANFLAGS) -pthread -MMD -MP $(XCFLAGS)
 ALL_LDFLAGS = $(SANFLAGS) -pthread $(LDFLAGS)
@@ -75,7 +78,7 @@ HAVE_CUDA := 1
 CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_ROOT)/lib64 $(CUDA_ROOT)/lib))
 NVCCFLAGS ?= -O2
-ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 $(INCFLAGS) -Xcompiler -Wall,-Wextra \
+ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 -Ikernels/cuda -Iengine -Xcompiler -Wall,-Wextra \
 	-Werror all-warnings \
 	$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
 	-gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
@@ -199,7 +202,7 @@ LINT_SRCS = $(wildcard engine/*.c engine/cpmodel/*.c kernels/cpu/*.c daemon/*.c 
 .PHONY: lint
 lint:
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
-		--inline-suppr -D_GNU_SOURCE -D__GNUC__ $(INCFLAGS) $(LINT_SRCS)
+		--inline-suppr -D_GNU_SOURCE -D__GNUC__ $(addprefix -I,$(INCDIRS)) $(LINT_SRCS)
 	$(if $(MANPAGES),mandoc -Tlint -Wwarning $(MANPAGES))
 
 # ---- fuzz ----------------------------------------------------------------
