@@ -12,22 +12,29 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "lib/fixtures.h"
 #include "lib/json.h"
 #include "backend.h"
 #include "gguf.h"
+#include "gguf_write.h"
 #include "kvcache.h"
 #include "model.h"
 #include "tokenizer.h"
+#include "ttype.h"
 
 Suite *forward_suite(void);
+
+extern char **environ;
 
 #define MAX_IDS 1024
 #define NEAR_TIE 2e-3	/* top-1/top-2 gap within our F32-cache error */
@@ -704,6 +711,509 @@ START_TEST(test_batched_equals_alone)
 }
 END_TEST
 
+
+/* ---- the llama equations, from a model written here ------------------ */
+
+/*
+ * A small model with random weights written with gguf_write.h, run by the
+ * engine and by the plain double-precision forward pass below, written
+ * from the llama equations (RMSNorm, RoPE on adjacent pairs of the first
+ * n_rot dims of each head at position / scaling factor, causal softmax
+ * attention with KV heads shared by n_head / n_head_kv query heads, SwiGLU,
+ * tied or separate output).  The two must agree to float rounding.
+ */
+struct spec {
+	int n_embd, n_head, n_kv, n_rot, n_ff, n_vocab, n_layer;
+	float base, factor;
+	bool tied;
+};
+
+static const struct spec specs[] = {
+	/* MQA, partial rotation, linear rope scaling, tied output */
+	{ 48, 6, 1, 4, 80, 50, 2, 500.0f, 4.0f, true },
+	/* GQA (3 query heads per KV head), full rotation, separate output */
+	{ 48, 6, 2, 8, 64, 40, 3, 10000.0f, 1.0f, false },
+};
+
+#define SPEC_CTX 64
+#define SPEC_EPS 1e-5f
+
+struct spec_w {
+	float *embd, *out, *onorm;
+	float *anorm[4], *wq[4], *wk[4], *wv[4], *wo[4];
+	float *fnorm[4], *wg[4], *wu[4], *wd[4];
+};
+
+static float *
+spec_rand(int n, unsigned *seed, float scale, float offset)
+{
+	float *v = malloc((size_t)n * sizeof(float));
+	int i;
+
+	ck_assert_ptr_nonnull(v);
+	for (i = 0; i < n; i++) {
+		*seed = *seed * 1664525u + 1013904223u;
+		v[i] = offset + scale * ((float)(*seed >> 8) / 16777216.0f -
+		    0.5f);
+	}
+	return v;
+}
+
+static void
+spec_add(struct gguf_writer *w, const char *name, int cols, int rows,
+    const float *data)
+{
+	uint64_t ne[2] = { (uint64_t)cols, (uint64_t)rows };
+
+	ck_assert_int_eq(gguf_writer_add_tensor(w, name, CP_T_F32,
+	    rows ? 2 : 1, ne, data), 0);
+}
+
+static void
+spec_write(const struct spec *sp, struct spec_w *W, const char *path)
+{
+	struct gguf_writer *w = gguf_writer_new();
+	struct cp_err e = { 0 };
+	int hd = sp->n_embd / sp->n_head, qd = sp->n_head * hd;
+	int kvd = sp->n_kv * hd, l;
+	unsigned seed = 99;
+	char name[64];
+
+	ck_assert_ptr_nonnull(w);
+	gguf_writer_set_str(w, "general.architecture", "llama");
+	gguf_writer_set_u32(w, "llama.context_length", SPEC_CTX);
+	gguf_writer_set_u32(w, "llama.embedding_length", (uint32_t)sp->n_embd);
+	gguf_writer_set_u32(w, "llama.block_count", (uint32_t)sp->n_layer);
+	gguf_writer_set_u32(w, "llama.feed_forward_length",
+	    (uint32_t)sp->n_ff);
+	gguf_writer_set_u32(w, "llama.attention.head_count",
+	    (uint32_t)sp->n_head);
+	gguf_writer_set_u32(w, "llama.attention.head_count_kv",
+	    (uint32_t)sp->n_kv);
+	gguf_writer_set_u32(w, "llama.rope.dimension_count",
+	    (uint32_t)sp->n_rot);
+	gguf_writer_set_f32(w, "llama.rope.freq_base", sp->base);
+	gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon",
+	    SPEC_EPS);
+	if (sp->factor != 1.0f) {
+		gguf_writer_set_str(w, "llama.rope.scaling.type", "linear");
+		gguf_writer_set_f32(w, "llama.rope.scaling.factor", sp->factor);
+	}
+	W->embd = spec_rand(sp->n_vocab * sp->n_embd, &seed, 2.0f, 0);
+	spec_add(w, "token_embd.weight", sp->n_embd, sp->n_vocab, W->embd);
+	for (l = 0; l < sp->n_layer; l++) {
+#define T(field, nm, cols, rows, scale, off) \
+		W->field[l] = spec_rand((cols) * ((rows) ? (rows) : 1), &seed, \
+		    scale, off); \
+		snprintf(name, sizeof(name), "blk.%d." nm, l); \
+		spec_add(w, name, cols, rows, W->field[l])
+		T(anorm, "attn_norm.weight", sp->n_embd, 0, 0.5f, 1.0f);
+		T(wq, "attn_q.weight", sp->n_embd, qd, 0.6f, 0);
+		T(wk, "attn_k.weight", sp->n_embd, kvd, 0.6f, 0);
+		T(wv, "attn_v.weight", sp->n_embd, kvd, 0.6f, 0);
+		T(wo, "attn_output.weight", qd, sp->n_embd, 0.3f, 0);
+		T(fnorm, "ffn_norm.weight", sp->n_embd, 0, 0.5f, 1.0f);
+		T(wg, "ffn_gate.weight", sp->n_embd, sp->n_ff, 0.5f, 0);
+		T(wu, "ffn_up.weight", sp->n_embd, sp->n_ff, 0.5f, 0);
+		T(wd, "ffn_down.weight", sp->n_ff, sp->n_embd, 0.3f, 0);
+#undef T
+	}
+	W->onorm = spec_rand(sp->n_embd, &seed, 0.5f, 1.0f);
+	spec_add(w, "output_norm.weight", sp->n_embd, 0, W->onorm);
+	if (sp->tied) {
+		W->out = W->embd;
+	} else {
+		W->out = spec_rand(sp->n_vocab * sp->n_embd, &seed, 1.0f, 0);
+		spec_add(w, "output.weight", sp->n_embd, sp->n_vocab, W->out);
+	}
+	ck_assert_msg(gguf_writer_write(w, path, &e) == 0, "%s", e.msg);
+	gguf_writer_free(w);
+}
+
+static void
+spec_free(const struct spec *sp, struct spec_w *W)
+{
+	int l;
+
+	for (l = 0; l < sp->n_layer; l++) {
+		free(W->anorm[l]); free(W->wq[l]); free(W->wk[l]);
+		free(W->wv[l]); free(W->wo[l]); free(W->fnorm[l]);
+		free(W->wg[l]); free(W->wu[l]); free(W->wd[l]);
+	}
+	if (!sp->tied)
+		free(W->out);
+	free(W->embd);
+	free(W->onorm);
+}
+
+/* y[n] = W[n x k] x[k] */
+static void
+ref_mv(const float *W, const double *x, int n, int k, double *y)
+{
+	int i, j;
+
+	for (i = 0; i < n; i++) {
+		y[i] = 0;
+		for (j = 0; j < k; j++)
+			y[i] += (double)W[(size_t)i * (size_t)k + (size_t)j] *
+			    x[j];
+	}
+}
+
+static void
+ref_norm(const double *x, const float *w, int n, double *y)
+{
+	double ss = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	ss = 1.0 / sqrt(ss / n + SPEC_EPS);
+	for (i = 0; i < n; i++)
+		y[i] = x[i] * ss * w[i];
+}
+
+static void
+ref_rope(double *v, int heads, int hd, int n_rot, int pos, double base,
+    double factor)
+{
+	int h, i;
+
+	for (h = 0; h < heads; h++)
+		for (i = 0; i < n_rot / 2; i++) {
+			double th = pos / factor * pow(base, -2.0 * i / n_rot);
+			double *p = v + h * hd + 2 * i, a = p[0], b = p[1];
+
+			p[0] = a * cos(th) - b * sin(th);
+			p[1] = a * sin(th) + b * cos(th);
+		}
+}
+
+/* Logits after each of toks[0..n), n <= SPEC_CTX, into lg[n][n_vocab]. */
+static void
+ref_forward(const struct spec *sp, const struct spec_w *W,
+    const int32_t *toks, int n, double *lg)
+{
+	int d = sp->n_embd, hd = d / sp->n_head, qd = sp->n_head * hd;
+	int kvd = sp->n_kv * hd, F = sp->n_ff, l, p, h, j, i;
+	double *x = calloc((size_t)n * (size_t)d, sizeof(double));
+	double *K = calloc((size_t)n * (size_t)kvd, sizeof(double));
+	double *V = calloc((size_t)n * (size_t)kvd, sizeof(double));
+	double xn[256], q[256], att[256], o[256], g[256], u[256], sc[SPEC_CTX];
+
+	for (p = 0; p < n; p++)
+		for (i = 0; i < d; i++)
+			x[p * d + i] = W->embd[(size_t)toks[p] * (size_t)d +
+			    (size_t)i];
+	for (l = 0; l < sp->n_layer; l++) {
+		for (p = 0; p < n; p++) {
+			ref_norm(x + p * d, W->anorm[l], d, xn);
+			ref_mv(W->wk[l], xn, kvd, d, K + p * kvd);
+			ref_mv(W->wv[l], xn, kvd, d, V + p * kvd);
+			ref_rope(K + p * kvd, sp->n_kv, hd, sp->n_rot, p,
+			    sp->base, sp->factor);
+		}
+		for (p = 0; p < n; p++) {
+			ref_norm(x + p * d, W->anorm[l], d, xn);
+			ref_mv(W->wq[l], xn, qd, d, q);
+			ref_rope(q, sp->n_head, hd, sp->n_rot, p, sp->base,
+			    sp->factor);
+			for (h = 0; h < sp->n_head; h++) {
+				int g_kv = h / (sp->n_head / sp->n_kv);
+				double mx = -INFINITY, sum = 0;
+
+				for (j = 0; j <= p; j++) {
+					sc[j] = 0;
+					for (i = 0; i < hd; i++)
+						sc[j] += q[h * hd + i] *
+						    K[j * kvd + g_kv * hd + i];
+					sc[j] /= sqrt((double)hd);
+					if (sc[j] > mx)
+						mx = sc[j];
+				}
+				for (j = 0; j <= p; j++)
+					sum += sc[j] = exp(sc[j] - mx);
+				for (i = 0; i < hd; i++) {
+					att[h * hd + i] = 0;
+					for (j = 0; j <= p; j++)
+						att[h * hd + i] += sc[j] / sum *
+						    V[j * kvd + g_kv * hd + i];
+				}
+			}
+			ref_mv(W->wo[l], att, d, qd, o);
+			for (i = 0; i < d; i++)
+				o[i] += x[p * d + i];
+			/* the residual of row p is needed by rows > p only
+			 * through K/V, already computed for this layer */
+			ref_norm(o, W->fnorm[l], d, xn);
+			ref_mv(W->wg[l], xn, F, d, g);
+			ref_mv(W->wu[l], xn, F, d, u);
+			for (i = 0; i < F; i++)
+				g[i] = g[i] / (1 + exp(-g[i])) * u[i];
+			ref_mv(W->wd[l], g, d, F, xn);
+			for (i = 0; i < d; i++)
+				x[p * d + i] = o[i] + xn[i];
+		}
+	}
+	for (p = 0; p < n; p++) {
+		ref_norm(x + p * d, W->onorm, d, xn);
+		ref_mv(W->out, xn, sp->n_vocab, d, lg + p * sp->n_vocab);
+	}
+	free(V);
+	free(K);
+	free(x);
+}
+
+START_TEST(test_spec_equations)
+{
+	const struct spec *sp = &specs[_i];
+	struct be_params p = params(2, 16, 1);
+	const char *tmp = getenv("TMPDIR");
+	struct cp_err e = { 0 };
+	struct spec_w W;
+	struct rig r;
+	char path[512];
+	int32_t toks[40];
+	double *ref, worst = 0, d;
+	float *lg;
+	int pos, i, seq;
+
+	snprintf(path, sizeof(path), "%s/check_forward-%ld-spec%d.gguf",
+	    tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", (long)getpid(), _i);
+	spec_write(sp, &W, path);
+	make_prompt(toks, 40, sp->n_vocab, 5u + (unsigned)_i);
+	ref = malloc(40 * (size_t)sp->n_vocab * sizeof(double));
+	lg = malloc((size_t)sp->n_vocab * sizeof(float));
+	ck_assert(ref != NULL && lg != NULL);
+	ref_forward(sp, &W, toks, 40, ref);
+
+	memset(&r, 0, sizeof(r));
+	ck_assert_msg(model_load(path, &r.m, &e) == 0, "%s", e.msg);
+	unlink(path);
+	ck_assert(r.m->tied == sp->tied);
+	ck_assert_int_eq(r.m->hp.n_head_kv, sp->n_kv);
+	ck_assert_int_eq(r.m->hp.n_rot, sp->n_rot);
+	ck_assert_float_eq(r.m->hp.rope_scale, 1.0f / sp->factor);
+	p.kv_f32 = true;
+	rig_open_model(&r, &p);
+	seq = kv_seq_new(be_kv(r.be));
+	/* one row per step: the logits of every position */
+	for (pos = 0; pos < 40; pos++) {
+		feed(&r, seq, pos, &toks[pos], 1, 0, lg);
+		for (i = 0; i < sp->n_vocab; i++) {
+			d = fabs((double)lg[i] - ref[pos * sp->n_vocab + i]);
+			if (d > worst)
+				worst = d;
+		}
+	}
+	printf("spec %d: largest logit error %.2e\n", _i, worst);
+	ck_assert_msg(worst < 1e-4, "spec %d: logits differ from the "
+	    "equations by %g", _i, worst);
+	rig_close(&r);
+	free(lg);
+	free(ref);
+	spec_free(sp, &W);
+}
+END_TEST
+
+
+/* ---- cpmodel generate ------------------------------------------------- */
+
+/* $CPMODEL, else $BUILD/bin/cpmodel, else build/bin/cpmodel; "" if absent. */
+static const char *
+cpmodel_path(void)
+{
+	static char path[1024];
+	const char *env = getenv("CPMODEL"), *build = getenv("BUILD");
+
+	if (env != NULL && env[0] != '\0')
+		snprintf(path, sizeof(path), "%s", env);
+	else
+		snprintf(path, sizeof(path), "%s/bin/cpmodel",
+		    build != NULL && build[0] != '\0' ? build : "build");
+	return access(path, X_OK) == 0 ? path : "";
+}
+
+/*
+ * Run cpmodel generate with argv[] (NULL-terminated, after "generate");
+ * stdout into out (malloc'd, NUL-terminated), stderr into err (same).
+ * Returns the exit status.
+ */
+static int
+run_generate(const char *const *args, char **out, char **err)
+{
+	const char *tmp = getenv("TMPDIR");
+	char po[512], pe[512];
+	char *argv[32];
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int n = 0, st, k;
+
+	if (tmp == NULL || tmp[0] == '\0')
+		tmp = "/tmp";
+	snprintf(po, sizeof(po), "%s/check_forward-%ld.out", tmp,
+	    (long)getpid());
+	snprintf(pe, sizeof(pe), "%s/check_forward-%ld.err", tmp,
+	    (long)getpid());
+	argv[n++] = (char *)cpmodel_path();
+	argv[n++] = (char *)"generate";
+	while (n < 31 && *args != NULL)
+		argv[n++] = (char *)*args++;
+	argv[n] = NULL;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, po, O_WRONLY | O_CREAT |
+	    O_TRUNC, 0644);
+	posix_spawn_file_actions_addopen(&fa, 2, pe, O_WRONLY | O_CREAT |
+	    O_TRUNC, 0644);
+	ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL, argv, environ),
+	    0);
+	posix_spawn_file_actions_destroy(&fa);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st), "cpmodel died (signal %d)",
+	    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	for (k = 0; k < 2; k++) {
+		FILE *fp = fopen(k ? pe : po, "rb");
+		char *buf = calloc(1, 65536);
+		size_t got;
+
+		ck_assert(fp != NULL && buf != NULL);
+		got = fread(buf, 1, 65535, fp);
+		buf[got] = '\0';
+		fclose(fp);
+		unlink(k ? pe : po);
+		*(k ? err : out) = buf;
+	}
+	return WEXITSTATUS(st);
+}
+
+/* The text and ids of REFERENCE.md, whole prompt or in chunks. */
+START_TEST(test_cli_generate)
+{
+	char *model = fx_path("aidreams260K.gguf");
+	char want[512], ids[1024], *out, *err;
+	const char *chunk = _i == 0 ? "0" : "5";
+	size_t n = 0;
+	int i;
+
+	if (cpmodel_path()[0] == '\0') {
+		printf("cpmodel not built: test_cli_generate skipped\n");
+		free(model);
+		return;
+	}
+	snprintf(want, sizeof(want), "%s\n", aid_text);
+	{
+		const char *a[] = { model, "Once upon a time", "--temp", "0",
+		    "--threads", "2", _i ? "--chunk" : "-n", _i ? chunk : "64",
+		    NULL };
+
+		ck_assert_int_eq(run_generate(a, &out, &err), 0);
+		ck_assert_str_eq(out, want);
+		free(out);
+		free(err);
+	}
+	for (i = 0; i < 64; i++)
+		n += (size_t)snprintf(ids + n, sizeof(ids) - n, "%s%d",
+		    i ? " " : "", (int)aid_gen[i]);
+	snprintf(ids + n, sizeof(ids) - n, "\n");
+	{
+		const char *a[] = { model, "Once upon a time", "--temp", "0",
+		    "--ids", "--chunk", _i ? "3" : "13", NULL };
+
+		ck_assert_int_eq(run_generate(a, &out, &err), 0);
+		ck_assert_str_eq(out, ids);
+		free(out);
+		free(err);
+	}
+	free(model);
+}
+END_TEST
+
+START_TEST(test_cli_errors)
+{
+	char *model = fx_path("aidreams260K.gguf");
+	const char *tmp = getenv("TMPDIR");
+	char *out, *err, path[512];
+	unsigned char *buf;
+	long size;
+	FILE *fp;
+
+	if (cpmodel_path()[0] == '\0') {
+		printf("cpmodel not built: test_cli_errors skipped\n");
+		free(model);
+		return;
+	}
+	{
+		const char *a[] = { model, NULL };
+
+		ck_assert_int_eq(run_generate(a, &out, &err), 1);
+		ck_assert_ptr_nonnull(strstr(err, "usage:"));
+		free(out);
+		free(err);
+	}
+	{
+		const char *a[] = { model, "hi", "-n", "x", NULL };
+
+		ck_assert_int_eq(run_generate(a, &out, &err), 1);
+		ck_assert_ptr_nonnull(strstr(err, "-n 'x'"));
+		free(out);
+		free(err);
+	}
+	{
+		const char *a[] = { "/nonexistent.gguf", "hi", NULL };
+
+		ck_assert_int_eq(run_generate(a, &out, &err), 1);
+		ck_assert_ptr_nonnull(strstr(err, "/nonexistent.gguf"));
+		ck_assert_str_eq(out, "");
+		free(out);
+		free(err);
+	}
+	/* a model whose weights are NaN from layer 1 on */
+	fp = fopen(model, "rb");
+	ck_assert_ptr_nonnull(fp);
+	fseek(fp, 0, SEEK_END);
+	size = ftell(fp);
+	rewind(fp);
+	buf = malloc((size_t)size);
+	ck_assert_ptr_nonnull(buf);
+	ck_assert_uint_eq(fread(buf, 1, (size_t)size, fp), (size_t)size);
+	fclose(fp);
+	memset(buf + size - 300000, 0xff, 100000);
+	snprintf(path, sizeof(path), "%s/check_forward-%ld-nan.gguf",
+	    tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", (long)getpid());
+	fp = fopen(path, "wb");
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_uint_eq(fwrite(buf, 1, (size_t)size, fp), (size_t)size);
+	fclose(fp);
+	{
+		const char *a[] = { path, "Once upon a time", NULL };
+
+		ck_assert_int_eq(run_generate(a, &out, &err), 1);
+		ck_assert_msg(strstr(err, "NaN or infinite logits") != NULL,
+		    "%s", err);
+		free(out);
+		free(err);
+	}
+	/* the same file cut short */
+	fp = fopen(path, "wb");
+	ck_assert_ptr_nonnull(fp);
+	ck_assert_uint_eq(fwrite(buf, 1, (size_t)size / 2, fp),
+	    (size_t)size / 2);
+	fclose(fp);
+	{
+		const char *a[] = { path, "Once upon a time", NULL };
+
+		ck_assert_int_eq(run_generate(a, &out, &err), 1);
+		ck_assert_msg(strstr(err, "past end of file") != NULL, "%s",
+		    err);
+		free(out);
+		free(err);
+	}
+	unlink(path);
+	free(buf);
+	free(model);
+}
+END_TEST
+
 /* ---- limits and errors ------------------------------------------------ */
 
 START_TEST(test_batch_errors)
@@ -919,6 +1429,8 @@ forward_suite(void)
 	tcase_add_test(ref, test_aidreams_greedy);
 	tcase_add_test(ref, test_aidreams_text);
 	tcase_add_test(ref, test_plctlab_greedy);
+	tcase_add_loop_test(ref, test_spec_equations, 0,
+	    (int)(sizeof(specs) / sizeof(specs[0])));
 	tcase_add_loop_test(ref, test_synth, 0,
 	    (int)(sizeof(synth_cases) / sizeof(synth_cases[0])));
 	tcase_set_timeout(ref, 120);
@@ -932,6 +1444,8 @@ forward_suite(void)
 	tcase_add_test(err, test_open_errors);
 	tcase_add_test(err, test_context_in_chunks);
 	tcase_add_test(err, test_damaged_weights);
+	tcase_add_loop_test(err, test_cli_generate, 0, 2);
+	tcase_add_test(err, test_cli_errors);
 	tcase_set_timeout(err, 60);
 	suite_add_tcase(s, err);
 	return s;
