@@ -14,6 +14,7 @@
 
 #include "lib/fixtures.h"
 #include "gguf.h"
+#include "gguf_write.h"
 #include "model.h"
 #include "ttype.h"
 
@@ -424,6 +425,191 @@ START_TEST(test_err_file)
 }
 END_TEST
 
+
+/* ---- small models written here ---------------------------------------- */
+
+/* What to change in a minimal valid llama model (all weights zero). */
+struct mini {
+	const char *arch;		/* NULL: "llama" */
+	uint32_t q_type;		/* type of blk.0.attn_q.weight */
+	uint32_t embd_type;		/* type of token_embd.weight */
+	bool tied;			/* no output.weight */
+	const char *rope_scaling;	/* llama.rope.scaling.type, or NULL */
+	uint32_t experts;		/* llama.expert_count when nonzero */
+	uint32_t key_len, value_len;	/* attention.key/value_length if set */
+	uint32_t vocab_size;		/* llama.vocab_size when nonzero */
+};
+
+#define MINI_EMBD 64
+#define MINI_FF 96
+#define MINI_VOCAB 32
+
+static void
+mini_tensor(struct gguf_writer *w, const char *name, uint32_t type,
+    int cols, int rows, const void *zeros)
+{
+	uint64_t ne[2] = { (uint64_t)cols, (uint64_t)rows };
+
+	ck_assert_int_eq(gguf_writer_add_tensor(w, name, type, rows ? 2 : 1,
+	    ne, zeros), 0);
+}
+
+/* Write the model to a temporary file and load it; returns the error. */
+static int
+mini_load(const struct mini *mm, struct model **out, struct cp_err *e)
+{
+	static unsigned char zeros[MINI_FF * MINI_EMBD * 4];
+	struct gguf_writer *w = gguf_writer_new();
+	const char *tmp = getenv("TMPDIR");
+	char path[512];
+	int rc;
+
+	ck_assert_ptr_nonnull(w);
+	snprintf(path, sizeof(path), "%s/check_model-%ld-mini.gguf",
+	    tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", (long)getpid());
+	gguf_writer_set_str(w, "general.architecture",
+	    mm->arch != NULL ? mm->arch : "llama");
+	gguf_writer_set_u32(w, "llama.context_length", 32);
+	gguf_writer_set_u32(w, "llama.embedding_length", MINI_EMBD);
+	gguf_writer_set_u32(w, "llama.block_count", 1);
+	gguf_writer_set_u32(w, "llama.feed_forward_length", MINI_FF);
+	gguf_writer_set_u32(w, "llama.attention.head_count", 2);
+	gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon",
+	    1e-6f);
+	if (mm->rope_scaling != NULL)
+		gguf_writer_set_str(w, "llama.rope.scaling.type",
+		    mm->rope_scaling);
+	if (mm->experts != 0)
+		gguf_writer_set_u32(w, "llama.expert_count", mm->experts);
+	if (mm->key_len != 0)
+		gguf_writer_set_u32(w, "llama.attention.key_length",
+		    mm->key_len);
+	if (mm->value_len != 0)
+		gguf_writer_set_u32(w, "llama.attention.value_length",
+		    mm->value_len);
+	if (mm->vocab_size != 0)
+		gguf_writer_set_u32(w, "llama.vocab_size", mm->vocab_size);
+	mini_tensor(w, "token_embd.weight", mm->embd_type, MINI_EMBD,
+	    MINI_VOCAB, zeros);
+	mini_tensor(w, "blk.0.attn_norm.weight", CP_T_F32, MINI_EMBD, 0,
+	    zeros);
+	mini_tensor(w, "blk.0.attn_q.weight", mm->q_type, MINI_EMBD,
+	    MINI_EMBD, zeros);
+	mini_tensor(w, "blk.0.attn_k.weight", CP_T_F32, MINI_EMBD, MINI_EMBD,
+	    zeros);
+	mini_tensor(w, "blk.0.attn_v.weight", CP_T_F32, MINI_EMBD, MINI_EMBD,
+	    zeros);
+	mini_tensor(w, "blk.0.attn_output.weight", CP_T_F32, MINI_EMBD,
+	    MINI_EMBD, zeros);
+	mini_tensor(w, "blk.0.ffn_norm.weight", CP_T_F32, MINI_EMBD, 0, zeros);
+	mini_tensor(w, "blk.0.ffn_gate.weight", CP_T_F32, MINI_EMBD, MINI_FF,
+	    zeros);
+	mini_tensor(w, "blk.0.ffn_up.weight", CP_T_F32, MINI_EMBD, MINI_FF,
+	    zeros);
+	mini_tensor(w, "blk.0.ffn_down.weight", CP_T_F32, MINI_FF, MINI_EMBD,
+	    zeros);
+	mini_tensor(w, "output_norm.weight", CP_T_F32, MINI_EMBD, 0, zeros);
+	if (!mm->tied)
+		mini_tensor(w, "output.weight", CP_T_F32, MINI_EMBD,
+		    MINI_VOCAB, zeros);
+	ck_assert_msg(gguf_writer_write(w, path, e) == 0, "%s", e->msg);
+	gguf_writer_free(w);
+	memset(e, 0, sizeof(*e));
+	*out = NULL;
+	rc = model_load(path, out, e);
+	unlink(path);
+	return rc;
+}
+
+static struct mini
+mini_default(void)
+{
+	struct mini mm = { 0 };
+
+	mm.q_type = CP_T_F32;
+	mm.embd_type = CP_T_F32;
+	return mm;
+}
+
+START_TEST(test_mini_variants)
+{
+	struct mini mm = mini_default();
+	struct cp_err e;
+	struct model *m;
+
+	ck_assert_msg(mini_load(&mm, &m, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(m->hp.n_head_kv, 2);	/* defaults to head_count */
+	ck_assert_int_eq(m->hp.head_dim, 32);
+	ck_assert_int_eq(m->hp.n_rot, 32);	/* defaults to head_dim */
+	ck_assert_float_eq(m->hp.rope_base, 10000.0f);
+	ck_assert(!m->tied);
+	model_free(m);
+	/* tied output: the embedding is the output matrix */
+	mm.tied = true;
+	mm.embd_type = CP_T_Q8_0;
+	mm.rope_scaling = "none";
+	mm.vocab_size = MINI_VOCAB;
+	ck_assert_msg(mini_load(&mm, &m, &e) == 0, "%s", e.msg);
+	ck_assert(m->tied);
+	ck_assert_ptr_eq(m->output.data, m->tok_embd.data);
+	ck_assert_uint_eq(m->output.type, CP_T_Q8_0);
+	ck_assert_uint_eq(m->output.row_bytes, 2 * 34);
+	model_free(m);
+}
+END_TEST
+
+START_TEST(test_mini_errors)
+{
+	struct mini mm;
+	struct cp_err e;
+	struct model *m;
+
+	mm = mini_default();
+	mm.arch = "falcon";
+	ck_assert_int_eq(mini_load(&mm, &m, &e), -ENOTSUP);
+	ck_assert_ptr_null(m);
+	ck_assert_msg(strstr(e.msg, "unsupported architecture 'falcon'") !=
+	    NULL, "%s", e.msg);
+	mm = mini_default();
+	mm.q_type = CP_T_IQ4_NL;
+	ck_assert_int_eq(mini_load(&mm, &m, &e), -ENOTSUP);
+	ck_assert_msg(strstr(e.msg, "tensor 'blk.0.attn_q.weight' has type "
+	    "iq4_nl, unsupported for a matrix product") != NULL, "%s", e.msg);
+	mm = mini_default();
+	mm.embd_type = CP_T_IQ4_NL;
+	ck_assert_int_eq(mini_load(&mm, &m, &e), -ENOTSUP);
+	ck_assert_msg(strstr(e.msg, "tensor 'token_embd.weight' has type "
+	    "iq4_nl, unsupported for the token embedding") != NULL, "%s",
+	    e.msg);
+	mm = mini_default();
+	mm.rope_scaling = "yarn";
+	ck_assert_int_eq(mini_load(&mm, &m, &e), -ENOTSUP);
+	ck_assert_msg(strstr(e.msg, "'llama.rope.scaling.type' = 'yarn' "
+	    "unsupported") != NULL, "%s", e.msg);
+	mm = mini_default();
+	mm.experts = 8;
+	ck_assert_int_eq(mini_load(&mm, &m, &e), -ENOTSUP);
+	ck_assert_msg(strstr(e.msg, "mixture of experts") != NULL, "%s",
+	    e.msg);
+	mm = mini_default();
+	mm.key_len = 32;
+	mm.value_len = 16;
+	ck_assert_int_eq(mini_load(&mm, &m, &e), -ENOTSUP);
+	ck_assert_msg(strstr(e.msg, "key_length 32 != value_length 16") !=
+	    NULL, "%s", e.msg);
+	mm = mini_default();
+	mm.key_len = 16;
+	ck_assert_int_eq(mini_load(&mm, &m, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "tensor 'blk.0.attn_q.weight' has shape "
+	    "[64, 64, 1, 1], expected [64, 32]") != NULL, "%s", e.msg);
+	mm = mini_default();
+	mm.vocab_size = 33;
+	ck_assert_int_eq(mini_load(&mm, &m, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "'llama.vocab_size' = 33 but tensor "
+	    "'token_embd.weight' has 32 rows") != NULL, "%s", e.msg);
+}
+END_TEST
+
 Suite *
 model_suite(void)
 {
@@ -444,6 +630,8 @@ model_suite(void)
 	tcase_add_test(tc, test_err_unexpected_tensor);
 	tcase_add_test(tc, test_err_vocab_mismatch);
 	tcase_add_test(tc, test_err_file);
+	tcase_add_test(tc, test_mini_variants);
+	tcase_add_test(tc, test_mini_errors);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return s;
