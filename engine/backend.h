@@ -72,7 +72,7 @@ struct be_ops {
 	/* size bytes of backend memory, zeroed; 0, -ENOMEM. */
 	int (*buf_alloc)(struct backend *be, size_t size, struct be_buf **out);
 	void (*buf_free)(struct backend *be, struct be_buf *buf);
-	/* Copy n host bytes in at off / out from off; off + n within the buffer. */
+	/* Copy n bytes from the host to off / from off to the host. */
 	int (*buf_set)(struct backend *be, struct be_buf *buf, size_t off,
 	    const void *src, size_t n);
 	int (*buf_get)(struct backend *be, const struct be_buf *buf,

@@ -57,7 +57,7 @@ struct fwd {
 	float *kt, *vt, *sc;
 	struct fwd_att_task *tasks;
 	int max_tasks;
-	/* The prepared activations in mm_scratch: valid for prep_x/prep_type. */
+	/* What mm_scratch holds prepared: x, weight type and rows. */
 	const float *prep_x;
 	uint32_t prep_type;
 	int prep_m;
@@ -343,7 +343,8 @@ fwd_kv_store(struct fwd *f, int layer)
 {
 	const struct step_batch *b = f->b;
 	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
-	int r, i;
+	uint32_t kv_type = kv_params(f->kv)->type;
+	int r;
 
 	for (r = 0; r < b->n_tokens; r++) {
 		const struct batch_seq *bs = &b->seqs[f->row_entry[r]];
@@ -357,28 +358,22 @@ fwd_kv_store(struct fwd *f, int layer)
 		const float *ks = f->k + (size_t)r * (size_t)f->kvd;
 		const float *vs = f->v + (size_t)r * (size_t)f->kvd;
 
-		if (es == 4) {
-			memcpy(kd, ks, rowb);
-			memcpy(vd, vs, rowb);
-			continue;
-		}
-		for (i = 0; i < f->kvd; i++) {
-			uint16_t hk = fp32_to_fp16(ks[i]);
-			uint16_t hv = fp32_to_fp16(vs[i]);
-
-			memcpy(kd + 2 * (size_t)i, &hk, 2);
-			memcpy(vd + 2 * (size_t)i, &hv, 2);
-		}
+		(void)quant_row(kv_type, ks, kd, (size_t)f->kvd);
+		(void)quant_row(kv_type, vs, vd, (size_t)f->kvd);
 	}
 }
 
-/* Rows [0, n) of head g in block blk of layer, as F32, into kt and vt (vt NULL: K only). */
+/*
+ * Rows [0, n) of KV head g in block blk of layer, as F32, into kt and vt
+ * (vt NULL: K only).
+ */
 static void
 fwd_kv_load(const struct fwd *f, int layer, int blk, int g, int n,
     float *kt, float *vt)
 {
 	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
-	int hd = f->m->hp.head_dim, j, i;
+	uint32_t kv_type = kv_params(f->kv)->type;
+	int hd = f->m->hp.head_dim, j;
 	const unsigned char *kb = f->kv_mem + kv_block_offset(f->kv, blk,
 	    layer, KV_K) + (size_t)g * (size_t)hd * es;
 	const unsigned char *vb = f->kv_mem + kv_block_offset(f->kv, blk,
@@ -390,24 +385,9 @@ fwd_kv_load(const struct fwd *f, int layer, int blk, int g, int n,
 		float *kd = kt + (size_t)j * (size_t)hd;
 		float *vd = vt != NULL ? vt + (size_t)j * (size_t)hd : NULL;
 
-		if (es == 4) {
-			memcpy(kd, kr, (size_t)hd * 4);
-			if (vt != NULL)
-				memcpy(vd, vr, (size_t)hd * 4);
-			continue;
-		}
-		for (i = 0; i < hd; i++) {
-			uint16_t h16;
-
-			memcpy(&h16, kr + 2 * (size_t)i, 2);
-			kd[i] = fp16_to_fp32(h16);
-		}
-		for (i = 0; vt != NULL && i < hd; i++) {
-			uint16_t h16;
-
-			memcpy(&h16, vr + 2 * (size_t)i, 2);
-			vd[i] = fp16_to_fp32(h16);
-		}
+		(void)dequant_row(kv_type, kr, kd, (size_t)hd);
+		if (vt != NULL)
+			(void)dequant_row(kv_type, vr, vd, (size_t)hd);
 	}
 }
 

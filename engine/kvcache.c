@@ -24,7 +24,7 @@ struct kv_cache {
 	struct kv_params p;
 	size_t elem;			/* bytes of one element */
 	size_t row_bytes;		/* kv_dim * elem */
-	size_t slab_bytes;		/* block_tokens * row_bytes: one layer-kind */
+	size_t slab_bytes;		/* block_tokens * row_bytes */
 	size_t block_bytes;		/* n_layer * 2 * slab_bytes */
 	int max_blocks_per_seq;
 	int32_t *free_stack;		/* n_blocks entries */

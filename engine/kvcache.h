@@ -150,7 +150,10 @@ int kv_seq_set_written(struct kv_cache *kv, int seq, int n);
  */
 const int32_t *kv_seq_blocks(const struct kv_cache *kv, int seq);
 
-/* Blocks that appending n tokens to seq would take from the pool (-EINVAL: dead seq). */
+/*
+ * Blocks that appending n tokens to seq would take from the pool;
+ * -EINVAL for a dead seq or n < 0, -E2BIG past n_ctx.
+ */
 int kv_seq_blocks_needed(const struct kv_cache *kv, int seq, int n);
 
 /* Verify invariants 1-3 above; 0 or -EFAULT (with e saying which broke). */

@@ -185,8 +185,9 @@ model_hparams_read(struct model_ld *ld, struct cp_err *e)
 	    hp->head_dim, 0, hp->head_dim, &hp->n_rot, e)) < 0)
 		return rc;
 	if (hp->n_rot % 2 != 0)
-		return cp_err_set(e, -EINVAL, "%s: key '%s.rope.dimension_count'"
-		    " = %d must be even", ld->path, ld->arch, hp->n_rot);
+		return cp_err_set(e, -EINVAL, "%s: key "
+		    "'%s.rope.dimension_count' = %d must be even", ld->path,
+		    ld->arch, hp->n_rot);
 	if ((rc = model_hp_float(ld, "rope.freq_base", false, 10000.0f,
 	    1e-3f, 1e12f, &hp->rope_base, e)) < 0 ||
 	    (rc = model_hp_float(ld, "attention.layer_norm_rms_epsilon",

@@ -39,9 +39,9 @@ struct model_hparams {
 	int n_head_kv;		/* key/value heads; n_head % n_head_kv == 0 */
 	int head_dim;		/* elements per head (q, k and v) */
 	int n_ff;		/* feed-forward hidden width */
-	int n_rot;		/* leading dims of each head that RoPE rotates (even) */
+	int n_rot;		/* leading dims of a head RoPE rotates, even */
 	float rope_base;	/* llama.rope.freq_base */
-	float rope_scale;	/* position multiplier: 1 / linear scaling factor */
+	float rope_scale;	/* position multiplier: 1 / linear factor */
 	float rms_eps;		/* llama.attention.layer_norm_rms_epsilon */
 };
 
@@ -56,7 +56,7 @@ struct model_tensor {
 };
 
 struct model_layer {
-	const float *attn_norm;		/* [n_embd] (F32 copy owned by the model) */
+	const float *attn_norm;		/* [n_embd], F32 copy the model owns */
 	struct model_tensor wq;		/* [n_head * head_dim, n_embd] */
 	struct model_tensor wk;		/* [n_head_kv * head_dim, n_embd] */
 	struct model_tensor wv;		/* [n_head_kv * head_dim, n_embd] */
@@ -69,9 +69,9 @@ struct model_layer {
 
 struct model {
 	struct model_hparams hp;
-	struct model_tensor tok_embd;	/* [n_vocab, n_embd], rows read one at a time */
+	struct model_tensor tok_embd;	/* [n_vocab, n_embd], read by row */
 	const float *out_norm;		/* [n_embd] */
-	struct model_tensor output;	/* [n_vocab, n_embd]; tok_embd when tied */
+	struct model_tensor output;	/* [n_vocab, n_embd], or tok_embd */
 	bool tied;			/* the file has no output.weight */
 	struct model_layer *layers;	/* [n_layer] */
 	struct gguf_file *gf;		/* the file the tensors point into */
@@ -94,10 +94,10 @@ int model_load(const char *path, struct model **out, struct cp_err *e);
 int model_from_gguf(struct gguf_file *f, struct model **out,
     struct cp_err *e);
 
-/* Release the model (and its file when model_load() opened it); accepts NULL. */
+/* Release the model (and the file model_load() opened); accepts NULL. */
 void model_free(struct model *m);
 
-/* Bytes of all weight tensors the model uses (tok_embd counted once when tied). */
+/* Bytes of all weights the model uses (a tied tok_embd counted once). */
 uint64_t model_weight_bytes(const struct model *m);
 
 #endif

@@ -100,9 +100,10 @@ feed(struct rig *r, int seq, int pos, const int32_t *ids, int n, int chunk,
 {
 	struct kv_cache *kv = be_kv(r->be);
 	struct cp_err e = { 0 };
-	const float *lg;
+	const float *lg = NULL;
 	int done = 0, take, nl;
 
+	ck_assert_int_gt(n, 0);
 	if (chunk <= 0)
 		chunk = n;
 	while (done < n) {
@@ -124,6 +125,7 @@ feed(struct rig *r, int seq, int pos, const int32_t *ids, int n, int chunk,
 		ck_assert_int_eq(nl, bs.logits ? 1 : 0);
 		done += take;
 	}
+	ck_assert_ptr_nonnull(lg);
 	memcpy(out, lg, (size_t)r->n_vocab * sizeof(float));
 }
 
@@ -528,7 +530,7 @@ START_TEST(test_threads_blocks_invariant)
 {
 	struct be_params p;
 	int32_t prompt[60], ids[3];
-	float *lg0, *lg;
+	float *lg0 = NULL, *lg = NULL;
 	struct rig r;
 	size_t nb;
 	int v;
@@ -546,8 +548,8 @@ START_TEST(test_threads_blocks_invariant)
 		}
 		greedy(&r, prompt, 60, 0, 3, ids, v == 0 ? lg0 : lg);
 		if (v > 0)
-			ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: variant %d "
-			    "changes the logits", invariance_models[_i], v);
+			ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: variant "
+			    "%d changes the logits", invariance_models[_i], v);
 		rig_close(&r);
 	}
 	free(lg);
@@ -566,8 +568,8 @@ struct mseq {
 	int want;		/* ids to generate */
 	int fed;		/* tokens whose K/V are in the cache */
 	int seq;		/* KV sequence, -1 when freed */
-	int preempt_at;		/* drop the cache once ng reaches this (0: never) */
-	float *lg;		/* [want, n_vocab] logits of each sampled step */
+	int preempt_at;		/* drop the cache at this ng (0: never) */
+	float *lg;		/* [want, n_vocab] logits of sampled steps */
 };
 
 /*

@@ -122,7 +122,8 @@ START_TEST(test_layout)
 	ck_assert_uint_eq(kv_block_offset(kv, 0, 0, KV_K), 0);
 	ck_assert_uint_eq(kv_block_offset(kv, 0, 0, KV_V), slab);
 	ck_assert_uint_eq(kv_block_offset(kv, 0, 1, KV_K), 2 * slab);
-	ck_assert_uint_eq(kv_block_offset(kv, 3, 1, KV_V), 3 * block + 3 * slab);
+	ck_assert_uint_eq(kv_block_offset(kv, 3, 1, KV_V),
+	    3 * block + 3 * slab);
 	ck_assert_uint_eq(kv_block_offset(kv, 7, 1, KV_V) + slab,
 	    kv_storage_bytes(kv));
 	kv_free(kv);

@@ -77,8 +77,8 @@ gen_int(const char *opt, const char *s, long min, long max, int *out)
 	v = strtol(s, &end, 10);
 	if (s[0] == '\0' || *end != '\0' || errno != 0 || v < min ||
 	    v > max) {
-		fprintf(stderr, "cpmodel generate: %s '%s': expected an integer "
-		    "in %ld..%ld\n", opt, s, min, max);
+		fprintf(stderr, "cpmodel generate: %s '%s': expected an "
+		    "integer in %ld..%ld\n", opt, s, min, max);
 		return -EINVAL;
 	}
 	*out = (int)v;
