@@ -11,8 +11,12 @@
  * one struct cp_hello (no file descriptors).  The daemon checks the peer's
  * credentials, clamps the requested sizes, makes a memfd, sizes and seals
  * it and answers one struct cp_welcome carrying, in SCM_RIGHTS, the memfd,
- * an eventfd the daemon signals (CQ side) and, in CP_WAKE_EVENTFD mode, an
- * eventfd the client signals (SQ side).  A refused client gets a welcome
+ * the read end of a pipe the daemon signals (CQ side) and, in CP_WAKE_FD
+ * mode, the write end of a pipe the client signals (SQ side).  Wake pipes,
+ * not eventfds: an eventfd is one open file the client could switch to
+ * blocking mode and fill, stalling the daemon's next write or read on it;
+ * the daemon's end of a pipe is its own open file, always non-blocking.
+ * The CQ pipe also reports the daemon's death (POLLHUP) to a poll loop.  A refused client gets a welcome
  * with a negative status and no descriptors, then the socket closes.  After
  * the handshake the socket carries only CP_MSG_STATS_REQ / CP_MSG_STATS and
  * its hangup means death of either side.  Any descriptor sent by a client,
@@ -51,7 +55,7 @@
  *  6. Waiting: a waiter sets its flag (client_waiting / daemon_idle), runs
  *     a full fence, re-checks the ring, then sleeps on the 32-bit tail word
  *     (futex without FUTEX_PRIVATE: the word is shared between processes)
- *     or on its eventfd.  A producer publishes its tail, runs a full fence,
+ *     or on its wake pipe.  A producer publishes its tail, runs a full fence,
  *     reads the flag and wakes only a sleeper.  With both fences, either the
  *     waiter sees the new tail or the producer sees the flag.
  *  7. Each side reads the header only at set-up; the daemon keeps private
@@ -92,11 +96,11 @@
 
 /* Wake modes (segment header and welcome). */
 #define CP_WAKE_FUTEX		1u	/* sleepers wait on the tail futex word */
-#define CP_WAKE_EVENTFD		2u	/* sleepers wait on eventfds */
+#define CP_WAKE_FD		2u	/* sleepers wait on the wake pipes */
 
 /* client_waiting bits. */
 #define CP_WAIT_SLEEP		0x1u	/* client sleeps for CQ events */
-#define CP_WAIT_EVENTFD		0x2u	/* signal the CQ eventfd on new events */
+#define CP_WAIT_FD		0x2u	/* signal the CQ wake pipe on new events */
 #define CP_WAIT_MASK		0x3u
 
 /*
@@ -265,15 +269,15 @@ struct cp_wire_model {
 
 /* Welcome: the descriptors in SCM_RIGHTS come in this order. */
 #define CP_FD_MEMFD		0
-#define CP_FD_CQ_EVENT		1
-#define CP_FD_SQ_EVENT		2	/* CP_WAKE_EVENTFD only */
+#define CP_FD_CQ_WAKE		1	/* read end: readable after new events */
+#define CP_FD_SQ_WAKE		2	/* write end, CP_WAKE_FD only */
 #define CP_FD_MAX		3
 
 struct cp_welcome {
 	struct cp_msg_hdr hdr;
 	int32_t status;		/* 0, or a negative error and no descriptors */
 	uint32_t wake_mode;	/* CP_WAKE_* */
-	uint32_t n_fds;		/* 2 (futex) or 3 (eventfd) */
+	uint32_t n_fds;		/* 2 (CP_WAKE_FUTEX) or 3 (CP_WAKE_FD) */
 	uint32_t seg_bytes;
 	uint32_t sq_entries;
 	uint32_t cq_entries;

@@ -1,0 +1,188 @@
+/*
+ * engine_port.h - the hand-off between cpd's io loop and its engine thread.
+ *
+ * The io loop (server.c) owns sockets, shared memory and wake-ups and never
+ * waits on compute; the engine thread owns the model, the tokenizer, the
+ * sampler and the scheduler and never touches a client.  They meet here,
+ * through two queues, each a mutex-protected buffer plus an eventfd:
+ *
+ *	commands   io loop -> engine	ep_push()  ...  ep_take_cmds()
+ *	events     engine -> io loop	ep_post()  ...  ep_take_events()
+ *
+ * ep_cmd_fd() becomes readable when commands wait, ep_event_fd() when
+ * events (or a step boundary) wait; the taker clears it.  Both functions of
+ * a queue may run on any thread, but each side is meant to be one thread.
+ *
+ * A request is named by a 64-bit id the io loop picks; the engine treats it
+ * as opaque and echoes it in every event.  `client` is a small stable
+ * number per connected client (below EP_MAX_CLIENTS) for the scheduler's
+ * round-robin across clients.
+ *
+ * What the engine promises (the io loop relies on each):
+ *  1. Every SUBMIT ends in exactly one terminal event, DONE or ERROR, also
+ *     when cancelled (DONE with CP_FINISH_CANCELLED); nothing follows it.
+ *  2. CANCEL, PAUSE and RESUME for an id that is unknown or already ended
+ *     are ignored.  A CANCEL takes effect at the next step, mid-prefill too.
+ *  3. A PAUSEd request is not scheduled (its KV state is kept) until RESUME
+ *     or CANCEL: the io loop pauses a client whose completion ring is full.
+ *  4. ep_post() runs after every step, even one without events: the io
+ *     loop drains client rings at step boundaries.
+ *  5. The engine validates what only it can: token ids below n_vocab, and
+ *     a prompt plus max_tokens that fits the context (an ERROR otherwise).
+ *     Everything else (sizes, flags, ranges of parameters, stop strings)
+ *     the session has validated before the command is made.
+ *  6. Event text is raw bytes; the concatenation of a request's event
+ *     texts is its output.  A detokenizer may hold bytes back (a partial
+ *     UTF-8 sequence, a possible stop string) and release them later.
+ *  7. SHUTDOWN: the engine drops every request without events and returns
+ *     from its thread; the caller joins it.
+ */
+#ifndef CP_ENGINE_PORT_H
+#define CP_ENGINE_PORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cp_proto.h"
+
+#define EP_MAX_CLIENTS	65536
+
+/* Command kinds. */
+#define EP_CMD_SUBMIT	1	/* new request: prompt, params, stops */
+#define EP_CMD_CANCEL	2	/* id */
+#define EP_CMD_PAUSE	3	/* id: its client's completion ring is full */
+#define EP_CMD_RESUME	4	/* id: room again */
+#define EP_CMD_SHUTDOWN	5	/* stop the engine thread */
+
+/* Submit flags. */
+#define EP_SUBMIT_TOKENS	0x1u	/* prompt is tokens[], not text */
+#define EP_SUBMIT_SEED		0x2u	/* params.seed is the client's */
+#define EP_SUBMIT_LOGPROB	0x4u	/* fill ep_event.logprob */
+
+/* Sampling parameters, already range-checked (cp_proto.h, cp_wire_params). */
+struct ep_params {
+	uint32_t max_tokens;	/* 0 = engine default */
+	float temperature;	/* 0 = greedy */
+	float top_p;		/* 1 = off */
+	float min_p;		/* 0 = off */
+	float repeat_penalty;	/* 1 = off */
+	int32_t top_k;		/* 0 = off */
+	uint32_t repeat_last_n;
+	uint64_t seed;		/* meaningful with EP_SUBMIT_SEED */
+};
+
+struct ep_cmd {
+	struct ep_cmd *next;	/* queue link: the port's until taken */
+	uint32_t kind;		/* EP_CMD_* */
+	uint32_t client;	/* < EP_MAX_CLIENTS */
+	uint64_t id;		/* request id (not for SHUTDOWN) */
+	/* SUBMIT only; the pointers point into data[] */
+	uint32_t flags;		/* EP_SUBMIT_* */
+	struct ep_params params;
+	const char *text;	/* prompt bytes (not NUL-terminated) */
+	size_t text_len;
+	const int32_t *tokens;	/* with EP_SUBMIT_TOKENS */
+	size_t n_tokens;
+	uint32_t n_stop;	/* <= CP_STOP_MAX */
+	const char *stop[CP_STOP_MAX];	/* NUL-terminated, non-empty */
+	_Alignas(8) unsigned char data[];
+};
+
+/* Event types. */
+#define EP_EV_TOKEN	1	/* token (may be -1: text only) and its text */
+#define EP_EV_DONE	2	/* finished: finish, counts, trailing text */
+#define EP_EV_ERROR	3	/* failed: error, counts, text = message */
+
+struct ep_event {
+	uint64_t id;
+	uint32_t type;		/* EP_EV_* */
+	uint32_t finish;	/* CP_FINISH_* for DONE, else 0 */
+	int32_t token;		/* TOKEN: sampled id or -1; else -1 */
+	float logprob;		/* with EP_SUBMIT_LOGPROB, else 0 */
+	int32_t error;		/* ERROR: negative errno or CP_E* code */
+	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens */
+	uint32_t n_gen;		/* DONE/ERROR: generated tokens */
+	uint32_t text_off;	/* text is batch->text + text_off ... */
+	uint32_t text_len;	/* ... for text_len bytes */
+};
+
+/* A growable list of events and their text bytes. */
+struct ep_batch {
+	struct ep_event *ev;
+	size_t n, cap;
+	char *text;
+	size_t text_len, text_cap;
+	uint64_t steps;		/* step boundaries folded into this batch */
+};
+
+/* Counters the engine publishes for cp_stats(). */
+struct ep_stats {
+	uint64_t steps;
+	uint64_t tokens_prompt;
+	uint64_t tokens_generated;
+	uint64_t kv_blocks_used;
+	uint64_t kv_blocks_total;
+};
+
+struct engine_port;
+
+/* A new port with both queues empty; NULL on failure (errno set). */
+struct engine_port *ep_new(void);
+
+/* Frees p, its queued commands and events (NULL accepted); both sides must be done with it. */
+void ep_free(struct engine_port *p);
+
+/* A zeroed command with data_bytes of data[]; NULL when out of memory. */
+struct ep_cmd *ep_cmd_new(uint32_t kind, size_t data_bytes);
+
+/* Frees one command (NULL accepted); the engine frees what it takes. */
+void ep_cmd_free(struct ep_cmd *c);
+
+/* Frees a whole list linked by next (NULL accepted). */
+void ep_cmd_free_list(struct ep_cmd *c);
+
+/* io loop: queue c (ownership passes to the port) and signal the engine; 0 or -errno. */
+int ep_push(struct engine_port *p, struct ep_cmd *c);
+
+/* io loop: queue a command without data (CANCEL, PAUSE, RESUME, SHUTDOWN); 0 or -ENOMEM. */
+int ep_push_simple(struct engine_port *p, uint32_t kind, uint32_t client,
+    uint64_t id);
+
+/* Readable while commands wait (engine side). */
+int ep_cmd_fd(const struct engine_port *p);
+
+/* engine: every queued command in order (caller owns the list), or NULL. */
+struct ep_cmd *ep_take_cmds(struct engine_port *p);
+
+/* engine: wait up to timeout_ms (-1 = forever) for commands; 1 ready, 0 timeout, -errno. */
+int ep_wait_cmds(struct engine_port *p, int timeout_ms);
+
+/* Adds one event; text (len bytes, copied) may be NULL when len is 0; 0 or -ENOMEM. */
+int ep_batch_add(struct ep_batch *b, const struct ep_event *ev,
+    const void *text, size_t len);
+
+/* Empties b, keeping its memory. */
+void ep_batch_clear(struct ep_batch *b);
+
+/* Frees b's memory; b may be reused after ep_batch_clear-like zeroing. */
+void ep_batch_fini(struct ep_batch *b);
+
+/*
+ * engine: move b's events to the io loop (b is left empty), count a step
+ * boundary when step is nonzero, and signal; 0 or -ENOMEM (b unchanged).
+ */
+int ep_post(struct engine_port *p, struct ep_batch *b, int step);
+
+/* Readable while events or step boundaries wait (io loop side). */
+int ep_event_fd(const struct engine_port *p);
+
+/* io loop: swap every pending event into out (emptied first); returns the number of events. */
+size_t ep_take_events(struct engine_port *p, struct ep_batch *out);
+
+/* engine: publish counters (copied). */
+void ep_stats_set(struct engine_port *p, const struct ep_stats *s);
+
+/* io loop: latest published counters. */
+void ep_stats_get(struct engine_port *p, struct ep_stats *s);
+
+#endif

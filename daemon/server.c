@@ -1,0 +1,1185 @@
+/*
+ * server.c - cpd's socket, admission, and io loop (see server.h).
+ *
+ * LOOP.  Every descriptor and futex the loop waits on carries a tag:
+ * kind, slot and the slot's generation, so a completion that arrives after
+ * its client was torn down (and the slot reused) is recognised and dropped.
+ * One pass of srv_run():
+ *
+ *	wait	ioloop_wait(): submits everything queued since the last pass
+ *		(FUTEX_WAKEs and pipe writes for sleeping clients, new waits,
+ *		removals) in the same io_uring_enter that waits, with a
+ *		timeout from the nearest deadline;
+ *	events	accept, socket records and hangups, the engine's events,
+ *		client wake-ups (futex or pipe), stop;
+ *	timers	handshake deadlines, paused clients' flushes and stall
+ *		deadlines, a safety drain of every SQ while the engine runs;
+ *	idle	with no runnable request in the engine, each client's
+ *		daemon_idle is set and a wait armed on its sq_tail (futex
+ *		mode) or its SQ pipe (pipe modes).
+ *
+ * INVARIANTS.
+ *
+ *  1. A slot's generation changes when its session is freed; a tag or a
+ *     port id whose generation differs from the slot's names nothing.
+ *  2. srv_drop() is the only way a session ends.  It cancels the session's
+ *     requests in the engine, removes its watches and waits, flushes those
+ *     removals to the kernel, releases its uid's counts, then frees it.
+ *  3. inflight counts SUBMITs pushed to the engine whose terminal event has
+ *     not come back; paused counts those among them under PAUSE.  The
+ *     engine has runnable work iff inflight > paused.
+ *  4. Per uid, clients counts live sessions (any state) and reqs the
+ *     requests in their tables; both fall in srv_drop() at the latest.
+ *  5. A client's CQ is written only from the loop thread, its wakes are
+ *     queued after the cq_tail store that they announce.
+ */
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ioloop.h"
+#include "log.h"
+#include "session.h"
+
+#define TAG_LISTEN	1
+#define TAG_STOP	2
+#define TAG_ENGINE	3
+#define TAG_SOCK	4	/* a client's socket */
+#define TAG_SQPIPE	5	/* a client's SQ wake pipe (pipe modes) */
+#define TAG_SQFUTEX	6	/* a futex wait on a client's sq_tail */
+
+#define GEN_MASK	0xffffu	/* generation bits that tags and ids carry */
+#define LOOP_BATCH	64
+#define TICK_PAUSED_MS	5	/* re-check the CQs of paused clients */
+#define TICK_BUSY_MS	100	/* drain every SQ while the engine runs */
+#define TICK_MAX_MS	1000	/* no wait is longer */
+#define PEER_GROUPS	64
+
+struct slot {
+	struct session *s;
+	uint32_t gen;
+};
+
+struct uid_count {
+	uid_t uid;
+	uint32_t clients;
+	uint32_t reqs;
+};
+
+struct server {
+	struct srv_config cfg;
+	struct sess_limits lim;
+	char path[SRV_PATH_MAX];
+	int lfd;
+	int stop_efd;
+	struct engine_port *port;
+	struct ioloop *loop;
+	int kind;
+
+	struct slot *slots;
+	uint32_t *free_slots;		/* stack of unused slot numbers */
+	uint32_t n_free;
+	struct session **live;		/* every session, any order */
+	uint32_t n_sessions;
+	struct uid_count *uids;
+	size_t n_uids, cap_uids;
+
+	struct ep_batch batch;		/* events taken from the engine */
+	uint64_t inflight;		/* invariant 3 */
+	uint64_t paused;
+	int idle;			/* daemon_idle set in the segments */
+	int stopping;
+	uint32_t next_client_id;
+	uint64_t t_start_ms;
+
+	uint64_t clients_total;
+	uint64_t clients_rejected;
+	uint64_t protocol_errors;
+	uint64_t requests_total;
+	uint64_t cq_stalls;
+};
+
+static uint64_t
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t
+tag_make(int kind, uint32_t slot, uint32_t gen)
+{
+	return ((uint64_t)kind << 56) | ((uint64_t)(gen & GEN_MASK) << 32) |
+	    slot;
+}
+
+static int
+tag_kind(uint64_t tag)
+{
+	return (int)((tag >> 56) & 0x7f);
+}
+
+/* The live session a tag or port id (slot, gen) names, or NULL. */
+static struct session *
+slot_session(struct server *srv, uint32_t slot, uint32_t gen)
+{
+	if (slot >= srv->cfg.max_clients)
+		return NULL;
+	if (srv->slots[slot].s == NULL ||
+	    (srv->slots[slot].gen & GEN_MASK) != (gen & GEN_MASK))
+		return NULL;
+	return srv->slots[slot].s;
+}
+
+static struct session *
+tag_session(struct server *srv, uint64_t tag)
+{
+	return slot_session(srv, (uint32_t)tag, (uint32_t)(tag >> 32));
+}
+
+void
+srv_config_defaults(struct srv_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->socket_mode = 0600;
+	c->socket_gid = -1;
+	c->max_clients = 256;
+	c->per_uid_max_clients = 64;
+	c->per_uid_max_requests = 256;
+	c->max_reqs = 64;
+	c->sq_entries = CP_SQ_DEFAULT;
+	c->cq_entries = CP_CQ_DEFAULT;
+	c->arena_bytes = CP_ARENA_DEFAULT;
+	c->max_prompt_bytes = 4u << 20;
+	c->stall_timeout_ms = 30000;
+	c->handshake_timeout_ms = 5000;
+	c->ioloop = 0;
+	c->model.bos = -1;
+	c->model.eos = -1;
+}
+
+int
+srv_socket_path(const char *configured, char *buf, size_t size)
+{
+	const char *env;
+	int n;
+
+	if (configured != NULL && *configured != '\0')
+		n = snprintf(buf, size, "%s", configured);
+	else if ((env = getenv("CPD_SOCKET")) != NULL && *env != '\0')
+		n = snprintf(buf, size, "%s", env);
+	else if ((env = getenv("XDG_RUNTIME_DIR")) != NULL && *env != '\0')
+		n = snprintf(buf, size, "%s/cpd.sock", env);
+	else
+		n = snprintf(buf, size, "/run/cpd/cpd.sock");
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* A power of two in [min, max] no larger than v (v already > 0). */
+static uint32_t
+pow2_floor(uint32_t v, uint32_t min, uint32_t max)
+{
+	uint32_t p = min;
+
+	while (p * 2 <= v && p * 2 <= max)
+		p *= 2;
+	return p;
+}
+
+/* Binds srv->path, replacing a stale socket; returns the listening fd or -errno. */
+static int
+bind_socket(struct server *srv)
+{
+	struct sockaddr_un sa;
+	struct stat st;
+	int fd, probe, r;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	memcpy(sa.sun_path, srv->path, strlen(srv->path) + 1);
+	if (lstat(srv->path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			log_warnx("%s exists and is not a socket", srv->path);
+			return -EEXIST;
+		}
+		probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (probe < 0)
+			return -errno;
+		r = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
+		close(probe);
+		if (r == 0) {
+			log_warnx("%s: another daemon is listening", srv->path);
+			return -EADDRINUSE;
+		}
+		unlink(srv->path);
+	}
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		goto err;
+	if (srv->cfg.socket_mode >= 0 &&
+	    chmod(srv->path, (mode_t)srv->cfg.socket_mode) < 0)
+		goto err_unlink;
+	if (srv->cfg.socket_gid >= 0 &&
+	    chown(srv->path, (uid_t)-1, (gid_t)srv->cfg.socket_gid) < 0)
+		goto err_unlink;
+	if (listen(fd, 128) < 0)
+		goto err_unlink;
+	return fd;
+err_unlink:
+	r = -errno;
+	unlink(srv->path);
+	close(fd);
+	return r;
+err:
+	r = -errno;
+	close(fd);
+	return r;
+}
+
+int
+srv_new(const struct srv_config *c, struct engine_port *port,
+    struct server **out)
+{
+	struct server *srv;
+	const char *env;
+	int kind = c->ioloop, r;
+	uint32_t i;
+
+	*out = NULL;
+	if (c->max_clients == 0 || c->max_clients > SRV_MAX_CLIENTS ||
+	    c->max_reqs == 0 || c->max_reqs > SESS_MAX_REQS ||
+	    c->sq_entries == 0 || c->cq_entries == 0 || c->arena_bytes == 0 ||
+	    c->n_allow_uids > SRV_MAX_ALLOW || c->n_allow_gids > SRV_MAX_ALLOW)
+		return -EINVAL;
+	if (kind == IOLOOP_AUTO && (env = getenv("CPD_IOLOOP")) != NULL &&
+	    ioloop_kind_parse(env, &kind) < 0) {
+		log_warnx("CPD_IOLOOP=%s: expected auto, futex, fd or epoll",
+		    env);
+		return -EINVAL;
+	}
+	srv = calloc(1, sizeof(*srv));
+	if (srv == NULL)
+		return -ENOMEM;
+	srv->cfg = *c;
+	srv->cfg.socket_path = NULL;
+	srv->lfd = srv->stop_efd = -1;
+	srv->port = port;
+	srv->t_start_ms = now_ms();
+	if ((r = srv_socket_path(c->socket_path, srv->path,
+	    sizeof(srv->path))) < 0)
+		goto err;
+
+	srv->slots = calloc(c->max_clients, sizeof(*srv->slots));
+	srv->free_slots = calloc(c->max_clients, sizeof(*srv->free_slots));
+	srv->live = calloc(c->max_clients, sizeof(*srv->live));
+	if (srv->slots == NULL || srv->free_slots == NULL ||
+	    srv->live == NULL) {
+		r = -ENOMEM;
+		goto err;
+	}
+	for (i = 0; i < c->max_clients; i++)
+		srv->free_slots[i] = c->max_clients - 1 - i;
+	srv->n_free = c->max_clients;
+
+	if ((r = ioloop_new(kind, &srv->loop)) < 0) {
+		log_warnx("io loop %s: %s", ioloop_kind_name(kind),
+		    strerror(-r));
+		goto err;
+	}
+	srv->kind = ioloop_kind(srv->loop);
+	srv->lim.sq_max = pow2_floor(c->sq_entries, CP_SQ_MIN, CP_SQ_MAX);
+	srv->lim.sq_default = srv->lim.sq_max;
+	srv->lim.cq_max = pow2_floor(c->cq_entries, CP_CQ_MIN, CP_CQ_MAX);
+	srv->lim.cq_default = srv->lim.cq_max;
+	srv->lim.arena_max = pow2_floor(c->arena_bytes, CP_ARENA_MIN,
+	    CP_ARENA_MAX);
+	srv->lim.arena_default = srv->lim.arena_max;
+	srv->lim.max_reqs = c->max_reqs;
+	srv->lim.max_prompt_bytes = c->max_prompt_bytes;
+	srv->lim.wake_mode = srv->kind == IOLOOP_URING_FUTEX ?
+	    CP_WAKE_FUTEX : CP_WAKE_FD;
+
+	srv->stop_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (srv->stop_efd < 0) {
+		r = -errno;
+		goto err;
+	}
+	if ((r = bind_socket(srv)) < 0) {
+		log_warnx("%s: %s", srv->path, strerror(-r));
+		goto err;
+	}
+	srv->lfd = r;
+	if ((r = ioloop_watch(srv->loop, srv->lfd, POLLIN,
+	    tag_make(TAG_LISTEN, 0, 0))) < 0 ||
+	    (r = ioloop_watch(srv->loop, srv->stop_efd, POLLIN,
+	    tag_make(TAG_STOP, 0, 0))) < 0 ||
+	    (r = ioloop_watch(srv->loop, ep_event_fd(port), POLLIN,
+	    tag_make(TAG_ENGINE, 0, 0))) < 0)
+		goto err;
+	log_info("listening on %s, io loop %s", srv->path,
+	    ioloop_kind_name(srv->kind));
+	*out = srv;
+	return 0;
+err:
+	srv_free(srv);
+	return r;
+}
+
+void
+srv_stop(struct server *srv)
+{
+	uint64_t one = 1;
+	ssize_t n;
+
+	n = write(srv->stop_efd, &one, sizeof(one));
+	(void)n;
+}
+
+int
+srv_ioloop(const struct server *srv)
+{
+	return srv->kind;
+}
+
+const char *
+srv_path(const struct server *srv)
+{
+	return srv->path;
+}
+
+void
+srv_stats(struct server *srv, struct cp_wire_stats *st)
+{
+	struct ep_stats es;
+
+	ep_stats_get(srv->port, &es);
+	memset(st, 0, sizeof(*st));
+	st->uptime_ms = now_ms() - srv->t_start_ms;
+	st->clients = srv->n_sessions;
+	st->clients_total = srv->clients_total;
+	st->clients_rejected = srv->clients_rejected;
+	st->protocol_errors = srv->protocol_errors;
+	st->requests_total = srv->requests_total;
+	st->requests_active = srv->inflight;
+	st->tokens_prompt = es.tokens_prompt;
+	st->tokens_generated = es.tokens_generated;
+	st->steps = es.steps;
+	st->cq_stalls = srv->cq_stalls;
+	st->kv_blocks_used = es.kv_blocks_used;
+	st->kv_blocks_total = es.kv_blocks_total;
+}
+
+/* ---- per-uid accounting ------------------------------------------- */
+
+static struct uid_count *
+uid_get(struct server *srv, uid_t uid, int create)
+{
+	struct uid_count *n;
+	size_t i;
+
+	for (i = 0; i < srv->n_uids; i++)
+		if (srv->uids[i].uid == uid)
+			return &srv->uids[i];
+	if (!create)
+		return NULL;
+	if (srv->n_uids == srv->cap_uids) {
+		size_t cap = srv->cap_uids ? srv->cap_uids * 2 : 8;
+
+		n = realloc(srv->uids, cap * sizeof(*n));
+		if (n == NULL)
+			return NULL;
+		srv->uids = n;
+		srv->cap_uids = cap;
+	}
+	n = &srv->uids[srv->n_uids++];
+	memset(n, 0, sizeof(*n));
+	n->uid = uid;
+	return n;
+}
+
+static void
+uid_put(struct server *srv, uid_t uid, uint32_t reqs)
+{
+	struct uid_count *u = uid_get(srv, uid, 0);
+
+	if (u == NULL)
+		return;
+	u->reqs -= reqs < u->reqs ? reqs : u->reqs;
+	if (u->clients > 0)
+		u->clients--;
+	if (u->clients == 0 && u->reqs == 0)
+		*u = srv->uids[--srv->n_uids];
+}
+
+/* ---- teardown ------------------------------------------------------ */
+
+/*
+ * Ends session s, whatever the reason (invariant 2).  violation != 0
+ * counts a protocol error and logs s->why as a warning.
+ */
+static void
+srv_drop(struct server *srv, struct session *s, int violation,
+    const char *why)
+{
+	struct session *last;
+	uint32_t i, n_paused = 0, n_pushed = 0, slot = s->slot;
+
+	if (violation) {
+		srv->protocol_errors++;
+		log_warnx("client %u (pid %ld, uid %lu): %s; disconnected",
+		    s->client_id, (long)s->pid, (unsigned long)s->uid,
+		    s->why[0] ? s->why : why);
+	} else {
+		log_debug("client %u (pid %ld): %s", s->client_id,
+		    (long)s->pid, why);
+	}
+	for (i = 0; i < s->n_reqs; i++) {
+		struct sess_req *r = &s->reqs[i];
+
+		if (!r->pushed)
+			continue;
+		n_pushed++;
+		if (r->paused)
+			n_paused++;
+		if (!r->cancelled &&
+		    ep_push_simple(srv->port, EP_CMD_CANCEL, s->slot,
+		    sess_port_id(s->slot, s->gen, r->req_id)) < 0)
+			log_warnx("client %u: cancel of request %u lost",
+			    s->client_id, r->req_id);
+	}
+	/* Cancelled requests run no more: they count as not paused. */
+	srv->paused -= n_paused < srv->paused ? n_paused : srv->paused;
+
+	ioloop_unwatch(srv->loop, s->fd, tag_make(TAG_SOCK, slot, s->gen));
+	if (s->sq_rfd >= 0)
+		ioloop_unwatch(srv->loop, s->sq_rfd,
+		    tag_make(TAG_SQPIPE, slot, s->gen));
+	if (s->idle_armed)
+		ioloop_futex_cancel(srv->loop,
+		    tag_make(TAG_SQFUTEX, slot, s->gen));
+	/* Removals and any queued wake of this segment reach the kernel first. */
+	ioloop_flush(srv->loop);
+
+	uid_put(srv, s->uid, n_pushed);
+	srv->slots[slot].s = NULL;
+	srv->slots[slot].gen++;
+	srv->free_slots[srv->n_free++] = slot;
+	last = srv->live[--srv->n_sessions];
+	srv->live[s->live_idx] = last;
+	last->live_idx = s->live_idx;
+	sess_free(s);
+}
+
+/* ---- admission and handshake --------------------------------------- */
+
+static int
+peer_allowed(struct server *srv, struct session *s)
+{
+	gid_t groups[PEER_GROUPS];
+	socklen_t len = sizeof(groups);
+	size_t i, j, ng = 0;
+
+	if (srv->cfg.n_allow_uids == 0 && srv->cfg.n_allow_gids == 0)
+		return s->uid == geteuid();
+	for (i = 0; i < srv->cfg.n_allow_uids; i++)
+		if (srv->cfg.allow_uids[i] == s->uid)
+			return 1;
+	if (srv->cfg.n_allow_gids == 0)
+		return 0;
+	if (getsockopt(s->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) == 0)
+		ng = len / sizeof(gid_t);
+	for (i = 0; i < srv->cfg.n_allow_gids; i++) {
+		if (srv->cfg.allow_gids[i] == s->gid)
+			return 1;
+		for (j = 0; j < ng; j++)
+			if (srv->cfg.allow_gids[i] == groups[j])
+				return 1;
+	}
+	return 0;
+}
+
+/* Sends a welcome that only carries a refusal (best effort). */
+static void
+send_status(int fd, int status)
+{
+	struct cp_welcome w;
+
+	memset(&w, 0, sizeof(w));
+	w.hdr.magic = CP_PROTO_MAGIC;
+	w.hdr.type = CP_MSG_WELCOME;
+	w.hdr.version = CP_PROTO_VERSION;
+	w.status = status;
+	sess_send(fd, &w, sizeof(w), NULL, 0);
+}
+
+/*
+ * Tells a client refused at accept time why, and closes its socket.  Its
+ * HELLO, if already here, is read first: closing a socket with unread data
+ * makes the peer's next receive fail with ECONNRESET before it reads the
+ * refusal (the client library retries once for that reason).
+ */
+static void
+refuse(struct server *srv, int fd, int status)
+{
+	unsigned char buf[512];
+	size_t len;
+
+	send_status(fd, status);
+	while (sess_recv(fd, buf, sizeof(buf), &len) == 0)
+		;
+	close(fd);
+	srv->clients_rejected++;
+}
+
+static void
+accept_one(struct server *srv, int fd)
+{
+	struct session *s;
+	struct uid_count *u;
+	uint32_t slot;
+	int r;
+
+	if (srv->n_free == 0) {
+		log_info("connection refused: %u clients already",
+		    srv->cfg.max_clients);
+		refuse(srv, fd, -EAGAIN);
+		return;
+	}
+	slot = srv->free_slots[srv->n_free - 1];
+	s = sess_new(fd, slot, srv->slots[slot].gen);
+	if (s == NULL) {
+		srv->clients_rejected++;
+		return;
+	}
+	if ((r = sess_peercred(s)) < 0) {
+		log_warnx("SO_PEERCRED: %s", strerror(-r));
+		goto refused;
+	}
+	if (!peer_allowed(srv, s)) {
+		log_info("connection refused: pid %ld uid %lu gid %lu not "
+		    "allowed", (long)s->pid, (unsigned long)s->uid,
+		    (unsigned long)s->gid);
+		r = -EACCES;
+		goto refused;
+	}
+	u = uid_get(srv, s->uid, 1);
+	if (u == NULL) {
+		r = -ENOMEM;
+		goto refused;
+	}
+	if (u->clients >= srv->cfg.per_uid_max_clients) {
+		log_info("connection refused: uid %lu has %u connections",
+		    (unsigned long)s->uid, u->clients);
+		if (u->clients == 0 && u->reqs == 0)
+			uid_put(srv, s->uid, 0);
+		r = -EUSERS;
+		goto refused;
+	}
+	if ((r = ioloop_watch(srv->loop, s->fd, POLLIN | POLLRDHUP,
+	    tag_make(TAG_SOCK, slot, s->gen))) < 0) {
+		if (u->clients == 0 && u->reqs == 0)
+			uid_put(srv, s->uid, 0);
+		goto refused;
+	}
+	u->clients++;
+	srv->n_free--;
+	srv->slots[slot].s = s;
+	s->live_idx = srv->n_sessions;
+	srv->live[srv->n_sessions++] = s;
+	srv->clients_total++;
+	s->client_id = ++srv->next_client_id;
+	s->deadline_ms = now_ms() + (uint64_t)srv->cfg.handshake_timeout_ms;
+	log_debug("client %u: pid %ld uid %lu connected", s->client_id,
+	    (long)s->pid, (unsigned long)s->uid);
+	return;
+refused:
+	refuse(srv, s->fd, r);
+	s->fd = -1;
+	sess_free(s);
+}
+
+static void
+on_listen(struct server *srv)
+{
+	int fd;
+
+	for (;;) {
+		fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				log_warn("accept");
+			return;
+		}
+		accept_one(srv, fd);
+	}
+}
+
+/* The HELLO record arrived (or failed): set the session up or drop it. */
+static void
+handshake(struct server *srv, struct session *s)
+{
+	unsigned char buf[512];
+	struct cp_hello hello;
+	struct cp_welcome w;
+	int fds[CP_FD_MAX], nfds = 0, r, i;
+	size_t len = 0;
+
+	r = sess_recv(s->fd, buf, sizeof(buf), &len);
+	if (r == -EAGAIN)
+		return;
+	if (r == -EPIPE) {
+		srv_drop(srv, s, 0, "hung up before HELLO");
+		return;
+	}
+	if (r < 0) {
+		snprintf(s->why, sizeof(s->why), "handshake: %s",
+		    r == -EPROTO ? "descriptors or truncated record" :
+		    strerror(-r));
+		srv_drop(srv, s, 1, "bad handshake");
+		return;
+	}
+	r = sess_hello_check(buf, len, &hello);
+	if (r == -EPROTONOSUPPORT) {
+		send_status(s->fd, -EPROTONOSUPPORT);
+		snprintf(s->why, sizeof(s->why), "protocol version %u",
+		    ((const struct cp_hello *)(const void *)buf)->hdr.version);
+		srv_drop(srv, s, 1, "version");
+		return;
+	}
+	if (r < 0) {
+		snprintf(s->why, sizeof(s->why), "malformed HELLO (%zu bytes)",
+		    len);
+		srv_drop(srv, s, 1, "bad hello");
+		return;
+	}
+	if ((r = sess_setup(s, &hello, &srv->lim, &w, fds, &nfds)) < 0) {
+		log_warnx("client %u: segment: %s", s->client_id, strerror(-r));
+		send_status(s->fd, r);
+		srv_drop(srv, s, 0, "segment set-up failed");
+		return;
+	}
+	w.client_id = s->client_id;
+	w.model = srv->cfg.model;
+	r = sess_send(s->fd, &w, sizeof(w), fds, nfds);
+	for (i = 0; i < nfds; i++)
+		close(fds[i]);
+	if (r < 0) {
+		srv_drop(srv, s, 0, "welcome not sent");
+		return;
+	}
+	if (s->sq_rfd >= 0 && ioloop_watch(srv->loop, s->sq_rfd, POLLIN,
+	    tag_make(TAG_SQPIPE, s->slot, s->gen)) < 0) {
+		srv_drop(srv, s, 0, "cannot watch the SQ pipe");
+		return;
+	}
+	log_debug("client %u: segment %u bytes, sq %u cq %u arena %u",
+	    s->client_id, w.seg_bytes, w.sq_entries, w.cq_entries,
+	    w.arena_bytes);
+}
+
+/* A record on an active session's socket: only stats requests are allowed. */
+static void
+on_message(struct server *srv, struct session *s)
+{
+	unsigned char buf[512];
+	struct cp_stats_req req;
+	struct cp_stats_msg msg;
+	size_t len = 0;
+	int r;
+
+	for (;;) {
+		r = sess_recv(s->fd, buf, sizeof(buf), &len);
+		if (r == -EAGAIN)
+			return;
+		if (r == -EPIPE) {
+			srv_drop(srv, s, 0, "hung up");
+			return;
+		}
+		if (r < 0) {
+			snprintf(s->why, sizeof(s->why), "socket record: %s",
+			    r == -EPROTO ? "descriptors or truncated record" :
+			    strerror(-r));
+			srv_drop(srv, s, 1, "bad record");
+			return;
+		}
+		memcpy(&req, buf, len < sizeof(req) ? len : sizeof(req));
+		if (len != sizeof(req) || req.hdr.magic != CP_PROTO_MAGIC ||
+		    req.hdr.type != CP_MSG_STATS_REQ ||
+		    req.hdr.version != CP_PROTO_VERSION ||
+		    req.reserved[0] != 0 || req.reserved[1] != 0) {
+			snprintf(s->why, sizeof(s->why), "unexpected record "
+			    "of %zu bytes", len);
+			srv_drop(srv, s, 1, "bad record");
+			return;
+		}
+		memset(&msg, 0, sizeof(msg));
+		msg.hdr.magic = CP_PROTO_MAGIC;
+		msg.hdr.type = CP_MSG_STATS;
+		msg.hdr.version = CP_PROTO_VERSION;
+		srv_stats(srv, &msg.stats);
+		if (sess_send(s->fd, &msg, sizeof(msg), NULL, 0) < 0) {
+			srv_drop(srv, s, 0, "stats reply not sent");
+			return;
+		}
+	}
+}
+
+static void
+on_socket(struct server *srv, struct session *s, const struct ioloop_ev *ev)
+{
+	if (ev->res < 0)
+		return;		/* our own poll removal, or a dead poll */
+	if (ev->res & POLLIN) {
+		if (s->state == SESS_HELLO)
+			handshake(srv, s);
+		else
+			on_message(srv, s);
+		/* It may be gone now. */
+		if (tag_session(srv, ev->tag) != s)
+			return;
+	}
+	if (ev->res & (POLLRDHUP | POLLHUP | POLLERR)) {
+		srv_drop(srv, s, 0, "hung up");
+		return;
+	}
+	if (ev->flags & IOLOOP_F_ENDED)
+		ioloop_watch(srv->loop, s->fd, POLLIN | POLLRDHUP, ev->tag);
+}
+
+static void flush_session(struct server *, struct session *);
+
+/* ---- requests: clients to engine ------------------------------------ */
+
+/* Replies to a SUBMIT the daemon will not run with an ERROR event; -1 if s was dropped. */
+static int
+reject_request(struct server *srv, struct session *s, uint32_t req_id,
+    int err, const char *msg)
+{
+	struct ep_event ev;
+	int r;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = EP_EV_ERROR;
+	ev.token = -1;
+	ev.error = err;
+	ev.text_len = (uint32_t)strlen(msg);
+	r = sess_post(s, req_id, &ev, msg);
+	if (r < 0) {
+		srv_drop(srv, s, r == -EPROTO, "completion overflow");
+		return -1;
+	}
+	return 0;
+}
+
+/* Drains s's SQ into the engine; s may be dropped on return (returns -1 then). */
+static int
+drain_sq(struct server *srv, struct session *s)
+{
+	struct sess_out out;
+	struct ep_cmd *c, *next;
+	struct uid_count *u;
+	struct sess_req *rq;
+	uint64_t id;
+	int r;
+
+	sess_out_init(&out);
+	r = sess_consume(s, &out);
+	if (r < 0) {
+		ep_cmd_free_list(out.head);
+		if (r == -ENOMEM)
+			snprintf(s->why, sizeof(s->why), "out of memory");
+		srv_drop(srv, s, r == -EPROTO, "SQ");
+		return -1;
+	}
+	u = uid_get(srv, s->uid, 0);
+	for (c = out.head; c != NULL; c = next) {
+		uint32_t req_id = (uint32_t)c->id;
+
+		next = c->next;
+		if (c->kind != EP_CMD_SUBMIT) {
+			if (ep_push(srv->port, c) < 0)
+				ep_cmd_free(c);
+			continue;
+		}
+		if (u == NULL || u->reqs >= srv->cfg.per_uid_max_requests) {
+			ep_cmd_free(c);
+			if (reject_request(srv, s, req_id, -EUSERS,
+			    "too many requests in flight for this user") < 0) {
+				ep_cmd_free_list(next);
+				return -1;
+			}
+			continue;
+		}
+		rq = sess_req_find(s, req_id);
+		id = c->id;
+		u->reqs++;
+		srv->inflight++;
+		srv->requests_total++;
+		rq->pushed = 1;
+		ep_push(srv->port, c);
+		if (s->paused && ep_push_simple(srv->port, EP_CMD_PAUSE,
+		    s->slot, id) == 0) {
+			rq->paused = 1;
+			srv->paused++;
+		}
+	}
+	return 0;
+}
+
+/* Walks the live list backwards, so that a drop (which moves the last entry into the hole) skips nothing. */
+static void
+drain_all(struct server *srv)
+{
+	uint32_t i;
+
+	for (i = srv->n_sessions; i-- > 0;) {
+		struct session *s = srv->live[i];
+
+		if (s->state == SESS_ACTIVE)
+			drain_sq(srv, s);
+	}
+}
+
+static void
+flush_all(struct server *srv)
+{
+	uint32_t i;
+
+	for (i = srv->n_sessions; i-- > 0;) {
+		struct session *s = srv->live[i];
+
+		if (s->state == SESS_ACTIVE && s->flush_pending)
+			flush_session(srv, s);
+	}
+}
+
+/* ---- events: engine to clients ------------------------------------- */
+
+static void
+pause_session(struct server *srv, struct session *s)
+{
+	uint32_t i;
+
+	if (s->paused)
+		return;
+	s->paused = 1;
+	s->paused_since_ms = now_ms();
+	for (i = 0; i < s->n_reqs; i++) {
+		struct sess_req *r = &s->reqs[i];
+
+		if (r->paused || r->cancelled)
+			continue;
+		if (ep_push_simple(srv->port, EP_CMD_PAUSE, s->slot,
+		    sess_port_id(s->slot, s->gen, r->req_id)) == 0) {
+			r->paused = 1;
+			srv->paused++;
+		}
+	}
+	log_debug("client %u: completion ring full, paused", s->client_id);
+}
+
+static void
+resume_session(struct server *srv, struct session *s)
+{
+	uint32_t i;
+
+	s->paused = 0;
+	for (i = 0; i < s->n_reqs; i++) {
+		struct sess_req *r = &s->reqs[i];
+
+		if (!r->paused)
+			continue;
+		r->paused = 0;
+		srv->paused--;
+		if (!r->cancelled)
+			ep_push_simple(srv->port, EP_CMD_RESUME, s->slot,
+			    sess_port_id(s->slot, s->gen, r->req_id));
+	}
+	log_debug("client %u: resumed", s->client_id);
+}
+
+/* Publishes s's new CQEs and queues the wake-ups it asks for. */
+static void
+flush_session(struct server *srv, struct session *s)
+{
+	int w = sess_flush(s);
+
+	if (w < 0) {
+		srv_drop(srv, s, 1, "CQ");
+		return;
+	}
+	if ((w & SESS_WAKE_FUTEX) &&
+	    ioloop_futex_wake(srv->loop, &s->ctl->cq_tail.v) < 0)
+		w |= SESS_WAKE_FD;
+	if (w & SESS_WAKE_FD)
+		ioloop_signal_fd(srv->loop, s->cq_wfd);
+	if (s->paused && s->ovf_n == 0)
+		resume_session(srv, s);
+}
+
+static void
+on_engine(struct server *srv)
+{
+	struct ep_batch *b = &srv->batch;
+	size_t i;
+
+	ep_take_events(srv->port, b);
+	for (i = 0; i < b->n; i++) {
+		const struct ep_event *ev = &b->ev[i];
+		uint32_t slot = (uint32_t)(ev->id >> 48);
+		uint32_t gen = (uint32_t)(ev->id >> 32) & GEN_MASK;
+		uint32_t req_id = (uint32_t)ev->id;
+		int terminal = ev->type == EP_EV_DONE ||
+		    ev->type == EP_EV_ERROR;
+		struct session *s = slot_session(srv, slot, gen);
+		struct sess_req *r = NULL;
+		int rc;
+
+		if (terminal && srv->inflight > 0)
+			srv->inflight--;
+		if (s == NULL || s->state != SESS_ACTIVE)
+			continue;
+		r = sess_req_find(s, req_id);
+		if (r == NULL)
+			continue;
+		if (terminal) {
+			struct uid_count *u = uid_get(srv, s->uid, 0);
+
+			if (r->paused && srv->paused > 0)
+				srv->paused--;
+			if (u != NULL && u->reqs > 0)
+				u->reqs--;
+		}
+		rc = sess_post(s, req_id, ev, b->text + ev->text_off);
+		if (rc < 0) {
+			if (rc == -ENOBUFS)
+				snprintf(s->why, sizeof(s->why), "completion "
+				    "overflow past %zu events", s->ovf_max);
+			srv_drop(srv, s, 1, "CQ");
+			continue;
+		}
+		if (rc == 1)
+			pause_session(srv, s);
+	}
+	if (b->steps > 0)
+		drain_all(srv);
+}
+
+/* ---- timers and idle ------------------------------------------------ */
+
+/* Handshake deadlines, paused clients; returns the ms until the next timer. */
+static int
+timers(struct server *srv)
+{
+	uint64_t now = now_ms(), next = now + TICK_MAX_MS;
+	uint32_t i, j, slot;
+
+	for (i = srv->n_sessions; i-- > 0;) {
+		struct session *s = srv->live[i];
+
+		slot = s->slot;
+		if (s->state == SESS_HELLO) {
+			if (now >= s->deadline_ms) {
+				snprintf(s->why, sizeof(s->why),
+				    "no HELLO within %d ms",
+				    srv->cfg.handshake_timeout_ms);
+				srv_drop(srv, s, 1, "handshake timeout");
+				continue;
+			}
+			if (s->deadline_ms < next)
+				next = s->deadline_ms;
+			continue;
+		}
+		if (s->ovf_n > 0) {
+			flush_session(srv, s);
+			if (srv->slots[slot].s != s)
+				continue;
+		}
+		if (!s->paused)
+			continue;
+		if (now - s->paused_since_ms >=
+		    (uint64_t)srv->cfg.stall_timeout_ms) {
+			for (j = 0; j < s->n_reqs; j++) {
+				struct sess_req *r = &s->reqs[j];
+
+				if (r->cancelled)
+					continue;
+				r->cancelled = 1;
+				r->stalled = 1;
+				srv->cq_stalls++;
+				ep_push_simple(srv->port, EP_CMD_CANCEL,
+				    s->slot, sess_port_id(s->slot, s->gen,
+				    r->req_id));
+			}
+			s->paused_since_ms = now;	/* log once a period */
+			log_info("client %u: completion ring full for %d ms, "
+			    "requests cancelled", s->client_id,
+			    srv->cfg.stall_timeout_ms);
+		}
+		if (now + TICK_PAUSED_MS < next)
+			next = now + TICK_PAUSED_MS;
+	}
+	if (srv->inflight > srv->paused && now + TICK_BUSY_MS < next)
+		next = now + TICK_BUSY_MS;
+	return next > now ? (int)(next - now) : 0;
+}
+
+/*
+ * With no runnable request in the engine, marks every client's segment
+ * idle and arms a wait on its SQ; with work, clears the marks.  Returns 1
+ * when some client had entries waiting (drain them before sleeping).
+ */
+static int
+idle_pass(struct server *srv)
+{
+	int busy = srv->inflight > srv->paused, pending = 0;
+	uint32_t i, tail;
+
+	for (i = 0; i < srv->n_sessions; i++) {
+		struct session *s = srv->live[i];
+
+		if (s->state != SESS_ACTIVE)
+			continue;
+		if (busy) {
+			if (srv->idle)
+				sess_idle_leave(s);
+			continue;
+		}
+		if (sess_idle_enter(s, &tail)) {
+			pending = 1;
+			continue;
+		}
+		if (srv->kind == IOLOOP_URING_FUTEX && !s->idle_armed) {
+			if (ioloop_futex_wait(srv->loop, &s->ctl->sq_tail.v,
+			    tail, tag_make(TAG_SQFUTEX, s->slot, s->gen)) == 0)
+				s->idle_armed = 1;
+			else
+				pending = 1;	/* poll again soon */
+		}
+	}
+	srv->idle = !busy;
+	return pending;
+}
+
+static void
+dispatch(struct server *srv, const struct ioloop_ev *ev)
+{
+	struct session *s;
+	uint64_t v;
+	ssize_t n;
+
+	switch (tag_kind(ev->tag)) {
+	case TAG_LISTEN:
+		on_listen(srv);
+		if (ev->flags & IOLOOP_F_ENDED)
+			ioloop_watch(srv->loop, srv->lfd, POLLIN, ev->tag);
+		break;
+	case TAG_STOP:
+		n = read(srv->stop_efd, &v, sizeof(v));
+		(void)n;
+		srv->stopping = 1;
+		break;
+	case TAG_ENGINE:
+		on_engine(srv);
+		if (ev->flags & IOLOOP_F_ENDED)
+			ioloop_watch(srv->loop, ep_event_fd(srv->port), POLLIN,
+			    ev->tag);
+		break;
+	case TAG_SOCK:
+		if ((s = tag_session(srv, ev->tag)) != NULL)
+			on_socket(srv, s, ev);
+		break;
+	case TAG_SQPIPE:
+		if ((s = tag_session(srv, ev->tag)) == NULL)
+			break;
+		sess_drain_wake(s);
+		if (drain_sq(srv, s) < 0)
+			break;
+		if ((ev->flags & IOLOOP_F_ENDED) && ev->res >= 0)
+			ioloop_watch(srv->loop, s->sq_rfd, POLLIN, ev->tag);
+		break;
+	case TAG_SQFUTEX:
+		if ((s = tag_session(srv, ev->tag)) == NULL)
+			break;
+		s->idle_armed = 0;
+		drain_sq(srv, s);
+		break;
+	}
+}
+
+int
+srv_run(struct server *srv)
+{
+	struct ioloop_ev ev[LOOP_BATCH];
+	int n, i, timeout, pending = 0, rc = 0;
+
+	while (!srv->stopping) {
+		timeout = timers(srv);
+		if (pending)
+			timeout = 0;
+		n = ioloop_wait(srv->loop, timeout, ev, LOOP_BATCH);
+		if (n < 0) {
+			log_warnx("io loop: %s", strerror(-n));
+			rc = n;
+			break;
+		}
+		for (i = 0; i < n; i++)
+			dispatch(srv, &ev[i]);
+		if (n == 0 && srv->inflight > srv->paused)
+			drain_all(srv);		/* safety net, see TICK_BUSY_MS */
+		pending = idle_pass(srv);
+		if (pending)
+			drain_all(srv);
+		flush_all(srv);
+	}
+	return rc;
+}
+
+void
+srv_free(struct server *srv)
+{
+	uint32_t i;
+
+	if (srv == NULL)
+		return;
+	if (srv->live != NULL) {
+		for (i = srv->n_sessions; i-- > 0;)
+			srv_drop(srv, srv->live[i], 0, "daemon shutting down");
+	}
+	if (srv->lfd >= 0) {
+		if (srv->loop != NULL)
+			ioloop_unwatch(srv->loop, srv->lfd,
+			    tag_make(TAG_LISTEN, 0, 0));
+		close(srv->lfd);
+		unlink(srv->path);
+	}
+	ioloop_free(srv->loop);
+	if (srv->stop_efd >= 0)
+		close(srv->stop_efd);
+	ep_batch_fini(&srv->batch);
+	free(srv->slots);
+	free(srv->free_slots);
+	free(srv->live);
+	free(srv->uids);
+	free(srv);
+}

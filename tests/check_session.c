@@ -1,0 +1,1618 @@
+/*
+ * check_session.c - one client's session (daemon/session.c) and the
+ * server's handshake and admission (daemon/server.c).
+ *
+ * Unit tests play the client by writing its shared segment directly:
+ * every rule of cp_proto.h's validation list is broken once and must end
+ * the session (-EPROTO), never be repaired.  Server tests run a daemon in a
+ * child process (tests/lib/cpd_harness.c, mock engine) and misbehave on
+ * the socket and in shared memory: the culprit is disconnected, counted
+ * and logged, and other clients keep being served.
+ */
+#include "session.h"
+
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib/cpd_harness.h"
+#include "ring.h"
+
+Suite *session_suite(void);
+
+/* ---- a session and a hand-written client side -------------------- */
+
+struct sf {
+	struct session *s;
+	int peer;
+	int fds[CP_FD_MAX];
+	int nfds;
+	struct cp_welcome w;
+	unsigned char *map;
+	struct cp_seg_ctl *ctl;
+	struct cp_sqe *sq;
+	unsigned char *arena;
+	struct cp_cqe *cq;
+	uint32_t tail;		/* client's next SQ index */
+	uint32_t apos;		/* next free arena byte */
+};
+
+static void
+limits(struct sess_limits *l, uint32_t wake, uint32_t max_reqs,
+    uint32_t max_prompt)
+{
+	l->sq_default = 64;
+	l->sq_max = 256;
+	l->cq_default = 64;
+	l->cq_max = 1024;
+	l->arena_default = 65536;
+	l->arena_max = 1u << 20;
+	l->max_reqs = max_reqs;
+	l->max_prompt_bytes = max_prompt;
+	l->wake_mode = wake;
+}
+
+static void
+hello_init(struct cp_hello *h, uint32_t sq, uint32_t cq, uint32_t arena)
+{
+	memset(h, 0, sizeof(*h));
+	h->hdr.magic = CP_PROTO_MAGIC;
+	h->hdr.type = CP_MSG_HELLO;
+	h->hdr.version = CP_PROTO_VERSION;
+	h->sq_entries = sq;
+	h->cq_entries = cq;
+	h->arena_bytes = arena;
+}
+
+static void
+sf_open_lim(struct sf *f, uint32_t sq, uint32_t cq, uint32_t arena,
+    const struct sess_limits *l)
+{
+	struct cp_hello h;
+	struct cp_seg_hdr *hdr;
+	int sv[2];
+
+	memset(f, 0, sizeof(*f));
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0,
+	    sv), 0);
+	f->peer = sv[1];
+	f->s = sess_new(sv[0], 3, 7);
+	ck_assert_ptr_nonnull(f->s);
+	hello_init(&h, sq, cq, arena);
+	ck_assert_int_eq(sess_setup(f->s, &h, l, &f->w, f->fds, &f->nfds), 0);
+	f->map = mmap(NULL, f->w.seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+	    f->fds[CP_FD_MEMFD], 0);
+	ck_assert_ptr_ne(f->map, MAP_FAILED);
+	hdr = (struct cp_seg_hdr *)f->map;
+	f->ctl = (struct cp_seg_ctl *)(f->map + hdr->ctl_off);
+	f->sq = (struct cp_sqe *)(f->map + hdr->sq_off);
+	f->arena = f->map + hdr->arena_off;
+	f->cq = (struct cp_cqe *)(f->map + hdr->cq_off);
+}
+
+static void
+sf_open(struct sf *f, uint32_t wake, uint32_t max_reqs)
+{
+	struct sess_limits l;
+
+	limits(&l, wake, max_reqs, 1u << 20);
+	sf_open_lim(f, 16, 16, 4096, &l);
+}
+
+static void
+sf_close(struct sf *f)
+{
+	int i;
+
+	munmap(f->map, f->w.seg_bytes);
+	for (i = 0; i < f->nfds; i++)
+		close(f->fds[i]);
+	close(f->peer);
+	sess_free(f->s);
+}
+
+/* Copies bytes into the arena; returns their offset. */
+static uint32_t
+sf_arena(struct sf *f, const void *bytes, uint32_t len)
+{
+	uint32_t off = f->apos;
+
+	ck_assert_uint_le(off + len, f->w.arena_bytes);
+	memcpy(f->arena + off, bytes, len);
+	f->apos += len;
+	return off;
+}
+
+static void
+sf_put(struct sf *f, const struct cp_sqe *e)
+{
+	memcpy(&f->sq[f->tail & (f->w.sq_entries - 1)], e, sizeof(*e));
+	f->tail++;
+	ring_store_release(&f->ctl->sq_tail.v, f->tail);
+}
+
+static struct cp_sqe
+sqe_submit(uint32_t id, uint32_t off, uint32_t len)
+{
+	struct cp_sqe e;
+
+	memset(&e, 0, sizeof(e));
+	e.op = CP_OP_SUBMIT;
+	e.req_id = id;
+	e.arena_off = off;
+	e.arena_len = len;
+	e.params.temperature = 0.8f;
+	e.params.top_p = 1.0f;
+	e.params.repeat_penalty = 1.0f;
+	return e;
+}
+
+static struct cp_sqe
+sqe_simple(uint8_t op, uint32_t id)
+{
+	struct cp_sqe e;
+
+	memset(&e, 0, sizeof(e));
+	e.op = op;
+	e.req_id = id;
+	return e;
+}
+
+/* Submits text prompt as request id and consumes it; returns the command. */
+static struct ep_cmd *
+sf_submit_text(struct sf *f, uint32_t id, const char *prompt)
+{
+	struct sess_out out;
+	struct cp_sqe e;
+	uint32_t len = (uint32_t)strlen(prompt);
+
+	e = sqe_submit(id, sf_arena(f, prompt, len), len);
+	sf_put(f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f->s, &out), 1);
+	ck_assert_uint_eq(out.n, 1);
+	return out.head;
+}
+
+/* Consumes and expects a violation whose reason contains what. */
+static void
+expect_violation(struct sf *f, const char *what)
+{
+	struct sess_out out;
+	int r;
+
+	sess_out_init(&out);
+	r = sess_consume(f->s, &out);
+	ep_cmd_free_list(out.head);
+	ck_assert_int_eq(r, -EPROTO);
+	ck_assert_msg(strstr(f->s->why, what) != NULL,
+	    "reason \"%s\" lacks \"%s\"", f->s->why, what);
+}
+
+static int
+count_fds(void)
+{
+	return hd_count_fds(getpid());
+}
+
+/* ---- handshake ------------------------------------------------------ */
+
+START_TEST(test_setup_segment)
+{
+	struct sf f;
+	struct cp_seg_hdr *h;
+	struct cp_seg_layout l;
+	struct stat st;
+	int seals;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ck_assert_int_eq(f.nfds, 2);
+	ck_assert_uint_eq(f.w.n_fds, 2);
+	ck_assert_int_eq(f.w.status, 0);
+	ck_assert_uint_eq(f.w.sq_entries, 16);
+	ck_assert_uint_eq(f.w.cq_entries, 16);
+	ck_assert_uint_eq(f.w.arena_bytes, 4096);
+	ck_assert_uint_eq(f.w.max_reqs, 8);
+	ck_assert_int_eq(cp_seg_layout(16, 16, 4096, &l), 0);
+	ck_assert_uint_eq(f.w.seg_bytes, l.seg_bytes);
+	h = (struct cp_seg_hdr *)f.map;
+	ck_assert_uint_eq(h->magic, CP_SEG_MAGIC);
+	ck_assert_uint_eq(h->version, CP_PROTO_VERSION);
+	ck_assert_uint_eq(h->cq_off, l.cq_off);
+	ck_assert_uint_eq(h->arena_off, l.arena_off);
+	ck_assert_uint_eq(h->sqe_bytes, 64);
+	ck_assert_uint_eq(h->wake_mode, CP_WAKE_FUTEX);
+	ck_assert_int_eq(fstat(f.fds[CP_FD_MEMFD], &st), 0);
+	ck_assert_int_eq(st.st_size, (off_t)l.seg_bytes);
+	seals = fcntl(f.fds[CP_FD_MEMFD], F_GET_SEALS);
+	ck_assert_int_eq(seals & (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+	    F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+	/* The client cannot resize the segment under the daemon. */
+	ck_assert_int_eq(ftruncate(f.fds[CP_FD_MEMFD], 4096), -1);
+	ck_assert_int_eq(errno, EPERM);
+	ck_assert_int_eq(ftruncate(f.fds[CP_FD_MEMFD], (off_t)l.seg_bytes * 2),
+	    -1);
+	/* Its wake pipe end is the read end. */
+	ck_assert_int_eq(fcntl(f.fds[CP_FD_CQ_WAKE], F_GETFL) & O_ACCMODE,
+	    O_RDONLY);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_setup_fd_mode)
+{
+	struct sf f;
+	char b = 1;
+
+	sf_open(&f, CP_WAKE_FD, 8);
+	ck_assert_int_eq(f.nfds, 3);
+	ck_assert_int_eq(fcntl(f.fds[CP_FD_SQ_WAKE], F_GETFL) & O_ACCMODE,
+	    O_WRONLY);
+	ck_assert_int_eq(sess_drain_wake(f.s), 0);
+	ck_assert_int_eq(write(f.fds[CP_FD_SQ_WAKE], &b, 1), 1);
+	ck_assert_int_eq(sess_drain_wake(f.s), 1);
+	ck_assert_int_eq(sess_drain_wake(f.s), 0);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_clamp_sizes)
+{
+	struct sess_limits l;
+	struct sf f;
+
+	limits(&l, CP_WAKE_FUTEX, 4, 4096);
+	sf_open_lim(&f, 3, 100, 5000, &l);
+	ck_assert_uint_eq(f.w.sq_entries, CP_SQ_MIN);
+	ck_assert_uint_eq(f.w.cq_entries, 128);
+	ck_assert_uint_eq(f.w.arena_bytes, 8192);
+	sf_close(&f);
+	sf_open_lim(&f, 1u << 20, 0, 0xffffffffu, &l);
+	ck_assert_uint_eq(f.w.sq_entries, 256);
+	ck_assert_uint_eq(f.w.cq_entries, 64);
+	ck_assert_uint_eq(f.w.arena_bytes, 1u << 20);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_recv_closes_client_fds)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} cb;
+	struct cp_hello h;
+	struct iovec iov;
+	struct msghdr m;
+	struct cmsghdr *c;
+	unsigned char buf[512];
+	size_t len = 0;
+	int sv[2], efd, before;
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0,
+	    sv), 0);
+	efd = eventfd(0, EFD_CLOEXEC);
+	hello_init(&h, 0, 0, 0);
+	iov.iov_base = &h;
+	iov.iov_len = sizeof(h);
+	memset(&m, 0, sizeof(m));
+	memset(&cb, 0, sizeof(cb));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = cb.b;
+	m.msg_controllen = sizeof(cb.b);
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &efd, sizeof(int));
+	ck_assert_int_eq(sendmsg(sv[1], &m, 0), (ssize_t)sizeof(h));
+	before = count_fds();
+	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EPROTO);
+	/* The descriptor that arrived with it was closed again. */
+	ck_assert_int_eq(count_fds(), before);
+	close(efd);
+	close(sv[0]);
+	close(sv[1]);
+}
+END_TEST
+
+START_TEST(test_recv_truncated_and_bad)
+{
+	unsigned char big[600], buf[512];
+	struct cp_hello h, out;
+	size_t len = 0;
+	int sv[2];
+
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0,
+	    sv), 0);
+	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EAGAIN);
+	memset(big, 0, sizeof(big));
+	ck_assert_int_eq(send(sv[1], big, sizeof(big), 0), (ssize_t)sizeof(big));
+	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EPROTO);
+
+	hello_init(&h, 0, 0, 0);
+	ck_assert_int_eq(send(sv[1], &h, 10, 0), 10);
+	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), 0);
+	ck_assert_uint_eq(len, 10);
+	ck_assert_int_eq(sess_hello_check(buf, len, &out), -EPROTO);
+	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), 0);
+	h.hdr.version = 99;
+	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out),
+	    -EPROTONOSUPPORT);
+	hello_init(&h, 0, 0, 0);
+	h.hdr.magic ^= 1;
+	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
+	hello_init(&h, 0, 0, 0);
+	h.hdr.type = CP_MSG_STATS_REQ;
+	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
+	hello_init(&h, 0, 0, 0);
+	h.reserved[3] = 1;
+	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
+	hello_init(&h, 0, 0, 0);
+	h.flags = 1;
+	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
+
+	close(sv[1]);
+	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EPIPE);
+	close(sv[0]);
+}
+END_TEST
+
+/* ---- SQ validation --------------------------------------------------- */
+
+START_TEST(test_submit_ok)
+{
+	static const char stops[] = "END\0\n\n";	/* two, 7 bytes */
+	struct sess_out out;
+	struct ep_cmd *c;
+	struct cp_sqe e;
+	struct sf f;
+	uint32_t off;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	off = sf_arena(&f, stops, sizeof(stops));
+	sf_arena(&f, "hello", 5);
+	e = sqe_submit(42, off, (uint32_t)sizeof(stops) + 5);
+	e.stop_bytes = sizeof(stops);
+	e.params.top_k = 40;
+	e.params.max_tokens = 9;
+	e.params.seed = 1234;
+	e.params.flags = CP_PF_SEED | CP_PF_LOGPROB;
+	sf_put(&f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f.s, &out), 1);
+	ck_assert_uint_eq(out.n, 1);
+	c = out.head;
+	ck_assert_uint_eq(c->kind, EP_CMD_SUBMIT);
+	ck_assert_uint_eq(c->id, sess_port_id(3, 7, 42));
+	ck_assert_uint_eq(c->client, 3);
+	ck_assert_uint_eq(c->text_len, 5);
+	ck_assert_int_eq(memcmp(c->text, "hello", 5), 0);
+	ck_assert_uint_eq(c->n_stop, 2);
+	ck_assert_str_eq(c->stop[0], "END");
+	ck_assert_str_eq(c->stop[1], "\n\n");
+	ck_assert_uint_eq(c->flags, EP_SUBMIT_SEED | EP_SUBMIT_LOGPROB);
+	ck_assert_uint_eq(c->params.max_tokens, 9);
+	ck_assert_int_eq(c->params.top_k, 40);
+	ck_assert_float_eq(c->params.temperature, 0.8f);
+	ck_assert_uint_eq(c->params.seed, 1234);
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->sq_head.v), 1);
+	ck_assert_ptr_nonnull(sess_req_find(f.s, 42));
+	ep_cmd_free_list(out.head);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_append_fragments)
+{
+	static const int32_t ids[3] = { 5, -1, 70000 };
+	struct sess_out out;
+	struct cp_sqe e;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, sf_arena(&f, "ab", 2), 2);
+	e.flags = CP_SQF_MORE;
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_APPEND, 1);
+	e.flags = CP_SQF_MORE;
+	e.arena_off = sf_arena(&f, "cd", 2);
+	e.arena_len = 2;
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_APPEND, 1);
+	e.arena_off = sf_arena(&f, "ef", 2);
+	e.arena_len = 2;
+	sf_put(&f, &e);
+	/* A token prompt in two fragments. */
+	e = sqe_submit(2, sf_arena(&f, ids, 8), 8);
+	e.flags = CP_SQF_MORE | CP_SQF_TOKENS;
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_APPEND, 2);
+	e.arena_off = sf_arena(&f, &ids[2], 4);
+	e.arena_len = 4;
+	sf_put(&f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f.s, &out), 5);
+	ck_assert_uint_eq(out.n, 2);
+	ck_assert_uint_eq(out.head->text_len, 6);
+	ck_assert_int_eq(memcmp(out.head->text, "abcdef", 6), 0);
+	ck_assert_uint_eq(out.head->next->flags & EP_SUBMIT_TOKENS,
+	    EP_SUBMIT_TOKENS);
+	ck_assert_uint_eq(out.head->next->n_tokens, 3);
+	ck_assert_int_eq(out.head->next->tokens[0], 5);
+	ck_assert_int_eq(out.head->next->tokens[1], -1);
+	ck_assert_int_eq(out.head->next->tokens[2], 70000);
+	ep_cmd_free_list(out.head);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_tail_ahead)
+{
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ring_store_release(&f.ctl->sq_tail.v, 17);	/* 16 entries */
+	expect_violation(&f, "exceeds");
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_tail_behind_head)
+{
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ring_store_release(&f.ctl->sq_tail.v, 0xffffffffu);
+	expect_violation(&f, "exceeds");
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_tail_wraps)
+{
+	struct ep_cmd *c;
+	struct cp_sqe e;
+	struct sf f;
+	int i;
+
+	/* Forty entries through a 16-slot ring: indices wrap, all sane. */
+	sf_open(&f, CP_WAKE_FUTEX, 64);
+	for (i = 1; i <= 40; i++) {
+		struct sess_out out;
+
+		e = sqe_submit((uint32_t)i, 0, 0);
+		sf_put(&f, &e);
+		e = sqe_simple(CP_OP_CANCEL, (uint32_t)i);
+		sf_put(&f, &e);
+		sess_out_init(&out);
+		ck_assert_int_eq(sess_consume(f.s, &out), 2);
+		ck_assert_uint_eq(out.n, 2);
+		c = out.head;
+		ck_assert_uint_eq(c->next->kind, EP_CMD_CANCEL);
+		ep_cmd_free_list(c);
+	}
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->sq_head.v), 80);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_unknown_opcode)
+{
+	struct cp_sqe e;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_simple(9, 1);
+	sf_put(&f, &e);
+	expect_violation(&f, "unknown opcode");
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_reserved_bits)
+{
+	struct cp_sqe e;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, 0, 0);
+	e.reserved[1] = 1;
+	sf_put(&f, &e);
+	expect_violation(&f, "reserved");
+	sf_close(&f);
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, 0, 0);
+	e.flags = 0x80;
+	sf_put(&f, &e);
+	expect_violation(&f, "reserved flags");
+	sf_close(&f);
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, 0, 0);
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_CANCEL, 1);
+	e.params.seed = 1;
+	sf_put(&f, &e);
+	expect_violation(&f, "parameters set");
+	sf_close(&f);
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, 0, 0);
+	e.flags = CP_SQF_MORE;
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_APPEND, 1);
+	e.flags = CP_SQF_TOKENS;	/* only MORE is allowed on APPEND */
+	sf_put(&f, &e);
+	expect_violation(&f, "reserved flags");
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_arena_range)
+{
+	static const uint32_t bad[][2] = {
+		{ 4096 - 10, 20 },	/* runs off the end */
+		{ 0, 4097 },		/* longer than the arena */
+		{ 0xffffffffu, 2 },	/* off + len wraps in 32 bits */
+		{ 4097, 0 },		/* empty, but starts outside */
+	};
+	struct cp_sqe e;
+	struct sf f;
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		sf_open(&f, CP_WAKE_FUTEX, 8);
+		e = sqe_submit(1, bad[i][0], bad[i][1]);
+		sf_put(&f, &e);
+		expect_violation(&f, "arena range");
+		sf_close(&f);
+	}
+	/* The last byte exactly is fine. */
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, 4095, 1);
+	sf_put(&f, &e);
+	{
+		struct sess_out out;
+
+		sess_out_init(&out);
+		ck_assert_int_eq(sess_consume(f.s, &out), 1);
+		ep_cmd_free_list(out.head);
+	}
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_unknown_req_id)
+{
+	struct cp_sqe e;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_simple(CP_OP_CANCEL, 5);
+	sf_put(&f, &e);
+	expect_violation(&f, "unknown request 5");
+	sf_close(&f);
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "x"));
+	e = sqe_simple(CP_OP_APPEND, 1);	/* 1 is complete */
+	sf_put(&f, &e);
+	expect_violation(&f, "not being built");
+	sf_close(&f);
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(0, 0, 0);
+	sf_put(&f, &e);
+	expect_violation(&f, "request id 0");
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_ids_increase)
+{
+	struct cp_sqe e;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 2, "x"));
+	e = sqe_submit(2, 0, 0);
+	sf_put(&f, &e);
+	expect_violation(&f, "not above");
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_cancel_active_and_ended)
+{
+	struct sess_out out;
+	struct ep_event ev;
+	struct cp_sqe e;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	ep_cmd_free(sf_submit_text(&f, 2, "b"));
+	/* 1 ends (its DONE is written), then the client cancels both. */
+	memset(&ev, 0, sizeof(ev));
+	ev.type = EP_EV_DONE;
+	ev.finish = CP_FINISH_STOP;
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);
+	e = sqe_simple(CP_OP_CANCEL, 1);
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_CANCEL, 2);
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_CANCEL, 2);	/* twice: one command */
+	sf_put(&f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f.s, &out), 3);
+	ck_assert_uint_eq(out.n, 1);
+	ck_assert_uint_eq(out.head->kind, EP_CMD_CANCEL);
+	ck_assert_uint_eq(out.head->id, sess_port_id(3, 7, 2));
+	ep_cmd_free_list(out.head);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_cancel_while_building)
+{
+	struct sess_out out;
+	struct cp_sqe e;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, sf_arena(&f, "ab", 2), 2);
+	e.flags = CP_SQF_MORE;
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_CANCEL, 1);
+	sf_put(&f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f.s, &out), 2);
+	ck_assert_uint_eq(out.n, 0);	/* the engine never heard of it */
+	ck_assert_ptr_null(sess_req_find(f.s, 1));
+	ep_cmd_free(sf_submit_text(&f, 2, "c"));
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_bad_params)
+{
+	struct cp_sqe e;
+	struct sf f;
+	int i;
+
+	for (i = 0; i < 12; i++) {
+		sf_open(&f, CP_WAKE_FUTEX, 8);
+		e = sqe_submit(1, 0, 0);
+		switch (i) {
+		case 0: e.params.temperature = NAN; break;
+		case 1: e.params.temperature = -1.0f; break;
+		case 2: e.params.temperature = 101.0f; break;
+		case 3: e.params.top_p = 0.0f; break;
+		case 4: e.params.top_p = 1.5f; break;
+		case 5: e.params.min_p = -0.1f; break;
+		case 6: e.params.repeat_penalty = 0.0f; break;
+		case 7: e.params.repeat_penalty = 17.0f; break;
+		case 8: e.params.top_k = -1; break;
+		case 9: e.params.top_k = (1 << 20) + 1; break;
+		case 10: e.params.repeat_last_n = (1u << 20) + 1; break;
+		case 11: e.params.flags = 0x8; break;
+		}
+		sf_put(&f, &e);
+		expect_violation(&f, "req 1");
+		sf_close(&f);
+	}
+}
+END_TEST
+
+START_TEST(test_bad_stops)
+{
+	static const struct {
+		const char *bytes;
+		uint32_t len;
+		const char *why;
+	} bad[] = {
+		{ "\0", 1, "empty stop" },
+		{ "a\0\0", 3, "empty stop" },
+		{ "ab", 2, "NUL-terminated" },
+		{ "1\0" "2\0" "3\0" "4\0" "5\0" "6\0" "7\0" "8\0" "9", 18,
+		    "more than 8" },
+	};
+	struct cp_sqe e;
+	struct sf f;
+	size_t i;
+
+	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		sf_open(&f, CP_WAKE_FUTEX, 8);
+		e = sqe_submit(1, sf_arena(&f, bad[i].bytes, bad[i].len),
+		    bad[i].len);
+		e.stop_bytes = (uint16_t)bad[i].len;
+		sf_put(&f, &e);
+		expect_violation(&f, bad[i].why);
+		sf_close(&f);
+	}
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, 0, 100);
+	e.stop_bytes = 101;		/* longer than its range */
+	sf_put(&f, &e);
+	expect_violation(&f, "stop block");
+	sf_close(&f);
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, 0, 1000);
+	e.stop_bytes = CP_STOP_BYTES_MAX + 1;
+	sf_put(&f, &e);
+	expect_violation(&f, "stop block");
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_max_reqs)
+{
+	struct cp_sqe e;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 2);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	ep_cmd_free(sf_submit_text(&f, 2, "b"));
+	e = sqe_submit(3, 0, 0);
+	sf_put(&f, &e);
+	expect_violation(&f, "in flight");
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_max_prompt)
+{
+	struct sess_limits l;
+	struct cp_sqe e;
+	struct sf f;
+
+	limits(&l, CP_WAKE_FUTEX, 8, 16);
+	sf_open_lim(&f, 16, 16, 4096, &l);
+	e = sqe_submit(1, 0, 17);
+	sf_put(&f, &e);
+	expect_violation(&f, "prompt over 16");
+	sf_close(&f);
+
+	sf_open_lim(&f, 16, 16, 4096, &l);
+	e = sqe_submit(1, 0, 10);
+	e.flags = CP_SQF_MORE;
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_APPEND, 1);
+	e.arena_len = 10;
+	sf_put(&f, &e);
+	expect_violation(&f, "prompt over 16");
+	sf_close(&f);
+
+	sf_open_lim(&f, 16, 16, 4096, &l);
+	e = sqe_submit(1, 0, 6);
+	e.flags = CP_SQF_TOKENS;
+	sf_put(&f, &e);
+	expect_violation(&f, "token prompt");
+	sf_close(&f);
+}
+END_TEST
+
+/* xorshift64, for reproducible garbage. */
+static uint64_t
+rnd(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+START_TEST(test_random_garbage)
+{
+	uint64_t seed = 0x9e3779b97f4a7c15ull;
+	struct sess_out out;
+	struct ep_cmd *c;
+	struct cp_sqe e;
+	struct sf f;
+	int it, r, violations = 0, accepted = 0;
+	uint32_t i;
+
+	for (it = 0; it < 1500; it++) {
+		sf_open(&f, CP_WAKE_FUTEX, 8);
+		for (i = 0; i < 4096 / 8; i++) {
+			uint64_t v = rnd(&seed);
+
+			memcpy(f.arena + i * 8, &v, 8);
+		}
+		/* Plausible entries, then a random byte or two broken. */
+		for (i = 0; i < 16; i++) {
+			e = sqe_submit(1 + (uint32_t)(rnd(&seed) % 6),
+			    (uint32_t)(rnd(&seed) % 4200),
+			    (uint32_t)(rnd(&seed) % 300));
+			e.op = (uint8_t)(1 + rnd(&seed) % 3);
+			e.flags = (uint8_t)(rnd(&seed) % 4);
+			if (e.op != CP_OP_SUBMIT) {
+				memset(&e.params, 0, sizeof(e.params));
+				e.flags &= CP_SQF_MORE;
+				if (e.op == CP_OP_CANCEL)
+					e.flags = 0, e.arena_off = 0,
+					    e.arena_len = 0;
+			}
+			if (rnd(&seed) % 3 == 0)
+				e.stop_bytes = (uint16_t)(rnd(&seed) % 16);
+			if (rnd(&seed) % 4 == 0)
+				((unsigned char *)&e)[rnd(&seed) % sizeof(e)] =
+				    (unsigned char)rnd(&seed);
+			memcpy(&f.sq[i], &e, sizeof(e));
+		}
+		ring_store_release(&f.ctl->sq_tail.v,
+		    (uint32_t)(rnd(&seed) % 20));
+		sess_out_init(&out);
+		r = sess_consume(f.s, &out);
+		ck_assert(r == -EPROTO || (r >= 0 && r <= 16));
+		if (r < 0)
+			violations++;
+		for (c = out.head; c != NULL; c = c->next) {
+			if (c->kind != EP_CMD_SUBMIT)
+				continue;
+			accepted++;
+			ck_assert_uint_le(c->n_stop, CP_STOP_MAX);
+			ck_assert_uint_le(c->text_len + c->n_tokens * 4, 1u << 20);
+			for (i = 0; i < c->n_stop; i++)
+				ck_assert_uint_gt(strlen(c->stop[i]), 0);
+		}
+		ep_cmd_free_list(out.head);
+		sf_close(&f);
+	}
+	/* The generator reaches both outcomes. */
+	ck_assert_int_gt(violations, 100);
+	ck_assert_int_gt(accepted, 50);
+}
+END_TEST
+
+struct scribble {
+	struct sf *f;
+	volatile int stop;
+};
+
+static void *
+scribbler(void *arg)
+{
+	struct scribble *sc = arg;
+	uint64_t seed = 12345;
+	uint32_t *w = (uint32_t *)(void *)sc->f->map;
+	size_t words = sc->f->w.seg_bytes / 4;
+
+	while (!sc->stop) {
+		size_t k = (size_t)(rnd(&seed) % words);
+
+		__atomic_store_n(&w[k], (uint32_t)rnd(&seed), __ATOMIC_RELAXED);
+		if (rnd(&seed) % 8 == 0)
+			__atomic_store_n(&sc->f->ctl->sq_tail.v,
+			    (uint32_t)(rnd(&seed) % 24), __ATOMIC_RELEASE);
+	}
+	return NULL;
+}
+
+/* The client rewrites its whole segment while the daemon reads it. */
+START_TEST(test_concurrent_scribbler)
+{
+	struct scribble sc;
+	struct sess_out out;
+	struct ep_event ev;
+	struct sf f;
+	pthread_t th;
+	int i, r;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	sc.f = &f;
+	sc.stop = 0;
+	ck_assert_int_eq(pthread_create(&th, NULL, scribbler, &sc), 0);
+	memset(&ev, 0, sizeof(ev));
+	ev.type = EP_EV_TOKEN;
+	ev.token = 1;
+	ev.text_len = 3;
+	for (i = 0; i < 200000; i++) {
+		sess_out_init(&out);
+		r = sess_consume(f.s, &out);
+		ck_assert(r == -EPROTO || r >= 0);
+		ep_cmd_free_list(out.head);
+		sess_post(f.s, 1, &ev, "abc");
+		sess_flush(f.s);
+		if (r < 0) {
+			/* A new session over the same memory: keep hammering. */
+			f.s->sq_head = ring_load_relaxed(&f.ctl->sq_tail.v);
+			f.s->build.active = 0;
+			f.s->n_reqs = 0;
+			f.s->last_req_id = 0;
+		}
+	}
+	sc.stop = 1;
+	pthread_join(th, NULL);
+	sf_close(&f);
+}
+END_TEST
+
+/* ---- CQ ---------------------------------------------------------------- */
+
+static struct ep_event
+token_ev(int32_t tok, uint32_t text_len)
+{
+	struct ep_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = EP_EV_TOKEN;
+	ev.token = tok;
+	ev.logprob = -0.5f;
+	ev.text_len = text_len;
+	return ev;
+}
+
+START_TEST(test_cq_post_flush)
+{
+	struct ep_event ev;
+	struct cp_cqe q;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	ev = token_ev(77, 2);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, "hi"), 0);
+	/* Not visible before the flush. */
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->cq_tail.v), 0);
+	ck_assert_int_eq(sess_flush(f.s), 0);	/* nobody sleeps */
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->cq_tail.v), 1);
+	memcpy(&q, &f.cq[0], sizeof(q));
+	ck_assert_uint_eq(q.req_id, 1);
+	ck_assert_uint_eq(q.type, CP_EV_TOKEN);
+	ck_assert_int_eq(q.token, 77);
+	ck_assert_float_eq(q.logprob, -0.5f);
+	ck_assert_uint_eq(q.text_len, 2);
+	ck_assert_int_eq(memcmp(q.text, "hi", 2), 0);
+	ck_assert_uint_eq(q.flags, 0);
+
+	ring_store_relaxed(&f.ctl->client_waiting.v, CP_WAIT_SLEEP);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, "hi"), 0);
+	ck_assert_int_eq(sess_flush(f.s), SESS_WAKE_FUTEX);
+	ck_assert_int_eq(sess_flush(f.s), 0);	/* nothing new: no wake */
+	ring_store_relaxed(&f.ctl->client_waiting.v, CP_WAIT_FD);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, "hi"), 0);
+	ck_assert_int_eq(sess_flush(f.s), SESS_WAKE_FD);
+	sf_close(&f);
+
+	/* Pipe mode: a sleeper is woken through its pipe. */
+	sf_open(&f, CP_WAKE_FD, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	ring_store_relaxed(&f.ctl->client_waiting.v, CP_WAIT_SLEEP);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, "hi"), 0);
+	ck_assert_int_eq(sess_flush(f.s), SESS_WAKE_FD);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_cq_groups)
+{
+	char text[100];
+	struct ep_event ev;
+	struct cp_cqe q[3];
+	struct sf f;
+	int i;
+
+	for (i = 0; i < 100; i++)
+		text[i] = (char)('A' + i % 26);
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	ev = token_ev(5, 100);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, text), 0);
+	sess_flush(f.s);
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->cq_tail.v), 3);
+	memcpy(q, f.cq, sizeof(q));
+	ck_assert_uint_eq(q[0].type, CP_EV_TOKEN);
+	ck_assert_int_eq(q[0].token, 5);
+	ck_assert_uint_eq(q[0].text_len, 36);
+	ck_assert_uint_eq(q[0].flags, CP_CQF_MORE);
+	ck_assert_uint_eq(q[1].type, CP_EV_TEXT);
+	ck_assert_uint_eq(q[1].text_len, 36);
+	ck_assert_uint_eq(q[1].flags, CP_CQF_MORE);
+	ck_assert_uint_eq(q[2].type, CP_EV_TEXT);
+	ck_assert_uint_eq(q[2].text_len, 28);
+	ck_assert_uint_eq(q[2].flags, 0);
+	ck_assert_int_eq(memcmp(q[0].text, text, 36), 0);
+	ck_assert_int_eq(memcmp(q[1].text, text + 36, 36), 0);
+	ck_assert_int_eq(memcmp(q[2].text, text + 72, 28), 0);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_cq_overflow_keeps_order)
+{
+	struct ep_event ev;
+	struct sf f;
+	uint32_t head = 0, i;
+	int expect = 0;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	for (i = 0; i < 20; i++) {
+		ev = token_ev((int32_t)i, 0);
+		ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), i < 16 ? 0 : 1);
+	}
+	ck_assert_uint_eq(f.s->ovf_n, 4);
+	sess_flush(f.s);
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->cq_tail.v), 16);
+	/* Tokens 16.. wait behind; a new event queues behind them too. */
+	ev = token_ev(20, 0);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 1);
+	for (; head < 8; head++)
+		ck_assert_int_eq(f.cq[head & 15].token, expect++);
+	ring_store_release(&f.ctl->cq_head.v, head);
+	sess_flush(f.s);
+	ck_assert_uint_eq(f.s->ovf_n, 0);
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->cq_tail.v), 21);
+	for (; head < 21; head++)
+		ck_assert_int_eq(f.cq[head & 15].token, expect++);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_cq_bad_head)
+{
+	struct ep_event ev;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	ev = token_ev(1, 0);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);
+	sess_flush(f.s);
+	/* Consumed more than was published. */
+	ring_store_release(&f.ctl->cq_head.v, 2);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), -EPROTO);
+	ck_assert_ptr_nonnull(strstr(f.s->why, "cq_head"));
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_cq_overflow_limit)
+{
+	struct ep_event ev;
+	struct sf f;
+	int i, r = 0;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	ev = token_ev(1, 0);
+	for (i = 0; i < 16 + 4096 + 1 && r >= 0; i++)
+		r = sess_post(f.s, 1, &ev, "");
+	ck_assert_int_eq(r, -ENOBUFS);
+	ck_assert_int_eq(i, 16 + 4096 + 1);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_terminal_and_stalled)
+{
+	struct ep_event ev;
+	struct cp_cqe q;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	sess_req_find(f.s, 1)->stalled = 1;
+	memset(&ev, 0, sizeof(ev));
+	ev.type = EP_EV_DONE;
+	ev.finish = CP_FINISH_CANCELLED;
+	ev.n_prompt = 1;
+	ev.n_gen = 4;
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);
+	ck_assert_ptr_null(sess_req_find(f.s, 1));
+	/* Events after the end, or for requests never made, are dropped. */
+	ev = token_ev(3, 0);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);
+	ck_assert_int_eq(sess_post(f.s, 99, &ev, ""), 0);
+	sess_flush(f.s);
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->cq_tail.v), 1);
+	memcpy(&q, &f.cq[0], sizeof(q));
+	ck_assert_uint_eq(q.type, CP_EV_DONE);
+	ck_assert_uint_eq(q.finish, CP_FINISH_STALLED);
+	ck_assert_uint_eq(q.n_prompt, 1);
+	ck_assert_uint_eq(q.n_gen, 4);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_long_text_split)
+{
+	char text[2000], got[2000];
+	struct ep_event ev;
+	struct sf f;
+	uint32_t head, tail, used = 0, groups = 0;
+	int saw_real = 0;
+
+	for (head = 0; head < sizeof(text); head++)
+		text[head] = (char)(head * 7);
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ep_cmd_free(sf_submit_text(&f, 1, "a"));
+	ck_assert_uint_eq(f.s->text_chunk, 36 * 8);	/* 16-entry CQ */
+	ev = token_ev(9, sizeof(text));
+	head = 0;
+	ck_assert_int_ge(sess_post(f.s, 1, &ev, text), 0);
+	for (;;) {
+		sess_flush(f.s);
+		tail = ring_load_acquire(&f.ctl->cq_tail.v);
+		if (tail == head)
+			break;
+		for (; head != tail; head++) {
+			struct cp_cqe q = f.cq[head & 15];
+
+			memcpy(got + used, q.text, q.text_len);
+			used += q.text_len;
+			if (q.type == CP_EV_TOKEN) {
+				groups++;
+				if (q.token == 9)
+					saw_real = 1;
+				else
+					ck_assert_int_eq(q.token, -1);
+			}
+		}
+		ring_store_release(&f.ctl->cq_head.v, head);
+	}
+	ck_assert_uint_eq(used, sizeof(text));
+	ck_assert_int_eq(memcmp(got, text, sizeof(text)), 0);
+	ck_assert_uint_eq(groups, 7);	/* ceil(2000 / 288) */
+	ck_assert_int_eq(saw_real, 1);
+	sf_close(&f);
+}
+END_TEST
+
+START_TEST(test_idle_enter)
+{
+	struct cp_sqe e;
+	struct sf f;
+	uint32_t tail = 99;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	ck_assert_int_eq(sess_idle_enter(f.s, &tail), 0);
+	ck_assert_uint_eq(tail, 0);
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->daemon_idle.v), 1);
+	ck_assert_int_eq(sess_sq_pending(f.s), 0);
+	e = sqe_submit(1, 0, 0);
+	sf_put(&f, &e);
+	ck_assert_int_eq(sess_sq_pending(f.s), 1);
+	ck_assert_int_eq(sess_idle_enter(f.s, &tail), 1);
+	ck_assert_uint_eq(tail, 1);
+	sess_idle_leave(f.s);
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->daemon_idle.v), 0);
+	sf_close(&f);
+}
+END_TEST
+
+/* ---- the server: handshake and admission over a real socket ---------- */
+
+static void
+cfg_init(struct srv_config *c)
+{
+	srv_config_defaults(c);
+	c->handshake_timeout_ms = 2000;
+	snprintf(c->model.name, sizeof(c->model.name), "mock");
+	c->model.n_ctx = 2048;
+}
+
+static uint64_t
+protocol_errors(const char *path)
+{
+	struct cp_wire_stats st;
+	struct raw_client rc;
+
+	ck_assert_int_eq(raw_connect(path, &rc, 0, 0, 0), 0);
+	ck_assert_int_eq(raw_stats(&rc, &st), 0);
+	raw_close(&rc);
+	return st.protocol_errors;
+}
+
+/* A well-behaved raw client gets its prompt echoed. */
+static void
+check_served(const char *path)
+{
+	struct raw_client rc;
+	char out[64] = "";
+	uint8_t fin = 0;
+
+	ck_assert_int_eq(raw_connect(path, &rc, 0, 0, 0), 0);
+	ck_assert_int_eq(raw_submit(&rc, 1, "served", 0), 0);
+	ck_assert_int_eq(raw_collect(&rc, 1, out, sizeof(out), 5000, &fin),
+	    CP_EV_DONE);
+	ck_assert_str_eq(out, "served");
+	ck_assert_uint_eq(fin, CP_FINISH_STOP);
+	raw_close(&rc);
+}
+
+START_TEST(test_srv_handshake)
+{
+	struct srv_config c;
+	struct raw_client rc;
+	struct hd d;
+
+	cfg_init(&c);
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	ck_assert_int_eq(raw_connect(d.path, &rc, 32, 64, 8192), 0);
+	ck_assert_uint_eq(rc.w.sq_entries, 32);
+	ck_assert_uint_eq(rc.w.cq_entries, 64);
+	ck_assert_uint_eq(rc.w.arena_bytes, 8192);
+	ck_assert_str_eq(rc.w.model.name, "mock");
+	ck_assert_uint_eq(rc.w.model.n_ctx, 2048);
+	ck_assert_uint_eq(rc.hdr->magic, CP_SEG_MAGIC);
+	ck_assert_uint_eq(rc.hdr->sq_entries, 32);
+	raw_close(&rc);
+	check_served(d.path);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_srv_fd_in_hello)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} cb;
+	struct srv_config c;
+	struct raw_client rc;
+	struct cp_hello h;
+	struct iovec iov;
+	struct msghdr m;
+	struct cmsghdr *cm;
+	struct hd d;
+	int efd;
+
+	cfg_init(&c);
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	memset(&rc, 0, sizeof(rc));
+	rc.fd = raw_socket(d.path);
+	ck_assert_int_ge(rc.fd, 0);
+	efd = eventfd(0, EFD_CLOEXEC);
+	hello_init(&h, 0, 0, 0);
+	iov.iov_base = &h;
+	iov.iov_len = sizeof(h);
+	memset(&m, 0, sizeof(m));
+	memset(&cb, 0, sizeof(cb));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = cb.b;
+	m.msg_controllen = sizeof(cb.b);
+	cm = CMSG_FIRSTHDR(&m);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &efd, sizeof(int));
+	ck_assert_int_eq(sendmsg(rc.fd, &m, 0), (ssize_t)sizeof(h));
+	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
+	close(efd);
+	raw_close(&rc);
+	ck_assert_uint_eq(protocol_errors(d.path), 1);
+	ck_assert(hd_log_has(&d, "descriptors or truncated"));
+	check_served(d.path);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_srv_truncated_hello)
+{
+	struct srv_config c;
+	struct raw_client rc;
+	struct cp_hello h;
+	struct hd d;
+
+	cfg_init(&c);
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	memset(&rc, 0, sizeof(rc));
+	rc.fd = raw_socket(d.path);
+	hello_init(&h, 0, 0, 0);
+	ck_assert_int_eq(send(rc.fd, &h, 7, 0), 7);
+	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
+	raw_close(&rc);
+	ck_assert_uint_eq(protocol_errors(d.path), 1);
+	ck_assert(hd_log_has(&d, "malformed HELLO (7 bytes)"));
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_srv_version_mismatch)
+{
+	struct srv_config c;
+	struct cp_welcome w;
+	struct cp_hello h;
+	struct hd d;
+	int fd;
+
+	cfg_init(&c);
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	fd = raw_socket(d.path);
+	hello_init(&h, 0, 0, 0);
+	h.hdr.version = CP_PROTO_VERSION + 1;
+	ck_assert_int_eq(send(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+	ck_assert_int_eq(recv(fd, &w, sizeof(w), 0), (ssize_t)sizeof(w));
+	ck_assert_int_eq(w.status, -EPROTONOSUPPORT);
+	ck_assert_int_eq(recv(fd, &w, sizeof(w), 0), 0);	/* then closed */
+	close(fd);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_srv_handshake_timeout)
+{
+	struct srv_config c;
+	struct raw_client rc;
+	struct hd d;
+
+	cfg_init(&c);
+	c.handshake_timeout_ms = 200;
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	memset(&rc, 0, sizeof(rc));
+	rc.fd = raw_socket(d.path);
+	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
+	raw_close(&rc);
+	ck_assert(hd_log_has(&d, "no HELLO within 200 ms"));
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_srv_allow_list)
+{
+	struct srv_config c;
+	struct raw_client rc;
+	struct hd d;
+
+	cfg_init(&c);
+	c.allow_uids[0] = getuid() + 4242;
+	c.n_allow_uids = 1;
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), -EACCES);
+	ck_assert_int_eq(rc.nfds, 0);
+	raw_close(&rc);
+	ck_assert(hd_log_has(&d, "not allowed"));
+	hd_stop(&d);
+
+	/* Our primary group on the list lets us in. */
+	cfg_init(&c);
+	c.allow_uids[0] = getuid() + 4242;
+	c.n_allow_uids = 1;
+	c.allow_gids[0] = getgid();
+	c.n_allow_gids = 1;
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	check_served(d.path);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_srv_per_uid_limit)
+{
+	struct srv_config c;
+	struct raw_client a, b, x;
+	struct hd d;
+	int i, r = -1;
+
+	cfg_init(&c);
+	c.per_uid_max_clients = 2;
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	ck_assert_int_eq(raw_connect(d.path, &a, 0, 0, 0), 0);
+	ck_assert_int_eq(raw_connect(d.path, &b, 0, 0, 0), 0);
+	ck_assert_int_eq(raw_connect(d.path, &x, 0, 0, 0), -EUSERS);
+	raw_close(&x);
+	raw_close(&b);
+	/* Once the daemon sees the hangup, there is room again. */
+	for (i = 0; i < 200 && r != 0; i++) {
+		r = raw_connect(d.path, &x, 0, 0, 0);
+		if (r != 0) {
+			raw_close(&x);
+			usleep(10000);
+		}
+	}
+	ck_assert_int_eq(r, 0);
+	raw_close(&x);
+	raw_close(&a);
+	ck_assert(hd_log_has(&d, "has 2 connections"));
+	hd_stop(&d);
+}
+END_TEST
+
+/* One hostile write into shared memory per case; each must be disconnected. */
+static void
+hostile_case(const char *path, int which)
+{
+	struct raw_client rc;
+	struct cp_sqe e;
+
+	ck_assert_int_eq(raw_connect(path, &rc, 0, 0, 0), 0);
+	memset(&e, 0, sizeof(e));
+	e.op = CP_OP_SUBMIT;
+	e.req_id = 1;
+	e.params.top_p = 1.0f;
+	e.params.repeat_penalty = 1.0f;
+	switch (which) {
+	case 0:	/* tail - head > entries */
+		ring_store_release(&rc.ctl->sq_tail.v, rc.w.sq_entries + 3);
+		raw_wake(&rc);
+		goto wait;
+	case 1:
+		e.op = 77;
+		break;
+	case 2:
+		e.reserved[0] = 0x100;
+		break;
+	case 3:
+		e.arena_off = rc.w.arena_bytes - 4;
+		e.arena_len = 8;
+		break;
+	case 4:
+		e.op = CP_OP_CANCEL;
+		e.req_id = 77;
+		e.params.top_p = 0;
+		e.params.repeat_penalty = 0;
+		break;
+	}
+	memcpy(&rc.sq[0], &e, sizeof(e));
+	ring_store_release(&rc.ctl->sq_tail.v, 1);
+	raw_wake(&rc);
+wait:
+	ck_assert_msg(raw_wait_closed(&rc, 3000) == 1, "case %d not closed",
+	    which);
+	raw_close(&rc);
+}
+
+START_TEST(test_srv_hostile_memory)
+{
+	static const char *why[] = { "exceeds", "unknown opcode",
+	    "reserved words", "arena range", "unknown request 77" };
+	struct srv_config c;
+	struct raw_client good;
+	char out[64] = "";
+	uint8_t fin = 0;
+	struct hd d;
+	int i;
+
+	cfg_init(&c);
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	/* A good client connected throughout, with a request under way. */
+	ck_assert_int_eq(raw_connect(d.path, &good, 0, 0, 0), 0);
+	for (i = 0; i < 5; i++) {
+		hostile_case(d.path, i);
+		ck_assert_msg(hd_log_has(&d, why[i]), "log lacks \"%s\"",
+		    why[i]);
+	}
+	ck_assert_int_eq(raw_submit(&good, 1, "still here", 0), 0);
+	ck_assert_int_eq(raw_collect(&good, 1, out, sizeof(out), 5000, &fin),
+	    CP_EV_DONE);
+	ck_assert_str_eq(out, "still here");
+	raw_close(&good);
+	ck_assert_uint_eq(protocol_errors(d.path), 5);
+	ck_assert(hd_log_has(&d, "disconnected"));
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_srv_garbage_record)
+{
+	struct srv_config c;
+	struct raw_client rc;
+	struct hd d;
+	char junk[16] = "junk";
+
+	cfg_init(&c);
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
+	ck_assert_int_eq(send(rc.fd, junk, sizeof(junk), 0),
+	    (ssize_t)sizeof(junk));
+	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
+	raw_close(&rc);
+	ck_assert_uint_eq(protocol_errors(d.path), 1);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_srv_per_uid_requests)
+{
+	struct srv_config c;
+	struct mock_opts mo;
+	struct raw_client rc;
+	uint8_t fin = 0;
+	struct hd d;
+
+	cfg_init(&c);
+	c.per_uid_max_requests = 1;
+	mock_opts_default(&mo);
+	mo.step_us = 2000;
+	ck_assert_int_eq(hd_start(&d, &c, &mo), 0);
+	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
+	ck_assert_int_eq(raw_submit(&rc, 1, "a long enough prompt", 0), 0);
+	ck_assert_int_eq(raw_submit(&rc, 2, "second", 0), 0);
+	/* The second is refused with an error event, the first completes. */
+	ck_assert_int_eq(raw_collect(&rc, 2, NULL, 0, 5000, &fin),
+	    CP_EV_ERROR);
+	ck_assert_int_eq(raw_collect(&rc, 1, NULL, 0, 5000, &fin), CP_EV_DONE);
+	raw_close(&rc);
+	hd_stop(&d);
+}
+END_TEST
+
+Suite *
+session_suite(void)
+{
+	Suite *s = suite_create("session");
+	TCase *th = tcase_create("handshake");
+	TCase *tq = tcase_create("sq");
+	TCase *tc = tcase_create("cq");
+	TCase *ts = tcase_create("server");
+
+	tcase_add_test(th, test_setup_segment);
+	tcase_add_test(th, test_setup_fd_mode);
+	tcase_add_test(th, test_clamp_sizes);
+	tcase_add_test(th, test_recv_closes_client_fds);
+	tcase_add_test(th, test_recv_truncated_and_bad);
+	suite_add_tcase(s, th);
+
+	tcase_add_test(tq, test_submit_ok);
+	tcase_add_test(tq, test_append_fragments);
+	tcase_add_test(tq, test_tail_ahead);
+	tcase_add_test(tq, test_tail_behind_head);
+	tcase_add_test(tq, test_tail_wraps);
+	tcase_add_test(tq, test_unknown_opcode);
+	tcase_add_test(tq, test_reserved_bits);
+	tcase_add_test(tq, test_arena_range);
+	tcase_add_test(tq, test_unknown_req_id);
+	tcase_add_test(tq, test_ids_increase);
+	tcase_add_test(tq, test_cancel_active_and_ended);
+	tcase_add_test(tq, test_cancel_while_building);
+	tcase_add_test(tq, test_bad_params);
+	tcase_add_test(tq, test_bad_stops);
+	tcase_add_test(tq, test_max_reqs);
+	tcase_add_test(tq, test_max_prompt);
+	tcase_add_test(tq, test_random_garbage);
+	tcase_add_test(tq, test_concurrent_scribbler);
+	tcase_set_timeout(tq, 60);
+	suite_add_tcase(s, tq);
+
+	tcase_add_test(tc, test_cq_post_flush);
+	tcase_add_test(tc, test_cq_groups);
+	tcase_add_test(tc, test_cq_overflow_keeps_order);
+	tcase_add_test(tc, test_cq_bad_head);
+	tcase_add_test(tc, test_cq_overflow_limit);
+	tcase_add_test(tc, test_terminal_and_stalled);
+	tcase_add_test(tc, test_long_text_split);
+	tcase_add_test(tc, test_idle_enter);
+	suite_add_tcase(s, tc);
+
+	tcase_add_test(ts, test_srv_handshake);
+	tcase_add_test(ts, test_srv_fd_in_hello);
+	tcase_add_test(ts, test_srv_truncated_hello);
+	tcase_add_test(ts, test_srv_version_mismatch);
+	tcase_add_test(ts, test_srv_handshake_timeout);
+	tcase_add_test(ts, test_srv_allow_list);
+	tcase_add_test(ts, test_srv_per_uid_limit);
+	tcase_add_test(ts, test_srv_hostile_memory);
+	tcase_add_test(ts, test_srv_garbage_record);
+	tcase_add_test(ts, test_srv_per_uid_requests);
+	tcase_set_timeout(ts, 30);
+	suite_add_tcase(s, ts);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(session_suite());
+	int nf;
+
+	srunner_run_all(sr, CK_NORMAL);
+	nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nf == 0 ? 0 : 1;
+}

@@ -1,0 +1,105 @@
+/*
+ * cpd_harness.h - test helpers around a real cpd server: a daemon in a
+ * forked child process (server.c + the mock engine), and a raw protocol
+ * client that speaks cp_proto.h by hand, for tests that must misbehave.
+ *
+ * Everything lives in a fresh directory under $TMPDIR (else build/tmp,
+ * else /tmp) and is removed by hd_stop(), which also runs at exit of the
+ * process that started the daemon (a failed assertion exits the test), and
+ * the daemon dies with that process.  Forked clients must leave with
+ * _exit().
+ */
+#ifndef CP_TEST_CPD_HARNESS_H
+#define CP_TEST_CPD_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cp_proto.h"
+#include "mock_engine.h"
+#include "server.h"
+
+struct hd {
+	pid_t pid;		/* the daemon process, 0 when gone */
+	char dir[256];
+	char path[SRV_PATH_MAX];	/* its socket */
+	char log[300];		/* its log file (level debug) */
+};
+
+/*
+ * Starts a daemon with cfg (socket_path replaced) and the mock engine with
+ * mo (NULL: defaults); returns 0 once it listens, or -errno.
+ */
+int hd_start(struct hd *d, const struct srv_config *cfg,
+    const struct mock_opts *mo);
+
+/* SIGTERM, wait (SIGKILL after 5 s), remove the directory. */
+void hd_stop(struct hd *d);
+
+/* SIGKILL and reap, leaving the files (hd_stop() still cleans up). */
+void hd_kill(struct hd *d);
+
+/* 1 when the daemon's log contains needle, else 0. */
+int hd_log_has(const struct hd *d, const char *needle);
+
+/* Open descriptors of process pid (/proc/pid/fd), or -1. */
+int hd_count_fds(pid_t pid);
+
+/* Mappings of session memfds in process pid (/proc/pid/maps), or -1. */
+int hd_count_memfd_maps(pid_t pid);
+
+/* A client speaking the protocol by hand. */
+struct raw_client {
+	int fd;
+	struct cp_welcome w;
+	int fds[CP_FD_MAX];
+	int nfds;
+	unsigned char *map;
+	size_t map_len;
+	struct cp_seg_hdr *hdr;
+	struct cp_seg_ctl *ctl;
+	struct cp_sqe *sq;
+	unsigned char *arena;
+	struct cp_cqe *cq;
+	uint32_t sq_tail;	/* next SQ slot to fill */
+	uint32_t cq_head;	/* next CQ slot to read */
+	uint32_t arena_pos;	/* next free arena byte (no reuse) */
+};
+
+/* Connected SOCK_SEQPACKET socket to path, or -errno. */
+int raw_socket(const char *path);
+
+/*
+ * Connects, says HELLO (sizes 0 = defaults), reads the welcome and maps
+ * the segment.  Returns 0, the welcome's negative status (refused), or
+ * -errno.
+ */
+int raw_connect(const char *path, struct raw_client *rc, uint32_t sq,
+    uint32_t cq, uint32_t arena);
+
+/* Closes and unmaps everything (safe on a zeroed or failed client). */
+void raw_close(struct raw_client *rc);
+
+/* Wakes the daemon after publishing SQ entries (futex or pipe, per the welcome). */
+void raw_wake(struct raw_client *rc);
+
+/* Queues a text SUBMIT (no stops, default parameters), publishes and wakes; 0 or -ENOSPC. */
+int raw_submit(struct raw_client *rc, uint32_t req_id, const char *prompt,
+    uint32_t max_tokens);
+
+/*
+ * Reads events until a terminal one for req_id or timeout_ms; appends
+ * token text to out (size bytes, NUL-terminated).  Returns the terminal
+ * CQE's type, 0 on timeout, -EPROTO on a bad ring.
+ */
+int raw_collect(struct raw_client *rc, uint32_t req_id, char *out,
+    size_t size, int timeout_ms, uint8_t *finish);
+
+/* 1 when the daemon closed rc's socket within timeout_ms, else 0. */
+int raw_wait_closed(struct raw_client *rc, int timeout_ms);
+
+/* Asks for stats over the socket; 0 or -errno. */
+int raw_stats(struct raw_client *rc, struct cp_wire_stats *st);
+
+#endif

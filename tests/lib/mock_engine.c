@@ -1,0 +1,278 @@
+/*
+ * mock_engine.c - deterministic engine thread for tests (see mock_engine.h).
+ */
+#include "mock_engine.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct mock_req {
+	struct ep_cmd *cmd;		/* owned */
+	size_t pos;			/* next prompt element to echo */
+	uint32_t gen;
+	int paused;
+	char *out;			/* generated text, for stop strings */
+	size_t out_len, out_cap;
+};
+
+struct mock_engine {
+	struct engine_port *port;
+	struct mock_opts o;
+	pthread_t th;
+	struct mock_req *reqs;
+	size_t n, cap;
+	struct ep_batch batch;
+	struct ep_stats stats;
+};
+
+void
+mock_opts_default(struct mock_opts *o)
+{
+	o->step_us = 200;
+	o->text_repeat = 1;
+	o->default_max_tokens = 4096;
+}
+
+static size_t
+prompt_len(const struct ep_cmd *c)
+{
+	return (c->flags & EP_SUBMIT_TOKENS) ? c->n_tokens : c->text_len;
+}
+
+static void
+req_free(struct mock_req *r)
+{
+	ep_cmd_free(r->cmd);
+	free(r->out);
+}
+
+static void
+finish(struct mock_engine *m, size_t i, uint32_t type, uint32_t why, int err,
+    const char *msg)
+{
+	struct mock_req *r = &m->reqs[i];
+	struct ep_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.id = r->cmd->id;
+	ev.type = type;
+	ev.finish = why;
+	ev.token = -1;
+	ev.error = err;
+	ev.n_prompt = (uint32_t)prompt_len(r->cmd);
+	ev.n_gen = r->gen;
+	ep_batch_add(&m->batch, &ev, msg, msg ? strlen(msg) : 0);
+	req_free(r);
+	m->reqs[i] = m->reqs[--m->n];
+}
+
+static ssize_t
+find(struct mock_engine *m, uint64_t id)
+{
+	size_t i;
+
+	for (i = 0; i < m->n; i++)
+		if (m->reqs[i].cmd->id == id)
+			return (ssize_t)i;
+	return -1;
+}
+
+/* Applies one command; returns 1 for SHUTDOWN. */
+static int
+command(struct mock_engine *m, struct ep_cmd *c)
+{
+	ssize_t i = c->kind == EP_CMD_SUBMIT ? -1 : find(m, c->id);
+	struct mock_req *n;
+
+	switch (c->kind) {
+	case EP_CMD_SUBMIT:
+		if (m->n == m->cap) {
+			size_t cap = m->cap ? m->cap * 2 : 16;
+
+			n = realloc(m->reqs, cap * sizeof(*n));
+			if (n == NULL)
+				break;
+			m->reqs = n;
+			m->cap = cap;
+		}
+		n = &m->reqs[m->n++];
+		memset(n, 0, sizeof(*n));
+		n->cmd = c;
+		m->stats.tokens_prompt += prompt_len(c);
+		return 0;
+	case EP_CMD_CANCEL:
+		if (i >= 0)
+			finish(m, (size_t)i, EP_EV_DONE, CP_FINISH_CANCELLED, 0,
+			    NULL);
+		break;
+	case EP_CMD_PAUSE:
+		if (i >= 0)
+			m->reqs[i].paused = 1;
+		break;
+	case EP_CMD_RESUME:
+		if (i >= 0)
+			m->reqs[i].paused = 0;
+		break;
+	case EP_CMD_SHUTDOWN:
+		ep_cmd_free(c);
+		return 1;
+	}
+	ep_cmd_free(c);
+	return 0;
+}
+
+static int
+ends_with_stop(const struct mock_req *r)
+{
+	uint32_t k;
+
+	for (k = 0; k < r->cmd->n_stop; k++) {
+		size_t sl = strlen(r->cmd->stop[k]);
+
+		if (sl <= r->out_len &&
+		    memcmp(r->out + r->out_len - sl, r->cmd->stop[k], sl) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/* One token for request i; may finish it. */
+static void
+step_one(struct mock_engine *m, size_t i)
+{
+	struct mock_req *r = &m->reqs[i];
+	const struct ep_cmd *c = r->cmd;
+	uint32_t max = c->params.max_tokens ? c->params.max_tokens :
+	    m->o.default_max_tokens;
+	char text[256];
+	struct ep_event ev;
+	size_t len = 0, k;
+
+	if (r->gen == 0 && !(c->flags & EP_SUBMIT_TOKENS) &&
+	    c->text_len >= 6 && memcmp(c->text, "!error", 6) == 0) {
+		finish(m, i, EP_EV_ERROR, 0, -EINVAL, "mock: error requested");
+		return;
+	}
+	if (r->pos >= prompt_len(c)) {
+		finish(m, i, EP_EV_DONE, CP_FINISH_STOP, 0, NULL);
+		return;
+	}
+	memset(&ev, 0, sizeof(ev));
+	ev.id = c->id;
+	ev.type = EP_EV_TOKEN;
+	if (c->flags & EP_SUBMIT_TOKENS) {
+		ev.token = c->tokens[r->pos];
+		len = (size_t)snprintf(text, sizeof(text), "%d ", ev.token);
+	} else {
+		unsigned char b = (unsigned char)c->text[r->pos];
+
+		ev.token = b;
+		for (k = 0; k < m->o.text_repeat && k < sizeof(text); k++)
+			text[k] = (char)b;
+		len = k;
+	}
+	if (c->flags & EP_SUBMIT_LOGPROB)
+		ev.logprob = -(float)(r->gen + 1) / 8.0f;
+	r->pos++;
+	r->gen++;
+	m->stats.tokens_generated++;
+	ep_batch_add(&m->batch, &ev, text, len);
+	if (r->out_len + len > r->out_cap) {
+		size_t cap = (r->out_len + len) * 2;
+		char *o = realloc(r->out, cap);
+
+		if (o != NULL) {
+			r->out = o;
+			r->out_cap = cap;
+		}
+	}
+	if (r->out_len + len <= r->out_cap) {
+		memcpy(r->out + r->out_len, text, len);
+		r->out_len += len;
+	}
+	if (ends_with_stop(r))
+		finish(m, i, EP_EV_DONE, CP_FINISH_STOP, 0, NULL);
+	else if (r->gen >= max)
+		finish(m, i, EP_EV_DONE, CP_FINISH_LENGTH, 0, NULL);
+}
+
+static void *
+mock_main(void *arg)
+{
+	struct mock_engine *m = arg;
+	struct ep_cmd *c, *next;
+	size_t i, runnable;
+
+	for (;;) {
+		for (i = 0, runnable = 0; i < m->n; i++)
+			runnable += !m->reqs[i].paused;
+		if (runnable == 0)
+			ep_wait_cmds(m->port, 100);
+		for (c = ep_take_cmds(m->port); c != NULL; c = next) {
+			next = c->next;
+			if (command(m, c)) {
+				ep_cmd_free_list(next);
+				goto out;
+			}
+		}
+		runnable = 0;
+		/* Backwards: finish() moves the last request into slot i. */
+		for (i = m->n; i-- > 0;) {
+			if (m->reqs[i].paused)
+				continue;
+			runnable++;
+			step_one(m, i);
+		}
+		if (runnable == 0 && m->batch.n == 0)
+			continue;
+		m->stats.steps++;
+		ep_stats_set(m->port, &m->stats);
+		ep_post(m->port, &m->batch, 1);
+		if (m->o.step_us > 0)
+			usleep((useconds_t)m->o.step_us);
+	}
+out:
+	for (i = 0; i < m->n; i++)
+		req_free(&m->reqs[i]);
+	m->n = 0;
+	return NULL;
+}
+
+int
+mock_engine_start(struct engine_port *port, const struct mock_opts *o,
+    struct mock_engine **out)
+{
+	struct mock_engine *m;
+	int r;
+
+	m = calloc(1, sizeof(*m));
+	if (m == NULL)
+		return -ENOMEM;
+	m->port = port;
+	m->o = *o;
+	if (m->o.text_repeat == 0)
+		m->o.text_repeat = 1;
+	r = pthread_create(&m->th, NULL, mock_main, m);
+	if (r != 0) {
+		free(m);
+		return -r;
+	}
+	*out = m;
+	return 0;
+}
+
+void
+mock_engine_stop(struct mock_engine *m)
+{
+	if (m == NULL)
+		return;
+	ep_push_simple(m->port, EP_CMD_SHUTDOWN, 0, 0);
+	pthread_join(m->th, NULL);
+	ep_batch_fini(&m->batch);
+	free(m->reqs);
+	free(m);
+}

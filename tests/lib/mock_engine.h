@@ -1,0 +1,38 @@
+/*
+ * mock_engine.h - an engine thread for tests: no model, deterministic
+ * output, the same engine_port contract as the real engine.
+ *
+ * A text request "generates" its prompt back, one byte per step: token id
+ * = the byte's value, text = the byte repeated text_repeat times, logprob
+ * = -(n + 1) / 8 for the n-th token (when asked for).  A token request
+ * echoes its ids, text "<id> ".  It ends with CP_FINISH_STOP after the
+ * whole prompt or when the output ends with a stop string, with
+ * CP_FINISH_LENGTH after max_tokens (0 = default_max_tokens), and with an
+ * ERROR event (-EINVAL, "mock: error requested") when the prompt starts
+ * with "!error".  PAUSE, RESUME, CANCEL and SHUTDOWN behave as the port
+ * promises.
+ */
+#ifndef CP_TEST_MOCK_ENGINE_H
+#define CP_TEST_MOCK_ENGINE_H
+
+#include "engine_port.h"
+
+struct mock_opts {
+	int step_us;			/* pause between steps with work */
+	uint32_t text_repeat;		/* copies of each byte per token, >= 1 */
+	uint32_t default_max_tokens;	/* for max_tokens 0 */
+};
+
+struct mock_engine;
+
+/* Fills o with 200 us steps, 1 byte per token, 4096 default max_tokens. */
+void mock_opts_default(struct mock_opts *o);
+
+/* Starts the thread on port (borrowed); 0 and *out, or -errno. */
+int mock_engine_start(struct engine_port *port, const struct mock_opts *o,
+    struct mock_engine **out);
+
+/* Sends SHUTDOWN, joins the thread, frees (NULL accepted). */
+void mock_engine_stop(struct mock_engine *m);
+
+#endif
