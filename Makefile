@@ -202,7 +202,7 @@ LINT_SRCS = $(wildcard engine/*.c engine/cpmodel/*.c kernels/cpu/*.c daemon/*.c 
 .PHONY: lint
 lint:
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
-		--inline-suppr -D_GNU_SOURCE -D__GNUC__ $(addprefix -I,$(INCDIRS)) $(LINT_SRCS)
+		--inline-suppr --library=tests/cppcheck.cfg -D_GNU_SOURCE -D__GNUC__ $(addprefix -I,$(INCDIRS)) $(LINT_SRCS)
 	$(if $(MANPAGES),mandoc -Tlint -Wwarning $(MANPAGES))
 
 # ---- fuzz ----------------------------------------------------------------
