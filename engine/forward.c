@@ -27,8 +27,8 @@ struct fwd_att_task {
  *	xn	[T, n_embd]	normed input of a matrix product
  *	q	[T, n_head * head_dim]
  *	k, v	[T, n_head_kv * head_dim]
- *	att	[T, n_head * head_dim]	attention output (online softmax
- *					accumulators while attending)
+ *	att	[T, n_head * head_dim]	attention output (accumulated
+ *					in place while attending)
  *	att_m, att_l [T, n_head]	max score and sum of exp of each
  *					row-head (float, double)
  *	gate, up [T, n_ff]
@@ -538,7 +538,7 @@ fwd_attention(struct fwd *f, int layer)
 
 /* ---- the step -------------------------------------------------------- */
 
-static int
+static void
 fwd_layer(struct fwd *f, int il)
 {
 	const struct model_hparams *hp = &f->m->hp;
@@ -589,7 +589,6 @@ fwd_layer(struct fwd *f, int il)
 	fwd_mm(f, &l->w_down, f->gate, T, f->tmp);
 	for (i = 0; i < (size_t)T * (size_t)hp->n_embd; i++)
 		f->x[i] += f->tmp[i];
-	return 0;
 }
 
 int
@@ -606,6 +605,8 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 	for (e = 0; e < b->n_seqs; e++) {
 		const struct batch_seq *bs = &b->seqs[e];
 
+		if (bs->n_tokens < 1 || bs->n_tokens > b->n_tokens - row)
+			return -EINVAL;
 		f->entry_row0[e] = row;
 		for (j = 0; j < bs->n_tokens; j++, row++) {
 			f->row_pos[row] = bs->pos + j;
@@ -630,6 +631,7 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 	}
 	for (il = 0; il < hp->n_layer; il++)
 		fwd_layer(f, il);
+	f->b = NULL;
 	if (n_out == 0)
 		return 0;
 	for (j = 0; j < n_out; j++)
@@ -638,6 +640,5 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 		    m->out_norm, hp->n_embd, hp->rms_eps);
 	f->prep_x = NULL;
 	fwd_mm(f, &m->output, f->xn, n_out, logits);
-	f->b = NULL;
 	return 0;
 }
