@@ -10,3 +10,9 @@ CHECK_LDLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
 
 $(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TESTLIB_OBJS) $(LINK_LIBS)
 	$(call link,$(CHECK_LDLIBS) $(DAEMON_LDLIBS))
+
+# cpbench: the benchmark tool (tests/bench).
+CPBENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/bench/*.c))
+PROGRAMS += $(BUILD)/bin/cpbench
+$(BUILD)/bin/cpbench: $(CPBENCH_OBJS) $(LINK_LIBS)
+	$(call link)

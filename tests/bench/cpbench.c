@@ -1,0 +1,48 @@
+/*
+ * cpbench.c - benchmarks for cpd: `cpbench engine` (prompt processing and
+ * generation throughput of the engine alone, in the spirit of llama-bench).
+ */
+#include "cpbench.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+double
+bench_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void
+bench_stats(const double *x, int n, double *mean, double *sd)
+{
+	double s = 0, ss = 0;
+
+	for (int i = 0; i < n; i++)
+		s += x[i];
+	*mean = n > 0 ? s / n : 0;
+	for (int i = 0; i < n; i++)
+		ss += (x[i] - *mean) * (x[i] - *mean);
+	*sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
+}
+
+static void
+usage(void)
+{
+	fputs("usage: cpbench engine -m FILE [-p N] [-n N] [-r N] [-t N] "
+	    "[-b BACKEND] [-o md|json]\n", stderr);
+}
+
+int
+main(int argc, char **argv)
+{
+	if (argc >= 2 && strcmp(argv[1], "engine") == 0)
+		return bench_engine(argc - 1, argv + 1);
+	usage();
+	return 2;
+}
