@@ -571,6 +571,55 @@ START_TEST(test_quant_q8_0)
 }
 END_TEST
 
+/*
+ * Activations: scale 127 / amax and ties to even.  amax 127 gives the scale
+ * 1, so 2.5 -> 2, -0.5 -> 0, 3.5 -> 4, -1.5 -> -2 (quant_row(): 3, -1, 4,
+ * -2); the stored d is the same.
+ */
+START_TEST(test_quant_act)
+{
+	float x[64] = { 0 };
+	uint8_t b[2 * 36], r[2 * 36];
+	int q[32];
+
+	x[0] = 127.0f;
+	x[1] = 2.5f;
+	x[2] = -0.5f;
+	x[3] = 3.5f;
+	x[4] = -1.5f;
+	ck_assert_int_eq(quant_row_act(CP_T_Q8_0, x, b, 32), 0);
+	ck_assert_uint_eq(b[0] | b[1] << 8, 0x3c00);
+	ck_assert_int_eq((int8_t)b[2], 127);
+	ck_assert_int_eq((int8_t)b[3], 2);
+	ck_assert_int_eq((int8_t)b[4], 0);
+	ck_assert_int_eq((int8_t)b[5], 4);
+	ck_assert_int_eq((int8_t)b[6], -2);
+	ck_assert_int_eq(quant_row_act(CP_T_Q8_1, x, b, 32), 0);
+	ck_assert_uint_eq(b[0] | b[1] << 8, 0x3c00);
+	ck_assert_int_eq((int8_t)b[4 + 1], 2);
+	ck_assert_int_eq((int8_t)b[4 + 2], 0);
+	/* s = f16(d * sum) = 127 + 2 + 0 + 4 - 2 = 131 */
+	ck_assert_uint_eq(b[2] | b[3] << 8, 0x5818);
+	/* away from ties both roundings agree (the Q8_0 input above) */
+	q8_0_input(x, q);
+	ck_assert_int_eq(quant_row_act(CP_T_Q8_0, x, b, 32), 0);
+	ck_assert_int_eq(quant_row(CP_T_Q8_0, x, r, 32), 0);
+	ck_assert_int_eq(memcmp(b, r, 34), 0);
+	for (int j = 0; j < 32; j++)
+		ck_assert_int_eq((int8_t)b[2 + j], q[j]);
+	/* other types: as quant_row() */
+	for (int j = 0; j < 64; j++)
+		x[j] = (float)(j % 13) - 6.3f;
+	ck_assert_int_eq(quant_row_act(CP_T_F16, x, b, 32), 0);
+	ck_assert_int_eq(quant_row(CP_T_F16, x, r, 32), 0);
+	ck_assert_int_eq(memcmp(b, r, 64), 0);
+	ck_assert_int_eq(quant_row_act(CP_T_Q8_0, x, b, 48), -EINVAL);
+	ck_assert_int_eq(quant_row_act(CP_T_Q8_1, x, b, 33), -EINVAL);
+	ck_assert_int_eq(quant_row_act(CP_T_Q4_K, x, b, 256), -EINVAL);
+	ck_assert_int_eq(quant_row_act(999, x, b, 32), -EINVAL);
+}
+END_TEST
+
 START_TEST(test_quant_q8_1)
 {
 	float x[32];
@@ -1023,6 +1072,7 @@ quant_suite(bool fixtures)
 	tcase_add_test(tb, test_block_q6_K);
 	tcase_add_test(tb, test_quant_q8_0);
 	tcase_add_test(tb, test_quant_q8_1);
+	tcase_add_test(tb, test_quant_act);
 	tcase_add_test(tb, test_quant_q8_K);
 	tcase_add_test(tb, test_quant_q4_0);
 	tcase_add_test(tb, test_round_trip);

@@ -4,6 +4,7 @@
  */
 #include "dot.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "cpu_features.h"
@@ -11,14 +12,24 @@
 #include "ttype.h"
 
 /*
- * The fixed order for float rows: element j goes to partial sum j % 8
- * (multiply, then add, never fused); the partial sums are combined as
- * ((s0 + s4) + (s1 + s5)) + ((s2 + s6) + (s3 + s7)).
+ * The fixed order for float rows, the one of ggml's x86 float GEMM
+ * (llamafile's tinyBLAS, which llama.cpp runs for F32, F16 and BF16
+ * weights): element j is fused-multiply-added into lane j % 8, the lanes
+ * are reduced once as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).
+ * A last partial group of 8 adds exact zeros to the lanes it does not
+ * reach, as the AVX2 kernel's masked loads do.
  */
 static inline float
-lanes_sum(const float s[8])
+lanes_sum(float s[8])
 {
-	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+	return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static inline void
+lanes_tail(float s[8], int from)
+{
+	for (int l = from; l < 8; l++)
+		s[l] = fmaf(0.0f, 0.0f, s[l]);
 }
 
 static float
@@ -27,7 +38,8 @@ row_f32(int k, const float *w, const float *x)
 	float s[8] = { 0 };
 
 	for (int j = 0; j < k; j++)
-		s[j & 7] += w[j] * x[j];
+		s[j & 7] = fmaf(w[j], x[j], s[j & 7]);
+	lanes_tail(s, k & 7 ? k & 7 : 8);
 	return lanes_sum(s);
 }
 
@@ -38,7 +50,8 @@ row_f16(int k, const uint8_t *w, const float *x)
 	float s[8] = { 0 };
 
 	for (int j = 0; j < k; j++)
-		s[j & 7] += quant_f16(w + 2 * j) * x[j];
+		s[j & 7] = fmaf(quant_f16(w + 2 * j), x[j], s[j & 7]);
+	lanes_tail(s, k & 7 ? k & 7 : 8);
 	return lanes_sum(s);
 }
 
@@ -48,8 +61,9 @@ row_bf16(int k, const uint8_t *w, const float *x)
 	float s[8] = { 0 };
 
 	for (int j = 0; j < k; j++)
-		s[j & 7] += bf16_to_fp32((uint16_t)(w[2 * j] |
-		    w[2 * j + 1] << 8)) * x[j];
+		s[j & 7] = fmaf(bf16_to_fp32((uint16_t)(w[2 * j] |
+		    w[2 * j + 1] << 8)), x[j], s[j & 7]);
+	lanes_tail(s, k & 7 ? k & 7 : 8);
 	return lanes_sum(s);
 }
 
@@ -137,8 +151,14 @@ static const struct dot_kernel avx2_kernels[] = {
 	K(F16, F32, F16, dot_f16_f32_avx2, "f16.f32/avx2"),
 	K(BF16, F32, BF16, dot_bf16_f32_avx2, "bf16.f32/avx2"),
 	K(Q4_0, Q8_0, F32, dot_q4_0_q8_0_avx2, "q4_0.q8_0/avx2"),
+	K(Q4_1, Q8_1, F32, dot_q4_1_q8_1_avx2, "q4_1.q8_1/avx2"),
+	K(Q5_0, Q8_0, F32, dot_q5_0_q8_0_avx2, "q5_0.q8_0/avx2"),
+	K(Q5_1, Q8_1, F32, dot_q5_1_q8_1_avx2, "q5_1.q8_1/avx2"),
 	K(Q8_0, Q8_0, F32, dot_q8_0_q8_0_avx2, "q8_0.q8_0/avx2"),
+	K(Q2_K, Q8_K, F32, dot_q2_K_q8_K_avx2, "q2_K.q8_K/avx2"),
+	K(Q3_K, Q8_K, F32, dot_q3_K_q8_K_avx2, "q3_K.q8_K/avx2"),
 	K(Q4_K, Q8_K, F32, dot_q4_K_q8_K_avx2, "q4_K.q8_K/avx2"),
+	K(Q5_K, Q8_K, F32, dot_q5_K_q8_K_avx2, "q5_K.q8_K/avx2"),
 	K(Q6_K, Q8_K, F32, dot_q6_K_q8_K_avx2, "q6_K.q8_K/avx2"),
 };
 #endif

@@ -12,26 +12,27 @@
  * that depends on k only, never on nw, nx or the neighbouring rows, so a
  * kernel may tile rows any way it likes and stay batch invariant.
  *
- * Prepared activations (struct dot_kernel.xtype):
+ * Prepared activations (struct dot_kernel.xtype), as llama.cpp's CPU
+ * backend prepares them:
  *	F32 weights	F32 rows (the caller's X as is)
  *	F16, BF16	F32 rows whose values were rounded to F16 / BF16
- *			(xround), as ggml converts activations to the
- *			weight's type before its dot product
- *	Q4_0 Q5_0 Q8_0	Q8_0 blocks (quant_row())
+ *			(xround; dot_round_row()), as ggml converts
+ *			activations to the weight's type before its dot
+ *			product.  Measured on the synth fixtures, rounding
+ *			brings the top-10 logprobs within 2e-6 of llama.cpp
+ *			on short prompts where unrounded F32 activations
+ *			leave them 4e-3 (F16) and 3e-2 (BF16) away.
+ *	Q4_0 Q5_0 Q8_0	Q8_0 blocks (quant_row_act())
  *	Q4_1 Q5_1	Q8_1 blocks
  *	Q2_K..Q6_K	Q8_K super-blocks, rows 4-byte aligned
  *
- * Summation orders (the scalar kernels define them; each SIMD kernel
- * reproduces them exactly unless noted):
- *	32-element blocks: the exact integer sum of each block, times
- *	(weight scale * activation scale), goes to partial sum b % 4 of block
- *	b; the result is (p0 + p1) + (p2 + p3).
- *	K-quants: one float sum over super-blocks of d * isum (- dmin * msum),
- *	isum and msum exact integer sums of the super-block.
- *	F32, F16, BF16: the scalar kernels keep 8 partial sums (element j to
- *	sum j % 8, multiply then add); the AVX2 kernels keep 2 x 8 fused
- *	multiply-add lanes, so they agree with the scalar ones only to
- *	rounding (about k * 2^-24 relative to sum |w * x|).
+ * Summation order: the one of ggml's x86 AVX2 kernels in llama.cpp
+ * c392e509 (the build behind the fixtures' references), written out in
+ * dot.c (float rows) and dot_quant.c (quantized rows): exact integer sums
+ * per block in 8 lanes (Q4_0: one), fused multiply-adds into float lanes,
+ * one fixed reduction at the end.  The scalar kernels define the order
+ * with fmaf(); the AVX2 kernels reproduce it bit for bit, so results do not
+ * depend on CP_NO_SIMD either.
  */
 #ifndef CP_DOT_H
 #define CP_DOT_H
@@ -96,8 +97,14 @@ dot_fn dot_f32_f32_avx2;
 dot_fn dot_f16_f32_avx2;
 dot_fn dot_bf16_f32_avx2;
 dot_fn dot_q4_0_q8_0_avx2;
+dot_fn dot_q4_1_q8_1_avx2;
+dot_fn dot_q5_0_q8_0_avx2;
+dot_fn dot_q5_1_q8_1_avx2;
 dot_fn dot_q8_0_q8_0_avx2;
+dot_fn dot_q2_K_q8_K_avx2;
+dot_fn dot_q3_K_q8_K_avx2;
 dot_fn dot_q4_K_q8_K_avx2;
+dot_fn dot_q5_K_q8_K_avx2;
 dot_fn dot_q6_K_q8_K_avx2;
 /* dot_round_row(CP_T_F16, ...) with F16C. */
 void dot_round_f16_avx2(const float *src, float *dst, int n);

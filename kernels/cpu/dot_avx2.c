@@ -15,6 +15,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "quant.h"
@@ -195,184 +196,560 @@ dot_round_f16_avx2(const float *src, float *dst, int n)
 		    _mm_set_ss(src[j]), _MM_FROUND_TO_NEAREST_INT)));
 }
 
-/* ---- 32-element blocks --------------------------------------------------- */
+/* ---- quantized weights ----------------------------------------------------- */
 
-static ALWAYS_INLINE uint16_t
-ld16(const uint8_t *p)
+/*
+ * Every quantized kernel walks one weight row against a tile of NX <= QT
+ * activation rows, unpacking each weight block once for the whole tile;
+ * each activation row keeps its own accumulators and sees exactly the
+ * operations of dot_quant.c.
+ */
+#define QT 4
+
+/* The f16 at p as a float (exact; F16C). */
+static ALWAYS_INLINE float
+f16(const uint8_t *p)
 {
 	uint16_t v;
 
 	memcpy(&v, p, sizeof(v));
-	return v;
+	return _cvtsh_ss(v);
 }
 
-/* Four f16 values as floats (exact). */
-static ALWAYS_INLINE __m128
-f16x4(const uint8_t *a, const uint8_t *b, const uint8_t *c, const uint8_t *d)
+/* Per-lane sums of 4 products of unsigned a and signed b bytes. */
+static ALWAYS_INLINE __m256i
+lanes_us(__m256i a, __m256i b)
 {
-	return _mm_cvtph_ps(_mm_setr_epi16((short)ld16(a), (short)ld16(b),
-	    (short)ld16(c), (short)ld16(d), 0, 0, 0, 0));
+	return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b),
+	    _mm256_set1_epi16(1));
 }
 
 /*
- * Per-lane int32 partial sums of a[i] * b[i] over 32 signed bytes; a may be
- * -128, b never is (activations are within [-127, 127]), so no pair
- * saturates.
+ * Per-lane sums of 4 products of signed bytes: |a| times b with a's sign;
+ * a may be -128, b is never (activations lie in [-127, 127]).
  */
 static ALWAYS_INLINE __m256i
-dot_i8(__m256i a, __m256i b)
+lanes_ss(__m256i a_abs, __m256i a, __m256i b)
 {
-	__m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(a, a),
-	    _mm256_sign_epi8(b, a));
-
-	return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+	return lanes_us(a_abs, _mm256_sign_epi8(b, a));
 }
 
-/* The 32 weights of a Q4_0 block as signed bytes q - 8, in element order. */
+/* Nibbles of 16 bytes: element j < 16 the low nibble of byte j, j >= 16 the high one of j - 16. */
 static ALWAYS_INLINE __m256i
-unpack_q4_0(const struct blk_q4_0 *b)
+nibbles_32(const uint8_t *qs)
 {
-	__m128i q = _mm_loadu_si128((const __m128i *)b->qs);
-	__m128i m = _mm_set1_epi8(15);
-	__m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m),
-	    _mm_and_si128(q, m));
+	__m128i q = _mm_loadu_si128((const __m128i *)qs);
 
-	return _mm256_sub_epi8(v, _mm256_set1_epi8(8));
+	return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q),
+	    _mm256_set1_epi8(15));
 }
 
+/* 32 bits to 32 bytes: byte j is 0x10 when bit j of the u32 at p is set. */
 static ALWAYS_INLINE __m256i
-load_q8_0(const struct blk_q8_0 *b)
+bits_32(const uint8_t *p)
 {
-	return _mm256_loadu_si256((const __m256i *)b->qs);
+	uint32_t v;
+	const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101ll,
+	    0x0202020202020202ll, 0x0303030303030303ll);
+	const __m256i bit = _mm256_set1_epi64x(0x8040201008040201ll);
+	__m256i b;
+
+	memcpy(&v, p, sizeof(v));
+	b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf);
+	b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
+	return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
 }
 
-/*
- * One Q4_0 or Q8_0 weight row times one Q8_0 activation row: blocks in
- * fours, their exact sums in lanes 0..3 of one vector, lane i scaled and
- * added to partial sum i; leftover blocks continue the same partial sums.
- */
-static ALWAYS_INLINE float
-row_q8_0x(int q4, int nb, const void *wv, const struct blk_q8_0 *x)
+static ALWAYS_INLINE const void *
+xrow(const char *x, size_t bx, int r)
 {
-	const struct blk_q4_0 *w4 = wv;
-	const struct blk_q8_0 *w8 = wv;
-	__m128 acc = _mm_setzero_ps();
-	float p[4];
-	int b = 0;
+	return x + (size_t)r * bx;
+}
 
-	for (; b + 4 <= nb; b += 4) {
-		__m256i s[4], h;
-		__m128i is;
-		__m128 dw, dx;
+/* Q8_0 and Q5_0 weights: 8 float lanes per row, one fused multiply-add per block. */
+static ALWAYS_INLINE void
+tile_q8_0(int nb, const void *wv, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	const struct blk_q8_0 *w = wv;
+	__m256 acc[QT];
 
 #pragma GCC unroll 4
-		for (int i = 0; i < 4; i++)
-			s[i] = dot_i8(q4 ? unpack_q4_0(&w4[b + i]) :
-			    load_q8_0(&w8[b + i]), load_q8_0(&x[b + i]));
-		h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]),
-		    _mm256_hadd_epi32(s[2], s[3]));
-		is = _mm_add_epi32(_mm256_castsi256_si128(h),
-		    _mm256_extracti128_si256(h, 1));
-		if (q4)
-			dw = f16x4(w4[b].d, w4[b + 1].d, w4[b + 2].d, w4[b + 3].d);
-		else
-			dw = f16x4(w8[b].d, w8[b + 1].d, w8[b + 2].d, w8[b + 3].d);
-		dx = f16x4(x[b].d, x[b + 1].d, x[b + 2].d, x[b + 3].d);
-		acc = _mm_add_ps(acc, _mm_mul_ps(_mm_cvtepi32_ps(is),
-		    _mm_mul_ps(dw, dx)));
-	}
-	_mm_storeu_ps(p, acc);
-	for (; b < nb; b++) {
-		int isum = hsum_i32(dot_i8(q4 ? unpack_q4_0(&w4[b]) :
-		    load_q8_0(&w8[b]), load_q8_0(&x[b])));
-		float d = quant_f16(q4 ? w4[b].d : w8[b].d) * quant_f16(x[b].d);
-
-		p[b & 3] += (float)isum * d;
-	}
-	return (p[0] + p[1]) + (p[2] + p[3]);
-}
-
-void
-dot_q4_0_q8_0_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	for (int o = 0; o < nw; o++)
-		for (int r = 0; r < nx; r++)
-			y[r * ldy + o] = row_q8_0x(1, k / QUANT_QK,
-			    (const char *)w + o * bw,
-			    (const void *)((const char *)x + r * bx));
-}
-
-void
-dot_q8_0_q8_0_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	for (int o = 0; o < nw; o++)
-		for (int r = 0; r < nx; r++)
-			y[r * ldy + o] = row_q8_0x(0, k / QUANT_QK,
-			    (const char *)w + o * bw,
-			    (const void *)((const char *)x + r * bx));
-}
-
-/* ---- K-quants ------------------------------------------------------------ */
-
-static ALWAYS_INLINE float
-row_q4_K(int nb, const struct blk_q4_K *w, const struct blk_q8_K *x)
-{
-	const __m256i m4 = _mm256_set1_epi8(15);
-	float acc = 0.0f;
-
+	for (int r = 0; r < NX; r++)
+		acc[r] = _mm256_setzero_ps();
 	for (int b = 0; b < nb; b++) {
+		__m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
+		__m256i qa = _mm256_sign_epi8(q, q);
+		float dw = f16(w[b].d);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const struct blk_q8_0 *xb =
+			    (const struct blk_q8_0 *)xrow(x, bx, r) + b;
+			__m256i s = lanes_ss(qa, q,
+			    _mm256_loadu_si256((const __m256i *)xb->qs));
+
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(xb->d)),
+			    _mm256_cvtepi32_ps(s), acc[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		y[r * ldy] = hsum_f32(acc[r]);
+}
+
+static ALWAYS_INLINE void
+tile_q5_0(int nb, const void *wv, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	const struct blk_q5_0 *w = wv;
+	__m256 acc[QT];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int b = 0; b < nb; b++) {
+		__m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles_32(w[b].qs),
+		    bits_32(w[b].qh)), _mm256_set1_epi8(16));
+		__m256i qa = _mm256_sign_epi8(q, q);
+		float dw = f16(w[b].d);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const struct blk_q8_0 *xb =
+			    (const struct blk_q8_0 *)xrow(x, bx, r) + b;
+			__m256i s = lanes_ss(qa, q,
+			    _mm256_loadu_si256((const __m256i *)xb->qs));
+
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(xb->d)),
+			    _mm256_cvtepi32_ps(s), acc[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		y[r * ldy] = hsum_f32(acc[r]);
+}
+
+/*
+ * Q4_0: one float per row; each block's exact sum fused-multiply-added in
+ * block order.  Blocks go in fours so one horizontal-add tree yields four
+ * block sums at once.
+ */
+static ALWAYS_INLINE void
+tile_q4_0(int nb, const void *wv, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	const struct blk_q4_0 *w = wv;
+	float acc[QT];
+	int b = 0;
+
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		acc[r] = 0.0f;
+	for (; b + 4 <= nb; b += 4) {
+		__m256i q[4], qa[4];
+		float dw[4];
+
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++) {
+			q[i] = _mm256_sub_epi8(nibbles_32(w[b + i].qs),
+			    _mm256_set1_epi8(8));
+			qa[i] = _mm256_sign_epi8(q[i], q[i]);
+			dw[i] = f16(w[b + i].d);
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const struct blk_q8_0 *xb =
+			    (const struct blk_q8_0 *)xrow(x, bx, r) + b;
+			__m256i s[4], h;
+			__m128i is;
+			int32_t v[4];
+
+#pragma GCC unroll 4
+			for (int i = 0; i < 4; i++)
+				s[i] = lanes_ss(qa[i], q[i], _mm256_loadu_si256(
+				    (const __m256i *)xb[i].qs));
+			h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]),
+			    _mm256_hadd_epi32(s[2], s[3]));
+			is = _mm_add_epi32(_mm256_castsi256_si128(h),
+			    _mm256_extracti128_si256(h, 1));
+			_mm_storeu_si128((__m128i *)v, is);
+#pragma GCC unroll 4
+			for (int i = 0; i < 4; i++)
+				acc[r] = fmaf((float)v[i], dw[i] * f16(xb[i].d),
+				    acc[r]);
+		}
+	}
+	for (; b < nb; b++) {
+		__m256i q = _mm256_sub_epi8(nibbles_32(w[b].qs),
+		    _mm256_set1_epi8(8));
+		__m256i qa = _mm256_sign_epi8(q, q);
+		float dw = f16(w[b].d);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const struct blk_q8_0 *xb =
+			    (const struct blk_q8_0 *)xrow(x, bx, r) + b;
+			int isum = hsum_i32(lanes_ss(qa, q,
+			    _mm256_loadu_si256((const __m256i *)xb->qs)));
+
+			acc[r] = fmaf((float)isum, dw * f16(xb->d), acc[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		y[r * ldy] = acc[r];
+}
+
+/* Q4_1 / Q5_1 (fifth bit when q5): lanes of d_w d_x q_w q_x, plus m_w s_x fused into one float. */
+static ALWAYS_INLINE void
+tile_q_1(int q5, int nb, const void *wv, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	const struct blk_q4_1 *w4 = wv;
+	const struct blk_q5_1 *w5 = wv;
+	__m256 acc[QT];
+	float summs[QT];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		acc[r] = _mm256_setzero_ps();
+		summs[r] = 0.0f;
+	}
+	for (int b = 0; b < nb; b++) {
+		__m256i q = q5 ? _mm256_or_si256(nibbles_32(w5[b].qs),
+		    bits_32(w5[b].qh)) : nibbles_32(w4[b].qs);
+		float dw = f16(q5 ? w5[b].d : w4[b].d);
+		float mw = f16(q5 ? w5[b].m : w4[b].m);
+
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const struct blk_q8_1 *xb =
+			    (const struct blk_q8_1 *)xrow(x, bx, r) + b;
+			__m256i s = lanes_us(q,
+			    _mm256_loadu_si256((const __m256i *)xb->qs));
+
+			summs[r] = fmaf(mw, f16(xb->s), summs[r]);
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(xb->d)),
+			    _mm256_cvtepi32_ps(s), acc[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		y[r * ldy] = hsum_f32(acc[r]) + summs[r];
+}
+
+static ALWAYS_INLINE void
+tile_q4_1(int nb, const void *w, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	tile_q_1(0, nb, w, x, bx, NX, y, ldy);
+}
+
+static ALWAYS_INLINE void
+tile_q5_1(int nb, const void *w, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	tile_q_1(1, nb, w, x, bx, NX, y, ldy);
+}
+
+/* ---- K-quants -------------------------------------------------------------- */
+
+/* 16 int16: the first 8 s0, the last 8 s1 (scales of a chunk's two halves). */
+static ALWAYS_INLINE __m256i
+scale2(int s0, int s1)
+{
+	return _mm256_set_m128i(_mm_set1_epi16((short)s1),
+	    _mm_set1_epi16((short)s0));
+}
+
+static ALWAYS_INLINE const struct blk_q8_K *
+xblk(const char *x, size_t bx, int r, int b)
+{
+	return (const struct blk_q8_K *)xrow(x, bx, r) + b;
+}
+
+/*
+ * Q2_K: lanes first take -d_x dmin times the min lanes, then d_x d times
+ * the scaled quant lanes.
+ */
+static ALWAYS_INLINE void
+tile_q2_K(int nb, const void *wv, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	const struct blk_q2_K *w = wv;
+	const __m256i m3 = _mm256_set1_epi8(3);
+	__m256 acc[QT];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int b = 0; b < nb; b++) {
+		__m128i ms = _mm_loadu_si128((const __m128i *)w[b].scales);
+		__m256i mins = _mm256_cvtepu8_epi16(_mm_and_si128(
+		    _mm_srli_epi16(ms, 4), _mm_set1_epi8(15)));
+		__m256i sc[8], sumi[QT];
+		float dw = f16(w[b].d), dmw = f16(w[b].dmin);
+
+		for (int i = 0; i < 8; i++)
+			sc[i] = scale2(w[b].scales[2 * i] & 15,
+			    w[b].scales[2 * i + 1] & 15);
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const struct blk_q8_K *xb = xblk(x, bx, r, b);
+			__m256i prod = _mm256_madd_epi16(mins, _mm256_loadu_si256(
+			    (const __m256i *)xb->bsums));
+
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(-xb->d * dmw),
+			    _mm256_cvtepi32_ps(prod), acc[r]);
+			sumi[r] = _mm256_setzero_si256();
+		}
+		for (int h = 0; h < 2; h++) {
+			__m256i qb = _mm256_loadu_si256((const __m256i *)
+			    (w[b].qs + 32 * h));
+
+			for (int c = 0; c < 4; c++) {
+				__m256i q = _mm256_and_si256(_mm256_srli_epi16(qb,
+				    2 * c), m3);
+
+#pragma GCC unroll 4
+				for (int r = 0; r < NX; r++) {
+					__m256i xv = _mm256_loadu_si256((const __m256i *)
+					    (xblk(x, bx, r, b)->qs + 128 * h + 32 * c));
+
+					sumi[r] = _mm256_add_epi32(sumi[r],
+					    _mm256_madd_epi16(sc[4 * h + c],
+					    _mm256_maddubs_epi16(q, xv)));
+				}
+			}
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(
+			    xblk(x, bx, r, b)->d * dw),
+			    _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		y[r * ldy] = hsum_f32(acc[r]);
+}
+
+/* Q3_K: values low2 - 4 (high bit clear), as maddubs(low2) - maddubs(4 * !high). */
+static ALWAYS_INLINE void
+tile_q3_K(int nb, const void *wv, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	const struct blk_q3_K *w = wv;
+	const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
+	__m256 acc[QT];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		acc[r] = _mm256_setzero_ps();
+	for (int b = 0; b < nb; b++) {
+		const uint8_t *sp = w[b].scales;
+		__m256i hb = _mm256_loadu_si256((const __m256i *)w[b].hmask);
+		__m256i sc[8], sumi[QT];
+		int s6[16];
+		float dw = f16(w[b].d);
+
+		for (int s = 0; s < 16; s++) {
+			int lo4 = s < 8 ? sp[s] & 15 : sp[s - 8] >> 4;
+			int hi2 = sp[8 + s % 4] >> 2 * (s / 4) & 3;
+
+			s6[s] = (lo4 | hi2 << 4) - 32;
+		}
+		for (int i = 0; i < 8; i++)
+			sc[i] = scale2(s6[2 * i], s6[2 * i + 1]);
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			sumi[r] = _mm256_setzero_si256();
+		for (int h = 0; h < 2; h++) {
+			__m256i qb = _mm256_loadu_si256((const __m256i *)
+			    (w[b].qs + 32 * h));
+
+			for (int c = 0; c < 4; c++) {
+				int bit = 4 * h + c;
+				__m256i lo = _mm256_and_si256(_mm256_srli_epi16(qb,
+				    2 * c), m3);
+				/* 4 where the high bit is clear, else 0 */
+				__m256i hi = _mm256_slli_epi16(_mm256_andnot_si256(
+				    _mm256_and_si256(_mm256_srli_epi16(hb, bit), one),
+				    one), 2);
+
+#pragma GCC unroll 4
+				for (int r = 0; r < NX; r++) {
+					__m256i xv = _mm256_loadu_si256((const __m256i *)
+					    (xblk(x, bx, r, b)->qs + 128 * h + 32 * c));
+					__m256i p = _mm256_sub_epi16(
+					    _mm256_maddubs_epi16(lo, xv),
+					    _mm256_maddubs_epi16(hi, xv));
+
+					sumi[r] = _mm256_add_epi32(sumi[r],
+					    _mm256_madd_epi16(sc[4 * h + c], p));
+				}
+			}
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(
+			    xblk(x, bx, r, b)->d * dw),
+			    _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		y[r * ldy] = hsum_f32(acc[r]);
+}
+
+/*
+ * Q4_K/Q5_K min lanes: mn[2i] (bsums[4i] + bsums[4i + 1]) + mn[2i + 1]
+ * (bsums[4i + 2] + bsums[4i + 3]) for i < 4.
+ */
+static ALWAYS_INLINE __m128i
+k_min_lanes(__m128i mins16, const int16_t *bsums)
+{
+	__m256i bs = _mm256_loadu_si256((const __m256i *)bsums);
+	__m128i pairs = _mm_hadd_epi16(_mm256_castsi256_si128(bs),
+	    _mm256_extracti128_si256(bs, 1));
+
+	return _mm_madd_epi16(mins16, pairs);
+}
+
+/* Q4_K (q5 = 0) or Q5_K (q5 = 1). */
+static ALWAYS_INLINE void
+tile_k45(int q5, int nb, const void *wv, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	const struct blk_q4_K *w4 = wv;
+	const struct blk_q5_K *w5 = wv;
+	const __m256i m4 = _mm256_set1_epi8(15), one = _mm256_set1_epi8(1);
+	__m256 acc[QT];
+	__m128 accm[QT];
+	float summs[QT];
+
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		acc[r] = _mm256_setzero_ps();
+		accm[r] = _mm_setzero_ps();
+		summs[r] = 0.0f;
+	}
+	for (int b = 0; b < nb; b++) {
+		const uint8_t *sp = q5 ? w5[b].scales : w4[b].scales;
+		const uint8_t *qs = q5 ? w5[b].qs : w4[b].qs;
+		float dw = f16(q5 ? w5[b].d : w4[b].d);
+		float dmw = f16(q5 ? w5[b].dmin : w4[b].dmin);
 		uint8_t sc[8], mn[8];
-		__m256i sum = _mm256_setzero_si256(), mins;
-		int isum, msum;
+		__m256i sumi[QT], hb = _mm256_setzero_si256();
+		__m128i mins16;
 
 		for (int s = 0; s < 8; s++)
-			quant_k_scale_min(s, w[b].scales, &sc[s], &mn[s]);
-		/* msum = sum over sub-blocks s of mn[s] * (bsums[2s] + bsums[2s + 1]) */
-		mins = _mm256_setr_epi16(mn[0], mn[0], mn[1], mn[1], mn[2], mn[2],
-		    mn[3], mn[3], mn[4], mn[4], mn[5], mn[5], mn[6], mn[6], mn[7],
-		    mn[7]);
-		msum = hsum_i32(_mm256_madd_epi16(mins,
-		    _mm256_loadu_si256((const __m256i *)x[b].bsums)));
-		for (int c = 0; c < 4; c++) {
-			__m256i q = _mm256_loadu_si256((const __m256i *)
-			    (w[b].qs + 32 * c));
-			__m256i lo = _mm256_and_si256(q, m4);
-			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-			__m256i x0 = _mm256_loadu_si256((const __m256i *)
-			    (x[b].qs + 64 * c));
-			__m256i x1 = _mm256_loadu_si256((const __m256i *)
-			    (x[b].qs + 64 * c + 32));
-			__m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, x0),
-			    _mm256_set1_epi16(sc[2 * c]));
-			__m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, x1),
-			    _mm256_set1_epi16(sc[2 * c + 1]));
+			quant_k_scale_min(s, sp, &sc[s], &mn[s]);
+		mins16 = _mm_setr_epi16(mn[0], mn[1], mn[2], mn[3], mn[4], mn[5],
+		    mn[6], mn[7]);
+		if (q5)
+			hb = _mm256_loadu_si256((const __m256i *)w5[b].qh);
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const struct blk_q8_K *xb = xblk(x, bx, r, b);
+			__m128i prod = k_min_lanes(mins16, xb->bsums);
+			float dmin = -xb->d * dmw;
 
-			sum = _mm256_add_epi32(sum, _mm256_add_epi32(p0, p1));
+			if (q5) {
+				int32_t v[4];
+
+				_mm_storeu_si128((__m128i *)v, prod);
+				summs[r] = fmaf(dmin, (float)((v[0] + v[1]) +
+				    (v[2] + v[3])), summs[r]);
+			} else {
+				accm[r] = _mm_fmadd_ps(_mm_set1_ps(dmin),
+				    _mm_cvtepi32_ps(prod), accm[r]);
+			}
+			sumi[r] = _mm256_setzero_si256();
 		}
-		isum = hsum_i32(sum);
-		acc += (quant_f16(w[b].d) * x[b].d) * (float)isum -
-		    (quant_f16(w[b].dmin) * x[b].d) * (float)msum;
+		for (int c = 0; c < 4; c++) {
+			__m256i qb = _mm256_loadu_si256((const __m256i *)
+			    (qs + 32 * c));
+			__m256i lo = _mm256_and_si256(qb, m4);
+			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+			__m256i s0 = _mm256_set1_epi16(sc[2 * c]);
+			__m256i s1 = _mm256_set1_epi16(sc[2 * c + 1]);
+
+			if (q5) {
+				lo = _mm256_or_si256(lo, _mm256_slli_epi16(
+				    _mm256_and_si256(_mm256_srli_epi16(hb, 2 * c),
+				    one), 4));
+				hi = _mm256_or_si256(hi, _mm256_slli_epi16(
+				    _mm256_and_si256(_mm256_srli_epi16(hb,
+				    2 * c + 1), one), 4));
+			}
+#pragma GCC unroll 4
+			for (int r = 0; r < NX; r++) {
+				const int8_t *q8 = xblk(x, bx, r, b)->qs + 64 * c;
+				__m256i p0 = _mm256_madd_epi16(s0,
+				    _mm256_maddubs_epi16(lo, _mm256_loadu_si256(
+				    (const __m256i *)q8)));
+				__m256i p1 = _mm256_madd_epi16(s1,
+				    _mm256_maddubs_epi16(hi, _mm256_loadu_si256(
+				    (const __m256i *)(q8 + 32))));
+
+				sumi[r] = _mm256_add_epi32(sumi[r],
+				    _mm256_add_epi32(p0, p1));
+			}
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(
+			    xblk(x, bx, r, b)->d * dw),
+			    _mm256_cvtepi32_ps(sumi[r]), acc[r]);
 	}
-	return acc;
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		if (q5) {
+			y[r * ldy] = hsum_f32(acc[r]) + summs[r];
+		} else {
+			__m128 m = _mm_add_ps(accm[r], _mm_movehl_ps(accm[r],
+			    accm[r]));
+
+			m = _mm_add_ss(m, _mm_movehdup_ps(m));
+			y[r * ldy] = hsum_f32(acc[r]) + _mm_cvtss_f32(m);
+		}
+	}
 }
 
-static ALWAYS_INLINE float
-row_q6_K(int nb, const struct blk_q6_K *w, const struct blk_q8_K *x)
+static ALWAYS_INLINE void
+tile_q4_K(int nb, const void *w, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
 {
+	tile_k45(0, nb, w, x, bx, NX, y, ldy);
+}
+
+static ALWAYS_INLINE void
+tile_q5_K(int nb, const void *w, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	tile_k45(1, nb, w, x, bx, NX, y, ldy);
+}
+
+/* Q6_K: values q - 32, as maddubs(q) - maddubs(32). */
+static ALWAYS_INLINE void
+tile_q6_K(int nb, const void *wv, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	const struct blk_q6_K *w = wv;
 	const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
-	float acc = 0.0f;
+	const __m256i m32 = _mm256_set1_epi8(32);
+	__m256 acc[QT];
 
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		acc[r] = _mm256_setzero_ps();
 	for (int b = 0; b < nb; b++) {
-		__m256i sum = _mm256_setzero_si256();
-		__m256i scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(
-		    (const __m128i *)w[b].scales));
-		int corr, isum;
+		__m256i sumi[QT];
+		float dw = f16(w[b].d);
 
-		/* sum over s of scales[s] * bsums[s], for the -32 offset */
-		corr = hsum_i32(_mm256_madd_epi16(scales,
-		    _mm256_loadu_si256((const __m256i *)x[b].bsums)));
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			sumi[r] = _mm256_setzero_si256();
 		for (int h = 0; h < 2; h++) {
 			const uint8_t *ql = w[b].ql + 64 * h;
 			__m256i qh = _mm256_loadu_si256((const __m256i *)
@@ -381,50 +758,83 @@ row_q6_K(int nb, const struct blk_q6_K *w, const struct blk_q8_K *x)
 			__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
 
 			for (int c = 0; c < 4; c++) {
-				__m256i nib = c & 1 ? l1 : l0;
-				__m256i q, xv, p;
 				int s = 8 * h + 2 * c;
+				__m256i nib = c & 1 ? l1 : l0, q, sv;
 
 				if (c >= 2)
 					nib = _mm256_srli_epi16(nib, 4);
 				q = _mm256_or_si256(_mm256_and_si256(nib, m4),
 				    _mm256_slli_epi16(_mm256_and_si256(
 				    _mm256_srli_epi16(qh, 2 * c), m2), 4));
-				xv = _mm256_loadu_si256((const __m256i *)
-				    (x[b].qs + 128 * h + 32 * c));
-				p = _mm256_madd_epi16(_mm256_maddubs_epi16(q, xv),
-				    _mm256_set_m128i(
-				    _mm_set1_epi16(w[b].scales[s + 1]),
-				    _mm_set1_epi16(w[b].scales[s])));
-				sum = _mm256_add_epi32(sum, p);
+				sv = scale2(w[b].scales[s], w[b].scales[s + 1]);
+#pragma GCC unroll 4
+				for (int r = 0; r < NX; r++) {
+					__m256i xv = _mm256_loadu_si256((const __m256i *)
+					    (xblk(x, bx, r, b)->qs + 128 * h + 32 * c));
+					__m256i p = _mm256_sub_epi16(
+					    _mm256_maddubs_epi16(q, xv),
+					    _mm256_maddubs_epi16(m32, xv));
+
+					sumi[r] = _mm256_add_epi32(sumi[r],
+					    _mm256_madd_epi16(sv, p));
+				}
 			}
 		}
-		isum = hsum_i32(sum) - 32 * corr;
-		acc += (quant_f16(w[b].d) * x[b].d) * (float)isum;
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(
+			    xblk(x, bx, r, b)->d * dw),
+			    _mm256_cvtepi32_ps(sumi[r]), acc[r]);
 	}
-	return acc;
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++)
+		y[r * ldy] = hsum_f32(acc[r]);
 }
 
-void
-dot_q4_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	for (int o = 0; o < nw; o++)
-		for (int r = 0; r < nx; r++)
-			y[r * ldy + o] = row_q4_K(k / QUANT_QK_K,
-			    (const void *)((const char *)w + o * bw),
-			    (const void *)((const char *)x + r * bx));
+/*
+ * The exported kernels: each weight row against the activation rows in
+ * tiles of QT, then the last 1..3 rows as one smaller tile.
+ */
+#define QDOT(name, tile, qk)						\
+void									\
+name(int k, const void *w, size_t bw, int nw, const void *x,		\
+    size_t bx, int nx, float *y, size_t ldy)				\
+{									\
+	const char *xc = x;						\
+									\
+	for (int o = 0; o < nw; o++) {					\
+		const void *wr = (const char *)w + (size_t)o * bw;	\
+		int r = 0;						\
+									\
+		for (; r + QT <= nx; r += QT)				\
+			tile(k / (qk), wr, xc + (size_t)r * bx, bx, QT,	\
+			    y + (size_t)r * ldy + o, ldy);		\
+		switch (nx - r) {					\
+		case 3:							\
+			tile(k / (qk), wr, xc + (size_t)r * bx, bx, 3,	\
+			    y + (size_t)r * ldy + o, ldy);		\
+			break;						\
+		case 2:							\
+			tile(k / (qk), wr, xc + (size_t)r * bx, bx, 2,	\
+			    y + (size_t)r * ldy + o, ldy);		\
+			break;						\
+		case 1:							\
+			tile(k / (qk), wr, xc + (size_t)r * bx, bx, 1,	\
+			    y + (size_t)r * ldy + o, ldy);		\
+			break;						\
+		}							\
+	}								\
 }
 
-void
-dot_q6_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	for (int o = 0; o < nw; o++)
-		for (int r = 0; r < nx; r++)
-			y[r * ldy + o] = row_q6_K(k / QUANT_QK_K,
-			    (const void *)((const char *)w + o * bw),
-			    (const void *)((const char *)x + r * bx));
-}
+QDOT(dot_q4_0_q8_0_avx2, tile_q4_0, QUANT_QK)
+QDOT(dot_q4_1_q8_1_avx2, tile_q4_1, QUANT_QK)
+QDOT(dot_q5_0_q8_0_avx2, tile_q5_0, QUANT_QK)
+QDOT(dot_q5_1_q8_1_avx2, tile_q5_1, QUANT_QK)
+QDOT(dot_q8_0_q8_0_avx2, tile_q8_0, QUANT_QK)
+QDOT(dot_q2_K_q8_K_avx2, tile_q2_K, QUANT_QK_K)
+QDOT(dot_q3_K_q8_K_avx2, tile_q3_K, QUANT_QK_K)
+QDOT(dot_q4_K_q8_K_avx2, tile_q4_K, QUANT_QK_K)
+QDOT(dot_q5_K_q8_K_avx2, tile_q5_K, QUANT_QK_K)
+QDOT(dot_q6_K_q8_K_avx2, tile_q6_K, QUANT_QK_K)
 
 #endif

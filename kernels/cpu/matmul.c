@@ -104,7 +104,7 @@ mm_prepare(const struct mm_args *a, void *scratch)
 		if (kern->xtype == CP_T_F32)
 			dot_round_row(kern->xround, src, dst, a->k);
 		else
-			(void)quant_row(kern->xtype, src, dst, (size_t)a->k);
+			(void)quant_row_act(kern->xtype, src, dst, (size_t)a->k);
 	}
 }
 

@@ -500,24 +500,63 @@ q_q8_0(const float *x, void *dst, size_t nb)
 	}
 }
 
-/* Q8_1: as Q8_0, plus s = f16(d * sum(q)) with the float d. */
+/*
+ * Q8_0 for activations: d = amax / 127 as above, but q = round-half-even(x *
+ * (127 / amax)).
+ */
+static void
+q_q8_0_act(const float *x, void *dst, size_t nb)
+{
+	struct blk_q8_0 *b = dst;
+
+	for (size_t i = 0; i < nb; i++, b++, x += QUANT_QK) {
+		float amax = amax_of(x, QUANT_QK);
+		float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+
+		st16(b->d, fp32_to_fp16(amax / 127.0f));
+		for (int j = 0; j < QUANT_QK; j++)
+			b->qs[j] = (int8_t)round_even(x[j] * id);
+	}
+}
+
+/*
+ * Q8_1: quants as Q8_0 (act: as q_q8_0_act()), plus s = f16(d * sum(q))
+ * with the float d.
+ */
+static void
+q8_1_block(const float *x, struct blk_q8_1 *b, bool act)
+{
+	float amax = amax_of(x, QUANT_QK);
+	float d = amax / 127.0f;
+	float id = act ? (amax != 0.0f ? 127.0f / amax : 0.0f) :
+	    (d != 0.0f ? 1.0f / d : 0.0f);
+	int sum = 0;
+
+	st16(b->d, fp32_to_fp16(d));
+	for (int j = 0; j < QUANT_QK; j++) {
+		b->qs[j] = (int8_t)(act ? round_even(x[j] * id) :
+		    round_away(x[j] * id));
+		sum += b->qs[j];
+	}
+	st16(b->s, fp32_to_fp16((float)sum * d));
+}
+
 static void
 q_q8_1(const float *x, void *dst, size_t nb)
 {
 	struct blk_q8_1 *b = dst;
 
-	for (size_t i = 0; i < nb; i++, b++, x += QUANT_QK) {
-		float d = amax_of(x, QUANT_QK) / 127.0f;
-		float id = d != 0.0f ? 1.0f / d : 0.0f;
-		int sum = 0;
+	for (size_t i = 0; i < nb; i++)
+		q8_1_block(x + i * QUANT_QK, b + i, false);
+}
 
-		st16(b->d, fp32_to_fp16(d));
-		for (int j = 0; j < QUANT_QK; j++) {
-			b->qs[j] = (int8_t)round_away(x[j] * id);
-			sum += b->qs[j];
-		}
-		st16(b->s, fp32_to_fp16((float)sum * d));
-	}
+static void
+q_q8_1_act(const float *x, void *dst, size_t nb)
+{
+	struct blk_q8_1 *b = dst;
+
+	for (size_t i = 0; i < nb; i++)
+		q8_1_block(x + i * QUANT_QK, b + i, true);
 }
 
 /* trunc(v) clamped to [0, 15]; NaN gives 0. */
@@ -651,6 +690,22 @@ dequant_row(uint32_t t, const void *src, float *dst, size_t n)
 		memmove(dst, src, n * sizeof(float));
 	else
 		dq_table[t](src, dst, n / ti->block);
+	return 0;
+}
+
+int
+quant_row_act(uint32_t t, const float *src, void *dst, size_t n)
+{
+	const struct ttype_info *ti = ttype_info(t);
+
+	if (t != CP_T_Q8_0 && t != CP_T_Q8_1)
+		return quant_row(t, src, dst, n);
+	if (n % ti->block != 0)
+		return -EINVAL;
+	if (t == CP_T_Q8_0)
+		q_q8_0_act(src, dst, n / ti->block);
+	else
+		q_q8_1_act(src, dst, n / ti->block);
 	return 0;
 }
 

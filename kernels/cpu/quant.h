@@ -30,6 +30,15 @@ int dequant_row(uint32_t t, const void *src, float *dst, size_t n);
 int quant_row(uint32_t t, const float *src, void *dst, size_t n);
 
 /*
+ * Convert n activations at src into type t at dst the way ggml's x86 CPU
+ * backend quantizes the input of a matrix product: Q8_0 and Q8_1 with the
+ * scale 127 / amax and ties to even (quant_row() rounds as llama-quantize
+ * does: x * (1 / d), ties away from zero); every other type as quant_row().
+ * Returns 0 or -EINVAL.
+ */
+int quant_row_act(uint32_t t, const float *src, void *dst, size_t n);
+
+/*
  * Block layouts, byte for byte as ggml stores them.  Multi-byte fields are
  * little-endian; "f16" fields hold IEEE half bit patterns (read them with
  * quant_f16()).  Weight blocks are byte arrays only, so a block may start at
