@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dot.h"
 #include "matmul.h"
 #include "quant.h"
 #include "ttype.h"
@@ -37,8 +38,8 @@ struct fwd_att_task {
  *	row_pos, row_entry [T]
  *	logit_rows [S]		row whose logits an entry asked for
  *	mm_scratch		activations prepared for a matrix product
- *	kt, vt, sc [threads][block_tokens * head_dim | block_tokens]
- *				one K/V block as F32 and its scores
+ *	vt	[threads][block_tokens, head_dim]	a V block as F32
+ *	sc	[threads][n_head / n_head_kv, block_tokens]	its scores
  */
 struct fwd {
 	const struct model *m;
@@ -54,7 +55,8 @@ struct fwd {
 	int *row_pos, *row_entry, *logit_rows;
 	void *mm_scratch;
 	size_t mm_scratch_bytes;
-	float *kt, *vt, *sc;
+	float *vt, *sc;
+	const struct dot_kernel *kdot;	/* q . K for the cache's type */
 	struct fwd_att_task *tasks;
 	int max_tasks;
 	/* What mm_scratch holds prepared: x, weight type and rows. */
@@ -115,8 +117,12 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 		    "(%d layers, kv_dim %d) does not fit the model (%d, %d)",
 		    kp->n_layer, kp->kv_dim, hp->n_layer,
 		    hp->n_head_kv * hp->head_dim);
+	if (dot_kernel(kp->type) == NULL)
+		return cp_err_set(e, -EINVAL, "forward: no dot kernel for a "
+		    "%s kv cache", ttype_name(kp->type));
 	if ((f = calloc(1, sizeof(*f))) == NULL)
 		return cp_err_set(e, -ENOMEM, "forward: out of memory");
+	f->kdot = dot_kernel(kp->type);
 	f->m = m;
 	f->kv = kv;
 	f->kv_mem = kv_mem;
@@ -163,18 +169,17 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->logit_rows = fwd_alloc(S * sizeof(int));
 	f->entry_row0 = fwd_alloc(S * sizeof(int));
 	f->mm_scratch = fwd_alloc(need);
-	f->kt = fwd_alloc(nt * (size_t)f->bt * (size_t)hp->head_dim *
-	    sizeof(float));
 	f->vt = fwd_alloc(nt * (size_t)f->bt * (size_t)hp->head_dim *
 	    sizeof(float));
-	f->sc = fwd_alloc(nt * (size_t)f->bt * sizeof(float));
+	f->sc = fwd_alloc(nt * (size_t)f->bt *
+	    (size_t)(hp->n_head / hp->n_head_kv) * sizeof(float));
 	f->tasks = fwd_alloc((size_t)f->max_tasks * sizeof(*f->tasks));
 	if (f->x == NULL || f->xn == NULL || f->q == NULL || f->k == NULL ||
 	    f->v == NULL || f->att == NULL || f->att_m == NULL ||
 	    f->att_l == NULL || f->gate == NULL || f->up == NULL ||
 	    f->tmp == NULL || f->rope == NULL || f->row_pos == NULL ||
 	    f->row_entry == NULL || f->logit_rows == NULL ||
-	    f->entry_row0 == NULL || f->mm_scratch == NULL || f->kt == NULL ||
+	    f->entry_row0 == NULL || f->mm_scratch == NULL ||
 	    f->vt == NULL || f->sc == NULL || f->tasks == NULL) {
 		fwd_free(f);
 		return cp_err_set(e, -ENOMEM, "forward: out of memory for "
@@ -192,7 +197,6 @@ fwd_free(struct fwd *f)
 	free(f->tasks);
 	free(f->sc);
 	free(f->vt);
-	free(f->kt);
 	free(f->mm_scratch);
 	free(f->entry_row0);
 	free(f->logit_rows);
@@ -363,61 +367,33 @@ fwd_kv_store(struct fwd *f, int layer)
 	}
 }
 
-/*
- * Rows [0, n) of KV head g in block blk of layer, as F32, into kt and vt
- * (vt NULL: K only).
- */
+/* V rows [0, n) of KV head g in block blk of layer, as F32, into vt. */
 static void
-fwd_kv_load(const struct fwd *f, int layer, int blk, int g, int n,
-    float *kt, float *vt)
+fwd_v_load(const struct fwd *f, int layer, int blk, int g, int n, float *vt)
 {
 	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
 	uint32_t kv_type = kv_params(f->kv)->type;
 	int hd = f->m->hp.head_dim, j;
-	const unsigned char *kb = f->kv_mem + kv_block_offset(f->kv, blk,
-	    layer, KV_K) + (size_t)g * (size_t)hd * es;
 	const unsigned char *vb = f->kv_mem + kv_block_offset(f->kv, blk,
 	    layer, KV_V) + (size_t)g * (size_t)hd * es;
 
-	for (j = 0; j < n; j++) {
-		const unsigned char *kr = kb + (size_t)j * rowb;
-		const unsigned char *vr = vb + (size_t)j * rowb;
-		float *kd = kt + (size_t)j * (size_t)hd;
-		float *vd = vt != NULL ? vt + (size_t)j * (size_t)hd : NULL;
-
-		(void)dequant_row(kv_type, kr, kd, (size_t)hd);
-		if (vt != NULL)
-			(void)dequant_row(kv_type, vr, vd, (size_t)hd);
-	}
-}
-
-/* Scores q . k_j * scale of positions j < nv of a loaded block. */
-static void
-fwd_scores(const float *q, const float *kt, int nv, int hd, float scale,
-    float *sc)
-{
-	int j, i;
-
-	for (j = 0; j < nv; j++) {
-		const float *kr = kt + (size_t)j * (size_t)hd;
-		float s = 0;
-
-		for (i = 0; i < hd; i++)
-			s += q[i] * kr[i];
-		sc[j] = s * scale;
-	}
+	for (j = 0; j < n; j++)
+		(void)dequant_row(kv_type, vb + (size_t)j * rowb,
+		    vt + (size_t)j * (size_t)hd, (size_t)hd);
 }
 
 /*
  * One task: rows [r0, r1) of an entry and the query heads that share KV
- * head g.  The softmax is exact, in three walks over the row's positions
- * 0..pos, block by block in position order: the largest score; the sum of
- * exp(score - max) (in double); then the V rows weighted by the normalized
- * probabilities, which with an F16 cache are rounded to F16 as the
- * reference implementation rounds them before its product with V.  Each
- * walk keeps O(1) state per row-head, so nothing grows with the context,
- * and a row's arithmetic depends only on its position and the cache: that
- * is what makes steps batch invariant.
+ * head g.  Scores q . k come from the dot kernel of the cache's type,
+ * reading K in place (F16 K meets a Q rounded to F16, as in the reference
+ * implementation).  The softmax is exact, in three walks over the row's
+ * positions 0..pos, block by block in position order: the largest score;
+ * the sum of exp(score - max) (in double); then the V rows weighted by the
+ * normalized probabilities, which with an F16 cache are rounded to F16 as
+ * the reference implementation rounds them before its product with V.
+ * Each walk keeps O(1) state per row-head, so nothing grows with the
+ * context, and a row's arithmetic depends only on its position and the
+ * cache: that is what makes steps batch invariant.
  */
 static void
 fwd_att_task(void *arg, int task, int thread)
@@ -430,11 +406,11 @@ fwd_att_task(void *arg, int task, int thread)
 	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
 	int row0 = f->entry_row0[t->entry];
 	int pmax = bs->pos + t->r1 - 1, nb = pmax / f->bt + 1;
-	float *kt = f->kt + (size_t)thread * (size_t)f->bt * (size_t)hd;
+	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
 	float *vt = f->vt + (size_t)thread * (size_t)f->bt * (size_t)hd;
-	float *sc = f->sc + (size_t)thread * (size_t)f->bt;
+	float *sc = f->sc + (size_t)thread * (size_t)f->bt * (size_t)group;
 	float scale = 1.0f / sqrtf((float)hd);
-	bool round_p = kv_elem_bytes(f->kv) == 2;
+	bool round_p = es == 2;
 	int pass, blk, r, hh, j, i, n, nv;
 
 	for (r = t->r0; r < t->r1; r++) {
@@ -452,43 +428,52 @@ fwd_att_task(void *arg, int task, int thread)
 	for (pass = 0; pass < 3; pass++) {
 		for (blk = 0; blk < nb; blk++) {
 			int p0 = blk * f->bt;
+			const unsigned char *kb = f->kv_mem +
+			    kv_block_offset(f->kv, tab[blk], f->layer, KV_K) +
+			    (size_t)t->g * (size_t)hd * es;
 
 			n = pmax - p0 + 1;
 			if (n > f->bt)
 				n = f->bt;
-			fwd_kv_load(f, f->layer, tab[blk], t->g, n, kt,
-			    pass == 2 ? vt : NULL);
+			if (pass == 2)
+				fwd_v_load(f, f->layer, tab[blk], t->g, n, vt);
 			for (r = t->r0; r < t->r1; r++) {
 				int pos = bs->pos + r;
+				size_t q0 = (size_t)(row0 + r) * (size_t)f->qd +
+				    (size_t)t->g * (size_t)group * (size_t)hd;
 
 				if (pos < p0)
 					continue;
 				nv = pos - p0 + 1;
 				if (nv > n)
 					nv = n;
+				/* sc[hh][j] = (query head hh) . (K row j) */
+				f->kdot->fn(hd, kb, rowb, nv, f->q + q0,
+				    (size_t)hd * sizeof(float), group, sc,
+				    (size_t)f->bt);
 				for (hh = 0; hh < group; hh++) {
-					int h = t->g * group + hh;
 					size_t rh = (size_t)(row0 + r) *
-					    (size_t)hp->n_head + (size_t)h;
-					size_t qo = (size_t)(row0 + r) *
-					    (size_t)f->qd + (size_t)h *
+					    (size_t)hp->n_head + (size_t)t->g *
+					    (size_t)group + (size_t)hh;
+					float *s = sc + (size_t)hh *
+					    (size_t)f->bt;
+					float *acc = f->att + q0 + (size_t)hh *
 					    (size_t)hd;
-					float *acc = f->att + qo;
 					float mx = f->att_m[rh], inv, w;
 
-					fwd_scores(f->q + qo, kt, nv, hd,
-					    scale, sc);
+					for (j = 0; j < nv; j++)
+						s[j] *= scale;
 					if (pass == 0) {
 						for (j = 0; j < nv; j++)
-							if (sc[j] > mx)
-								mx = sc[j];
+							if (s[j] > mx)
+								mx = s[j];
 						f->att_m[rh] = mx;
 						continue;
 					}
 					if (pass == 1) {
 						for (j = 0; j < nv; j++)
 							f->att_l[rh] += (double)
-							    expf(sc[j] - mx);
+							    expf(s[j] - mx);
 						continue;
 					}
 					inv = (float)(1.0 / f->att_l[rh]);
@@ -496,7 +481,7 @@ fwd_att_task(void *arg, int task, int thread)
 						const float *vr = vt +
 						    (size_t)j * (size_t)hd;
 
-						w = expf(sc[j] - mx) * inv;
+						w = expf(s[j] - mx) * inv;
 						if (round_p)
 							w = fp16_to_fp32(
 							    fp32_to_fp16(w));
