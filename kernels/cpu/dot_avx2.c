@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "quant.h"
@@ -266,191 +267,167 @@ xrow(const char *x, size_t bx, int r)
 	return x + (size_t)r * bx;
 }
 
-/* Q8_0 and Q5_0 weights: 8 float lanes per row, one fused multiply-add per block. */
-static ALWAYS_INLINE void
-tile_q8_0(int nb, const void *wv, const char *x, size_t bx, int NX,
-    float *y, size_t ldy)
+/* The five 32-value block kinds; _0 kinds hold signed values. */
+enum b32 { B_Q4_0, B_Q5_0, B_Q8_0, B_Q4_1, B_Q5_1 };
+
+static ALWAYS_INLINE size_t
+b32_bytes(enum b32 k)
 {
-	const struct blk_q8_0 *w = wv;
-	__m256 acc[QT];
-
-#pragma GCC unroll 4
-	for (int r = 0; r < NX; r++)
-		acc[r] = _mm256_setzero_ps();
-	for (int b = 0; b < nb; b++) {
-		__m256i q = _mm256_loadu_si256((const __m256i *)w[b].qs);
-		__m256i qa = _mm256_sign_epi8(q, q);
-		float dw = f16(w[b].d);
-
-#pragma GCC unroll 4
-		for (int r = 0; r < NX; r++) {
-			const struct blk_q8_0 *xb =
-			    (const struct blk_q8_0 *)xrow(x, bx, r) + b;
-			__m256i s = lanes_ss(qa, q,
-			    _mm256_loadu_si256((const __m256i *)xb->qs));
-
-			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(xb->d)),
-			    _mm256_cvtepi32_ps(s), acc[r]);
-		}
+	switch (k) {
+	case B_Q4_0: return sizeof(struct blk_q4_0);
+	case B_Q5_0: return sizeof(struct blk_q5_0);
+	case B_Q8_0: return sizeof(struct blk_q8_0);
+	case B_Q4_1: return sizeof(struct blk_q4_1);
+	default: return sizeof(struct blk_q5_1);
 	}
-#pragma GCC unroll 4
-	for (int r = 0; r < NX; r++)
-		y[r * ldy] = hsum_f32(acc[r]);
 }
 
-static ALWAYS_INLINE void
-tile_q5_0(int nb, const void *wv, const char *x, size_t bx, int NX,
-    float *y, size_t ldy)
+/* The 32 values of block p as bytes: q - 8, q - 16, q, or unsigned q. */
+static ALWAYS_INLINE __m256i
+b32_values(enum b32 k, const uint8_t *p)
 {
-	const struct blk_q5_0 *w = wv;
-	__m256 acc[QT];
-
-#pragma GCC unroll 4
-	for (int r = 0; r < NX; r++)
-		acc[r] = _mm256_setzero_ps();
-	for (int b = 0; b < nb; b++) {
-		__m256i q = _mm256_sub_epi8(_mm256_or_si256(nibbles_32(w[b].qs),
-		    bits_32(w[b].qh)), _mm256_set1_epi8(16));
-		__m256i qa = _mm256_sign_epi8(q, q);
-		float dw = f16(w[b].d);
-
-#pragma GCC unroll 4
-		for (int r = 0; r < NX; r++) {
-			const struct blk_q8_0 *xb =
-			    (const struct blk_q8_0 *)xrow(x, bx, r) + b;
-			__m256i s = lanes_ss(qa, q,
-			    _mm256_loadu_si256((const __m256i *)xb->qs));
-
-			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(xb->d)),
-			    _mm256_cvtepi32_ps(s), acc[r]);
-		}
+	switch (k) {
+	case B_Q4_0:
+		return _mm256_sub_epi8(nibbles_32(p + 2), _mm256_set1_epi8(8));
+	case B_Q5_0:
+		return _mm256_sub_epi8(_mm256_or_si256(nibbles_32(p + 6),
+		    bits_32(p + 2)), _mm256_set1_epi8(16));
+	case B_Q8_0:
+		return _mm256_loadu_si256((const __m256i *)(p + 2));
+	case B_Q4_1:
+		return nibbles_32(p + 4);
+	default:
+		return _mm256_or_si256(nibbles_32(p + 8), bits_32(p + 4));
 	}
-#pragma GCC unroll 4
-	for (int r = 0; r < NX; r++)
-		y[r * ldy] = hsum_f32(acc[r]);
 }
 
 /*
- * Q4_0: one float per row; each block's exact sum fused-multiply-added in
- * block order.  Blocks go in fours so one horizontal-add tree yields four
- * block sums at once.
+ * A tile of NW <= 2 weight rows times NX <= QT activation rows of 32-value
+ * blocks (the activations Q8_0, or Q8_1 for the _1 kinds).  Q4_0: one float
+ * per output, each block's exact sum fused-multiply-added in block order
+ * (blocks in fours so one horizontal-add tree yields four sums).  The
+ * others: 8 float lanes per output, one fused multiply-add per block, and
+ * for Q4_1/Q5_1 the m_w s_x terms fused into one float per output.
  */
 static ALWAYS_INLINE void
-tile_q4_0(int nb, const void *wv, const char *x, size_t bx, int NX,
-    float *y, size_t ldy)
+tile_b32(enum b32 k, int nb, const char *w, size_t bw, int NW,
+    const char *x, size_t bx, int NX, float *y, size_t ldy)
 {
-	const struct blk_q4_0 *w = wv;
-	float acc[QT];
+	const size_t wb = b32_bytes(k);
+	const size_t xb = k >= B_Q4_1 ? sizeof(struct blk_q8_1) :
+	    sizeof(struct blk_q8_0);
+	const size_t xq = k >= B_Q4_1 ? 4 : 2;		/* qs offset */
+	const bool one = k >= B_Q4_1;
+	__m256 acc[2][QT];
+	float accs[2][QT];
 	int b = 0;
 
-#pragma GCC unroll 4
-	for (int r = 0; r < NX; r++)
-		acc[r] = 0.0f;
-	for (; b + 4 <= nb; b += 4) {
-		__m256i q[4], qa[4];
-		float dw[4];
-
-#pragma GCC unroll 4
-		for (int i = 0; i < 4; i++) {
-			q[i] = _mm256_sub_epi8(nibbles_32(w[b + i].qs),
-			    _mm256_set1_epi8(8));
-			qa[i] = _mm256_sign_epi8(q[i], q[i]);
-			dw[i] = f16(w[b + i].d);
-		}
+#pragma GCC unroll 2
+	for (int o = 0; o < NW; o++) {
 #pragma GCC unroll 4
 		for (int r = 0; r < NX; r++) {
-			const struct blk_q8_0 *xb =
-			    (const struct blk_q8_0 *)xrow(x, bx, r) + b;
-			__m256i s[4], h;
-			__m128i is;
-			int32_t v[4];
+			acc[o][r] = _mm256_setzero_ps();
+			accs[o][r] = 0.0f;
+		}
+	}
+	if (k == B_Q4_0) {
+		for (; b + 4 <= nb; b += 4) {
+#pragma GCC unroll 2
+			for (int o = 0; o < NW; o++) {
+				const uint8_t *wp = (const uint8_t *)w +
+				    (size_t)o * bw + (size_t)b * wb;
+				__m256i q[4], qa[4];
+				__m128 dw = _mm_cvtph_ps(_mm_setr_epi16(
+				    (short)(wp[0] | wp[1] << 8),
+				    (short)(wp[wb] | wp[wb + 1] << 8),
+				    (short)(wp[2 * wb] | wp[2 * wb + 1] << 8),
+				    (short)(wp[3 * wb] | wp[3 * wb + 1] << 8),
+				    0, 0, 0, 0));
 
 #pragma GCC unroll 4
-			for (int i = 0; i < 4; i++)
-				s[i] = lanes_ss(qa[i], q[i], _mm256_loadu_si256(
-				    (const __m256i *)xb[i].qs));
-			h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]),
-			    _mm256_hadd_epi32(s[2], s[3]));
-			is = _mm_add_epi32(_mm256_castsi256_si128(h),
-			    _mm256_extracti128_si256(h, 1));
-			_mm_storeu_si128((__m128i *)v, is);
+				for (int i = 0; i < 4; i++) {
+					q[i] = b32_values(k, wp + i * wb);
+					qa[i] = _mm256_sign_epi8(q[i], q[i]);
+				}
 #pragma GCC unroll 4
-			for (int i = 0; i < 4; i++)
-				acc[r] = fmaf((float)v[i], dw[i] * f16(xb[i].d),
-				    acc[r]);
+				for (int r = 0; r < NX; r++) {
+					const uint8_t *xp = (const uint8_t *)x +
+					    (size_t)r * bx + (size_t)b * xb;
+					__m256i s[4], h;
+					__m128i is;
+					__m128 d;
+					float v[4], dv[4];
+
+#pragma GCC unroll 4
+					for (int i = 0; i < 4; i++)
+						s[i] = lanes_ss(qa[i], q[i],
+						    _mm256_loadu_si256((const __m256i *)
+						    (xp + i * xb + xq)));
+					h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0],
+					    s[1]), _mm256_hadd_epi32(s[2], s[3]));
+					is = _mm_add_epi32(_mm256_castsi256_si128(h),
+					    _mm256_extracti128_si256(h, 1));
+					d = _mm_mul_ps(dw, _mm_cvtph_ps(_mm_setr_epi16(
+					    (short)(xp[0] | xp[1] << 8),
+					    (short)(xp[xb] | xp[xb + 1] << 8),
+					    (short)(xp[2 * xb] | xp[2 * xb + 1] << 8),
+					    (short)(xp[3 * xb] | xp[3 * xb + 1] << 8),
+					    0, 0, 0, 0)));
+					_mm_storeu_ps(v, _mm_cvtepi32_ps(is));
+					_mm_storeu_ps(dv, d);
+#pragma GCC unroll 4
+					for (int i = 0; i < 4; i++)
+						accs[o][r] = fmaf(v[i], dv[i],
+						    accs[o][r]);
+				}
+			}
 		}
 	}
 	for (; b < nb; b++) {
-		__m256i q = _mm256_sub_epi8(nibbles_32(w[b].qs),
-		    _mm256_set1_epi8(8));
-		__m256i qa = _mm256_sign_epi8(q, q);
-		float dw = f16(w[b].d);
+#pragma GCC unroll 2
+		for (int o = 0; o < NW; o++) {
+			const uint8_t *wp = (const uint8_t *)w + (size_t)o * bw +
+			    (size_t)b * wb;
+			__m256i q = b32_values(k, wp);
+			__m256i qa = _mm256_sign_epi8(q, q);
+			float dw = f16(wp), mw = one ? f16(wp + 2) : 0.0f;
 
 #pragma GCC unroll 4
-		for (int r = 0; r < NX; r++) {
-			const struct blk_q8_0 *xb =
-			    (const struct blk_q8_0 *)xrow(x, bx, r) + b;
-			int isum = hsum_i32(lanes_ss(qa, q,
-			    _mm256_loadu_si256((const __m256i *)xb->qs)));
+			for (int r = 0; r < NX; r++) {
+				const uint8_t *xp = (const uint8_t *)x +
+				    (size_t)r * bx + (size_t)b * xb;
+				__m256i xv = _mm256_loadu_si256((const __m256i *)
+				    (xp + xq));
+				__m256i s = one ? lanes_us(q, xv) :
+				    lanes_ss(qa, q, xv);
 
-			acc[r] = fmaf((float)isum, dw * f16(xb->d), acc[r]);
+				if (k == B_Q4_0) {
+					accs[o][r] = fmaf((float)hsum_i32(s),
+					    dw * f16(xp), accs[o][r]);
+					continue;
+				}
+				if (one)
+					accs[o][r] = fmaf(mw, f16(xp + 2),
+					    accs[o][r]);
+				acc[o][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw *
+				    f16(xp)), _mm256_cvtepi32_ps(s), acc[o][r]);
+			}
 		}
 	}
-#pragma GCC unroll 4
-	for (int r = 0; r < NX; r++)
-		y[r * ldy] = acc[r];
-}
-
-/* Q4_1 / Q5_1 (fifth bit when q5): lanes of d_w d_x q_w q_x, plus m_w s_x fused into one float. */
-static ALWAYS_INLINE void
-tile_q_1(int q5, int nb, const void *wv, const char *x, size_t bx, int NX,
-    float *y, size_t ldy)
-{
-	const struct blk_q4_1 *w4 = wv;
-	const struct blk_q5_1 *w5 = wv;
-	__m256 acc[QT];
-	float summs[QT];
-
-#pragma GCC unroll 4
-	for (int r = 0; r < NX; r++) {
-		acc[r] = _mm256_setzero_ps();
-		summs[r] = 0.0f;
-	}
-	for (int b = 0; b < nb; b++) {
-		__m256i q = q5 ? _mm256_or_si256(nibbles_32(w5[b].qs),
-		    bits_32(w5[b].qh)) : nibbles_32(w4[b].qs);
-		float dw = f16(q5 ? w5[b].d : w4[b].d);
-		float mw = f16(q5 ? w5[b].m : w4[b].m);
-
+#pragma GCC unroll 2
+	for (int o = 0; o < NW; o++) {
 #pragma GCC unroll 4
 		for (int r = 0; r < NX; r++) {
-			const struct blk_q8_1 *xb =
-			    (const struct blk_q8_1 *)xrow(x, bx, r) + b;
-			__m256i s = lanes_us(q,
-			    _mm256_loadu_si256((const __m256i *)xb->qs));
+			float *out = &y[(size_t)r * ldy + o];
 
-			summs[r] = fmaf(mw, f16(xb->s), summs[r]);
-			acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw * f16(xb->d)),
-			    _mm256_cvtepi32_ps(s), acc[r]);
+			if (k == B_Q4_0)
+				*out = accs[o][r];
+			else if (one)
+				*out = hsum_f32(acc[o][r]) + accs[o][r];
+			else
+				*out = hsum_f32(acc[o][r]);
 		}
 	}
-#pragma GCC unroll 4
-	for (int r = 0; r < NX; r++)
-		y[r * ldy] = hsum_f32(acc[r]) + summs[r];
-}
-
-static ALWAYS_INLINE void
-tile_q4_1(int nb, const void *w, const char *x, size_t bx, int NX,
-    float *y, size_t ldy)
-{
-	tile_q_1(0, nb, w, x, bx, NX, y, ldy);
-}
-
-static ALWAYS_INLINE void
-tile_q5_1(int nb, const void *w, const char *x, size_t bx, int NX,
-    float *y, size_t ldy)
-{
-	tile_q_1(1, nb, w, x, bx, NX, y, ldy);
 }
 
 /* ---- K-quants -------------------------------------------------------------- */
@@ -792,49 +769,147 @@ tile_q6_K(int nb, const void *wv, const char *x, size_t bx, int NX,
 }
 
 /*
- * The exported kernels: each weight row against the activation rows in
- * tiles of QT, then the last 1..3 rows as one smaller tile.
+ * The exported kernels.  32-value blocks: weight rows in pairs (two
+ * independent accumulation chains even for one activation row), activation
+ * rows in tiles of QT.  K-quants: one weight row, activation rows in tiles
+ * of QT.  NW and NX are constants in every call, so each tile shape is
+ * compiled on its own.
  */
-#define QDOT(name, tile, qk)						\
-void									\
-name(int k, const void *w, size_t bw, int nw, const void *x,		\
-    size_t bx, int nx, float *y, size_t ldy)				\
-{									\
-	const char *xc = x;						\
-									\
-	for (int o = 0; o < nw; o++) {					\
-		const void *wr = (const char *)w + (size_t)o * bw;	\
-		int r = 0;						\
-									\
+#define TILE_NX(call, r, nx)						\
+	do {								\
 		for (; r + QT <= nx; r += QT)				\
-			tile(k / (qk), wr, xc + (size_t)r * bx, bx, QT,	\
-			    y + (size_t)r * ldy + o, ldy);		\
+			call(QT);					\
 		switch (nx - r) {					\
-		case 3:							\
-			tile(k / (qk), wr, xc + (size_t)r * bx, bx, 3,	\
-			    y + (size_t)r * ldy + o, ldy);		\
-			break;						\
-		case 2:							\
-			tile(k / (qk), wr, xc + (size_t)r * bx, bx, 2,	\
-			    y + (size_t)r * ldy + o, ldy);		\
-			break;						\
-		case 1:							\
-			tile(k / (qk), wr, xc + (size_t)r * bx, bx, 1,	\
-			    y + (size_t)r * ldy + o, ldy);		\
-			break;						\
+		case 3: call(3); break;					\
+		case 2: call(2); break;					\
+		case 1: call(1); break;					\
 		}							\
-	}								\
+	} while (0)
+
+static ALWAYS_INLINE void
+dot_b32(enum b32 kind, int k, const void *w, size_t bw, int nw,
+    const void *x, size_t bx, int nx, float *y, size_t ldy)
+{
+	const char *wc = w, *xc = x;
+	int o = 0, r;
+
+#define CALL2(NX) tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw, bw, 2, \
+	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy)
+#define CALL1(NX) tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw, bw, 1, \
+	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy)
+	for (; o + 2 <= nw; o += 2) {
+		r = 0;
+		TILE_NX(CALL2, r, nx);
+	}
+	for (; o < nw; o++) {
+		r = 0;
+		TILE_NX(CALL1, r, nx);
+	}
+#undef CALL2
+#undef CALL1
 }
 
-QDOT(dot_q4_0_q8_0_avx2, tile_q4_0, QUANT_QK)
-QDOT(dot_q4_1_q8_1_avx2, tile_q4_1, QUANT_QK)
-QDOT(dot_q5_0_q8_0_avx2, tile_q5_0, QUANT_QK)
-QDOT(dot_q5_1_q8_1_avx2, tile_q5_1, QUANT_QK)
-QDOT(dot_q8_0_q8_0_avx2, tile_q8_0, QUANT_QK)
-QDOT(dot_q2_K_q8_K_avx2, tile_q2_K, QUANT_QK_K)
-QDOT(dot_q3_K_q8_K_avx2, tile_q3_K, QUANT_QK_K)
-QDOT(dot_q4_K_q8_K_avx2, tile_q4_K, QUANT_QK_K)
-QDOT(dot_q5_K_q8_K_avx2, tile_q5_K, QUANT_QK_K)
-QDOT(dot_q6_K_q8_K_avx2, tile_q6_K, QUANT_QK_K)
+void
+dot_q4_0_q8_0_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_b32(B_Q4_0, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_q5_0_q8_0_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_b32(B_Q5_0, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_q8_0_q8_0_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_b32(B_Q8_0, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_q4_1_q8_1_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_b32(B_Q4_1, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_q5_1_q8_1_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_b32(B_Q5_1, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+
+enum kq { K_Q2, K_Q3, K_Q4, K_Q5, K_Q6 };
+
+static ALWAYS_INLINE void
+tile_k(enum kq kind, int nb, const void *w, const char *x, size_t bx, int NX,
+    float *y, size_t ldy)
+{
+	switch (kind) {
+	case K_Q2: tile_q2_K(nb, w, x, bx, NX, y, ldy); break;
+	case K_Q3: tile_q3_K(nb, w, x, bx, NX, y, ldy); break;
+	case K_Q4: tile_q4_K(nb, w, x, bx, NX, y, ldy); break;
+	case K_Q5: tile_q5_K(nb, w, x, bx, NX, y, ldy); break;
+	case K_Q6: tile_q6_K(nb, w, x, bx, NX, y, ldy); break;
+	}
+}
+
+static ALWAYS_INLINE void
+dot_k(enum kq kind, int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	const char *xc = x;
+
+#define CALLK(NX) tile_k(kind, k / QUANT_QK_K, (const char *)w + \
+	(size_t)o * bw, xc + (size_t)r * bx, bx, NX, \
+	y + (size_t)r * ldy + o, ldy)
+	for (int o = 0; o < nw; o++) {
+		int r = 0;
+
+		TILE_NX(CALLK, r, nx);
+	}
+#undef CALLK
+}
+
+void
+dot_q2_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_k(K_Q2, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_q3_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_k(K_Q3, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_q4_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_k(K_Q4, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_q5_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_k(K_Q5, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_q6_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_k(K_Q6, k, w, bw, nw, x, bx, nx, y, ldy);
+}
 
 #endif

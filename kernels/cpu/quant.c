@@ -157,14 +157,22 @@ round_away(float v)
 	return (int)roundf(v);
 }
 
+/*
+ * Adding and removing 1.5 * 2^23 rounds a float of magnitude below 2^22 to
+ * an integer, ties to even, in the default rounding mode (as ggml's
+ * nearest_int() does), without a library call.
+ */
 static inline int
 round_even(float v)
 {
+	float t;
+
 	if (!(v > -128.0f))
 		return v != v ? 0 : -128;
 	if (v > 127.0f)
 		return 127;
-	return (int)rintf(v);
+	t = v + 12582912.0f;
+	return (int)(t - 12582912.0f);
 }
 
 /* ---- dequantization ---------------------------------------------------- */
