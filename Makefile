@@ -213,14 +213,18 @@ FUZZ_HARNESSES := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/f
 build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c engine/gguf.c engine/ttype.c engine/error.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@
+build/fuzz/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c engine/error.c
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -lyaml
 .PHONY: fuzz fuzz-run
 fuzz: $(FUZZ_HARNESSES)
 # Runs each harness for FUZZ_TIME seconds over a corpus seeded from the fixtures.
 fuzz-run: fuzz
 	@for h in $(FUZZ_HARNESSES); do \
 		c=build/fuzz/corpus/$$(basename $$h); mkdir -p $$c; \
-		[ -d "$(CP_FIXTURES)" ] && find "$(CP_FIXTURES)" -name '*.gguf' -size -2M \
-			-exec cp -n {} $$c/ \; ; \
+		case $$h in *gguf) [ -d "$(CP_FIXTURES)" ] && find "$(CP_FIXTURES)" \
+			-name '*.gguf' -size -2M -exec cp -n {} $$c/ \; ;; \
+		*config) cp -n etc/cpd.yaml $$c/ ;; esac; \
 		$$h -max_total_time=$(FUZZ_TIME) -max_len=65536 $$c || exit 1; \
 	done
 
