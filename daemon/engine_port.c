@@ -25,8 +25,10 @@ struct engine_port {
 	int cmd_efd;
 
 	pthread_mutex_t ev_lock;
+	pthread_cond_t ev_taken;	/* the io loop took the pending events */
 	struct ep_batch ev;		/* pending events, ev_lock */
 	int ev_efd;
+	int shutdown;			/* SHUTDOWN pushed, ev_lock */
 
 	pthread_mutex_t stats_lock;
 	struct ep_stats stats;
@@ -63,6 +65,7 @@ ep_new(void)
 	p->cmd_tailp = &p->cmd_head;
 	pthread_mutex_init(&p->cmd_lock, NULL);
 	pthread_mutex_init(&p->ev_lock, NULL);
+	pthread_cond_init(&p->ev_taken, NULL);
 	pthread_mutex_init(&p->stats_lock, NULL);
 	p->cmd_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (p->cmd_efd < 0)
@@ -91,6 +94,7 @@ ep_free(struct engine_port *p)
 		close(p->ev_efd);
 	pthread_mutex_destroy(&p->cmd_lock);
 	pthread_mutex_destroy(&p->ev_lock);
+	pthread_cond_destroy(&p->ev_taken);
 	pthread_mutex_destroy(&p->stats_lock);
 	free(p);
 	errno = saved;
@@ -135,6 +139,13 @@ ep_push(struct engine_port *p, struct ep_cmd *c)
 	*p->cmd_tailp = c;
 	p->cmd_tailp = &c->next;
 	pthread_mutex_unlock(&p->cmd_lock);
+	if (c->kind == EP_CMD_SHUTDOWN) {
+		/* An engine waiting in ep_post() must see it. */
+		pthread_mutex_lock(&p->ev_lock);
+		p->shutdown = 1;
+		pthread_cond_broadcast(&p->ev_taken);
+		pthread_mutex_unlock(&p->ev_lock);
+	}
 	efd_signal(p->cmd_efd);
 	return 0;
 }
@@ -283,9 +294,11 @@ ep_post(struct engine_port *p, struct ep_batch *b, int step)
 	}
 	if (step)
 		q->steps++;
-	pthread_mutex_unlock(&p->ev_lock);
 	ep_batch_clear(b);
 	efd_signal(p->ev_efd);
+	while (q->steps >= EP_MAX_LAG && !p->shutdown)
+		pthread_cond_wait(&p->ev_taken, &p->ev_lock);
+	pthread_mutex_unlock(&p->ev_lock);
 	return 0;
 }
 
@@ -306,6 +319,7 @@ ep_take_events(struct engine_port *p, struct ep_batch *out)
 	t = p->ev;
 	p->ev = *out;
 	*out = t;
+	pthread_cond_broadcast(&p->ev_taken);
 	pthread_mutex_unlock(&p->ev_lock);
 	return out->n;
 }

@@ -26,7 +26,10 @@
  *  3. A PAUSEd request is not scheduled (its KV state is kept) until RESUME
  *     or CANCEL: the io loop pauses a client whose completion ring is full.
  *  4. ep_post() runs after every step, even one without events: the io
- *     loop drains client rings at step boundaries.
+ *     loop drains client rings at step boundaries.  It waits while
+ *     EP_MAX_LAG step boundaries are still untaken by the io loop, so the
+ *     engine never runs far ahead of the rings (a PAUSE takes effect
+ *     within a bounded number of events); a pushed SHUTDOWN ends the wait.
  *  5. The engine validates what only it can: token ids below n_vocab, and
  *     a prompt plus max_tokens that fits the context (an ERROR otherwise).
  *     Everything else (sizes, flags, ranges of parameters, stop strings)
@@ -46,6 +49,7 @@
 #include "cp_proto.h"
 
 #define EP_MAX_CLIENTS	65536
+#define EP_MAX_LAG	64	/* steps the engine may post ahead of the io loop */
 
 /* Command kinds. */
 #define EP_CMD_SUBMIT	1	/* new request: prompt, params, stops */
@@ -169,7 +173,8 @@ void ep_batch_fini(struct ep_batch *b);
 
 /*
  * engine: move b's events to the io loop (b is left empty), count a step
- * boundary when step is nonzero, and signal; 0 or -ENOMEM (b unchanged).
+ * boundary when step is nonzero, and signal; then wait while EP_MAX_LAG
+ * boundaries are untaken (rule 4).  0 or -ENOMEM (b unchanged).
  */
 int ep_post(struct engine_port *p, struct ep_batch *b, int step);
 

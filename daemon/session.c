@@ -315,7 +315,14 @@ sess_setup(struct session *s, const struct cp_hello *hello,
 		goto err_errno;
 
 	s->reqs = calloc(lim->max_reqs, sizeof(*s->reqs));
-	s->ovf_max = cq * 4 > 4096 ? (size_t)cq * 4 : 4096;
+	/*
+	 * Room for what the engine makes between a pause and its effect
+	 * (EP_MAX_LAG steps a request, a few CQEs each), on top of the CQ.
+	 */
+	s->ovf_max = (size_t)cq * 4 + (size_t)lim->max_reqs *
+	    (EP_MAX_LAG + 2) * 4;
+	if (s->ovf_max < 4096)
+		s->ovf_max = 4096;
 	if (s->reqs == NULL) {
 		r = -ENOMEM;
 		goto err;

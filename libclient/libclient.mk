@@ -1,2 +1,55 @@
-# libclient/: libcpclient (shared and static) and cpq.
-LIBCLIENT_ALL :=
+# libclient/: libcpclient, shared (soname libcpclient.so.0, exporting only
+# cp_* through libcpclient.map) and static, from every libclient/*.c but
+# cpq.c, compiled -fPIC -fvisibility=hidden; its pkg-config file; and cpq.
+LIBCPCLIENT_VERSION := 0.1.0
+LIBCPCLIENT_SRCS := $(filter-out libclient/cpq.c,$(wildcard libclient/*.c))
+LIBCPCLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.pic.o,$(LIBCPCLIENT_SRCS))
+LIBCPCLIENT_SO := $(BUILD)/lib/libcpclient.so.0
+LIBCPCLIENT_LINK := $(BUILD)/lib/libcpclient.so
+LIBCPCLIENT_A := $(BUILD)/lib/libcpclient.a
+LIBCPCLIENT_PC := $(BUILD)/lib/pkgconfig/cpclient.pc
+LIBCPCLIENT_MAP := libclient/libcpclient.map
+
+LIBCLIENT_ALL := $(LIBCPCLIENT_SO) $(LIBCPCLIENT_LINK) $(LIBCPCLIENT_A) \
+	$(LIBCPCLIENT_PC)
+
+$(LIBCPCLIENT_SO): $(LIBCPCLIENT_OBJS) $(LIBCPCLIENT_MAP)
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) -shared -Wl,-soname,libcpclient.so.0 \
+		-Wl,--version-script=$(LIBCPCLIENT_MAP) -Wl,--no-undefined \
+		$(LIBCPCLIENT_OBJS) -o $@
+
+$(LIBCPCLIENT_LINK): $(LIBCPCLIENT_SO)
+	$(Q)ln -sf libcpclient.so.0 $@
+
+$(LIBCPCLIENT_A): $(LIBCPCLIENT_OBJS)
+
+$(LIBCPCLIENT_PC): libclient/cpclient.pc.in
+	$(call msg,GEN,$@)
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+		-e 's|@INCDIR@|$(INCDIR)|' -e 's|@VERSION@|$(LIBCPCLIENT_VERSION)|' \
+		$< > $@
+
+# cpq, the shell tool, once its source exists.
+ifneq ($(wildcard libclient/cpq.c),)
+PROGRAMS += $(BUILD)/bin/cpq
+$(BUILD)/bin/cpq: $(BUILD)/libclient/cpq.o $(LIBCPCLIENT_A)
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) $< $(LIBCPCLIENT_A) $(LDLIBS_BASE) $(LDLIBS) -o $@
+endif
+
+# check_client links the static library and dlopen()s the shared one.
+$(BUILD)/tests/check_client: $(LIBCPCLIENT_A) $(LIBCPCLIENT_SO)
+$(BUILD)/tests/check_client: override LDLIBS += $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_client.o: override XCFLAGS += \
+	-DCP_LIBCPCLIENT_SO='"$(abspath $(LIBCPCLIENT_SO))"'
+
+INSTALL_FILES += 644:libclient/cpclient.h:$(INCDIR)
+INSTALL_FILES += 755:$(LIBCPCLIENT_SO):$(LIBDIR)
+INSTALL_FILES += 644:$(LIBCPCLIENT_A):$(LIBDIR)
+INSTALL_FILES += 644:$(LIBCPCLIENT_PC):$(LIBDIR)/pkgconfig
+INSTALL_EXTRA += ln -sf libcpclient.so.0 "$(DESTDIR)$(LIBDIR)/libcpclient.so";
+UNINSTALL_EXTRA += rm -f "$(DESTDIR)$(LIBDIR)/libcpclient.so";

@@ -96,10 +96,20 @@ hd_child(struct hd *d, const struct srv_config *cfg,
 	struct engine_port *port;
 	struct mock_engine *m = NULL;
 	struct sigaction sa;
+	pid_t parent;
 	int logfd, r, rc = 1;
 	char ok = 1;
 
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	/*
+	 * The test process may _exit() on a failed assertion, and Check then
+	 * SIGKILLs its process group: leave the group, follow the parent's
+	 * death with SIGTERM instead, and clean up below.
+	 */
+	parent = getppid();
+	setpgid(0, 0);
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != parent)
+		raise(SIGTERM);
 	logfd = open(d->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 	log_init(LOG_LVL_DEBUG, logfd);
 	memset(&sa, 0, sizeof(sa));
@@ -127,6 +137,11 @@ hd_child(struct hd *d, const struct srv_config *cfg,
 	hd_server = NULL;
 	mock_engine_stop(m);
 	ep_free(port);
+	if (getppid() != parent && getenv("CP_TEST_KEEP") == NULL) {
+		/* Orphaned: nobody will run hd_stop(). */
+		unlink(d->log);
+		rmdir(d->dir);
+	}
 	_exit(rc);
 }
 
@@ -173,6 +188,9 @@ hd_start(struct hd *d, const struct srv_config *cfg,
 		hd_kill(d);
 		return -EIO;
 	}
+	/* End of file: the child has closed its end, its fd count is settled. */
+	while (poll(&pfd, 1, 5000) == 1 && read(p[0], &c, 1) == 1)
+		;
 	close(p[0]);
 	return 0;
 }
@@ -208,6 +226,10 @@ hd_stop(struct hd *d)
 {
 	hd_register(d, 0);
 	hd_reap(d, SIGTERM, 5000);
+	if (getenv("CP_TEST_KEEP") != NULL && d->dir[0] != '\0') {
+		fprintf(stderr, "kept %s\n", d->dir);
+		return;
+	}
 	if (d->dir[0] != '\0') {
 		unlink(d->path);
 		unlink(d->log);

@@ -7,7 +7,8 @@
  * else /tmp) and is removed by hd_stop(), which also runs at exit of the
  * process that started the daemon (a failed assertion exits the test), and
  * the daemon dies with that process.  Forked clients must leave with
- * _exit().
+ * _exit().  With CP_TEST_KEEP set in the environment, hd_stop() keeps the
+ * directory (and the daemon's log) and prints its name.
  */
 #ifndef CP_TEST_CPD_HARNESS_H
 #define CP_TEST_CPD_HARNESS_H

@@ -1,0 +1,573 @@
+/*
+ * cpclient.c - libcpclient: connecting (the handshake of cp_proto.h and
+ * the checks on what the daemon sends), closing, model information,
+ * statistics and error strings.  The rings are cpclient_ring.c's.
+ */
+#include "cpclient.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cp_proto.h"
+#include "cpclient_int.h"
+#include "ring.h"
+
+#define CPC_TIMEOUT_MS	5000
+#define CPC_RECV_FDS	8	/* room for more descriptors than we accept */
+
+uint64_t
+cpc_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int
+cpc_fail(struct cp_client *c, int err)
+{
+	int zero = 0;
+
+	__atomic_compare_exchange_n(&c->broken, &zero, err, 0,
+	    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	return err;
+}
+
+int
+cpc_broken(struct cp_client *c)
+{
+	return __atomic_load_n(&c->broken, __ATOMIC_SEQ_CST);
+}
+
+int
+cpc_daemon_gone(struct cp_client *c)
+{
+	struct pollfd p[2];
+
+	if (__atomic_load_n(&c->gone, __ATOMIC_SEQ_CST))
+		return 1;
+	p[0].fd = c->sock;
+	p[0].events = POLLRDHUP;
+	p[1].fd = c->cq_rfd;
+	p[1].events = 0;	/* POLLHUP is always reported */
+	p[0].revents = p[1].revents = 0;
+	if (poll(p, 2, 0) > 0 &&
+	    ((p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) ||
+	    (p[1].revents & (POLLHUP | POLLERR)))) {
+		__atomic_store_n(&c->gone, 1, __ATOMIC_SEQ_CST);
+		return 1;
+	}
+	return 0;
+}
+
+int
+cpc_pipe_signal(int fd)
+{
+	sigset_t pipe_set, old, pending;
+	char b = 1;
+	int had, err = 0;
+	ssize_t n;
+
+	/* A pipe has no MSG_NOSIGNAL: block SIGPIPE, eat one we caused. */
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	sigpending(&pending);
+	had = sigismember(&pending, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	do
+		n = write(fd, &b, 1);
+	while (n < 0 && errno == EINTR);
+	if (n < 0 && errno != EAGAIN) {
+		err = -errno;
+		if (err == -EPIPE && !had) {
+			struct timespec zero = { 0, 0 };
+
+			sigtimedwait(&pipe_set, NULL, &zero);
+		}
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return err;
+}
+
+void
+cp_connect_opts_init(struct cp_connect_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->timeout_ms = CPC_TIMEOUT_MS;
+}
+
+void
+cp_params_init(struct cp_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->temperature = 0.8f;
+	p->top_p = 0.95f;
+	p->min_p = 0.05f;
+	p->repeat_penalty = 1.0f;
+	p->top_k = 40;
+	p->repeat_last_n = 64;
+}
+
+/* Default socket path into buf: $CPD_SOCKET, $XDG_RUNTIME_DIR/cpd.sock, /run/cpd/cpd.sock. */
+static int
+socket_path(const char *given, char *buf, size_t size)
+{
+	const char *env;
+	int n;
+
+	if (given != NULL && *given != '\0')
+		n = snprintf(buf, size, "%s", given);
+	else if ((env = getenv("CPD_SOCKET")) != NULL && *env != '\0')
+		n = snprintf(buf, size, "%s", env);
+	else if ((env = getenv("XDG_RUNTIME_DIR")) != NULL && *env != '\0')
+		n = snprintf(buf, size, "%s/cpd.sock", env);
+	else
+		n = snprintf(buf, size, "/run/cpd/cpd.sock");
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int
+dial(const char *path)
+{
+	struct sockaddr_un sa;
+	int fd, r;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	if ((r = socket_path(path, sa.sun_path, sizeof(sa.sun_path))) < 0)
+		return r;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	do
+		r = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	while (r < 0 && errno == EINTR);
+	if (r < 0) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
+/*
+ * Receives the welcome and its descriptors (at most CP_FD_MAX kept in
+ * fds[], the rest closed).  Returns the record length, or -errno /
+ * CP_EPROTO / CP_EDEAD.
+ */
+static int
+recv_welcome(int fd, struct cp_welcome *w, int fds[CP_FD_MAX], int *nfds,
+    int timeout_ms)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int) * CPC_RECV_FDS)];
+	} cb;
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct iovec iov;
+	struct msghdr m;
+	struct cmsghdr *cm;
+	int tries, r, bad = 0;
+	ssize_t n = -1;
+
+	*nfds = 0;
+	do
+		r = poll(&p, 1, timeout_ms);
+	while (r < 0 && errno == EINTR);
+	if (r == 0)
+		return -ETIMEDOUT;
+	if (r < 0)
+		return -errno;
+	for (tries = 0; tries < 2; tries++) {
+		iov.iov_base = w;
+		iov.iov_len = sizeof(*w);
+		memset(&m, 0, sizeof(m));
+		m.msg_iov = &iov;
+		m.msg_iovlen = 1;
+		m.msg_control = cb.b;
+		m.msg_controllen = sizeof(cb.b);
+		n = recvmsg(fd, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		/* A refusal closes with our HELLO unread: the reset comes first. */
+		if (n < 0 && errno == ECONNRESET)
+			continue;
+		break;
+	}
+	if (n < 0)
+		return errno == ECONNRESET ? CP_EDEAD : -errno;
+	for (cm = CMSG_FIRSTHDR(&m); cm != NULL; cm = CMSG_NXTHDR(&m, cm)) {
+		size_t k, cnt;
+		int v;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+			bad = 1;
+			continue;
+		}
+		cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (k = 0; k < cnt; k++) {
+			memcpy(&v, CMSG_DATA(cm) + k * sizeof(int), sizeof(v));
+			if (*nfds < CP_FD_MAX)
+				fds[(*nfds)++] = v;
+			else {
+				close(v);
+				bad = 1;
+			}
+		}
+	}
+	if (m.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+		bad = 1;
+	if (n == 0)
+		return CP_EDEAD;
+	if (bad || (size_t)n != sizeof(*w))
+		return CP_EPROTO;
+	return (int)n;
+}
+
+/* Checks the welcome's numbers; 0, the refusal status, or CP_EPROTO. */
+static int
+check_welcome(const struct cp_welcome *w, int nfds, struct cp_seg_layout *l)
+{
+	if (w->hdr.magic != CP_PROTO_MAGIC || w->hdr.type != CP_MSG_WELCOME ||
+	    w->hdr.version != CP_PROTO_VERSION)
+		return CP_EPROTO;
+	if (w->status < 0)
+		return w->status < -4095 ? CP_EPROTO : w->status;
+	if (w->status > 0)
+		return CP_EPROTO;
+	if (w->wake_mode == CP_WAKE_FUTEX) {
+		if (w->n_fds != 2 || nfds != 2)
+			return CP_EPROTO;
+	} else if (w->wake_mode == CP_WAKE_FD) {
+		if (w->n_fds != 3 || nfds != 3)
+			return CP_EPROTO;
+	} else {
+		return CP_EPROTO;
+	}
+	if (cp_seg_layout(w->sq_entries, w->cq_entries, w->arena_bytes, l) < 0 ||
+	    l->seg_bytes != w->seg_bytes)
+		return CP_EPROTO;
+	if (w->max_reqs == 0 || w->max_reqs > 65536 || w->max_prompt_bytes == 0)
+		return CP_EPROTO;
+	return 0;
+}
+
+/* The memfd: a sealed regular file at least seg_bytes long. */
+static int
+check_memfd(int fd, uint32_t seg_bytes)
+{
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    st.st_size < (off_t)seg_bytes)
+		return CP_EPROTO;
+	/* Without F_SEAL_SHRINK a truncation could fault us with SIGBUS. */
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK))
+		return CP_EPROTO;
+	return 0;
+}
+
+/* A pipe end open for mode (O_RDONLY / O_WRONLY), made non-blocking. */
+static int
+check_pipe(int fd, int mode)
+{
+	struct stat st;
+	int fl;
+
+	if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode))
+		return CP_EPROTO;
+	fl = fcntl(fd, F_GETFL);
+	if (fl < 0 || (fl & O_ACCMODE) != mode)
+		return CP_EPROTO;
+	if (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -errno;
+	return 0;
+}
+
+/* Checks the header page against the welcome and the layout (read once). */
+static int
+check_header(const unsigned char *map, const struct cp_welcome *w,
+    const struct cp_seg_layout *l)
+{
+	struct cp_seg_hdr h;
+
+	ring_copy_out(&h, map, sizeof(h));
+	if (h.magic != CP_SEG_MAGIC || h.version != CP_PROTO_VERSION ||
+	    h.hdr_bytes != sizeof(h) || h.wake_mode != w->wake_mode ||
+	    h.seg_bytes != l->seg_bytes || h.ctl_off != l->ctl_off ||
+	    h.sq_off != l->sq_off || h.arena_off != l->arena_off ||
+	    h.cq_off != l->cq_off || h.sq_entries != w->sq_entries ||
+	    h.cq_entries != w->cq_entries || h.arena_bytes != w->arena_bytes ||
+	    h.sqe_bytes != sizeof(struct cp_sqe) ||
+	    h.cqe_bytes != sizeof(struct cp_cqe))
+		return CP_EPROTO;
+	return 0;
+}
+
+static void
+copy_str(char *dst, const char *src, size_t size)
+{
+	memcpy(dst, src, size);
+	dst[size - 1] = '\0';
+}
+
+int
+cp_connect(const struct cp_connect_opts *o, struct cp_client **out)
+{
+	struct cp_connect_opts def;
+	struct cp_client *c;
+	struct cp_welcome w;
+	struct cp_hello h;
+	struct cp_seg_layout l;
+	int fds[CP_FD_MAX] = { -1, -1, -1 }, nfds = 0, r, i;
+	void *map;
+
+	*out = NULL;
+	if (o == NULL) {
+		cp_connect_opts_init(&def);
+		o = &def;
+	}
+	c = calloc(1, sizeof(*c));
+	if (c == NULL)
+		return -ENOMEM;
+	c->sock = c->cq_rfd = c->sq_wfd = -1;
+	c->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : CPC_TIMEOUT_MS;
+	pthread_mutex_init(&c->sq_lock, NULL);
+	pthread_mutex_init(&c->cq_lock, NULL);
+	pthread_mutex_init(&c->sock_lock, NULL);
+
+	if ((r = dial(o->socket_path)) < 0)
+		goto err;
+	c->sock = r;
+	memset(&h, 0, sizeof(h));
+	h.hdr.magic = CP_PROTO_MAGIC;
+	h.hdr.type = CP_MSG_HELLO;
+	h.hdr.version = CP_PROTO_VERSION;
+	h.sq_entries = o->sq_entries;
+	h.cq_entries = o->cq_entries;
+	h.arena_bytes = o->arena_bytes;
+	/* A refused peer may be closed already; its answer is still queued. */
+	(void)send(c->sock, &h, sizeof(h), MSG_NOSIGNAL);
+
+	r = recv_welcome(c->sock, &w, fds, &nfds, c->timeout_ms);
+	if (r < 0)
+		goto err;
+	if ((r = check_welcome(&w, nfds, &l)) < 0)
+		goto err;
+	if ((r = check_memfd(fds[CP_FD_MEMFD], w.seg_bytes)) < 0 ||
+	    (r = check_pipe(fds[CP_FD_CQ_WAKE], O_RDONLY)) < 0 ||
+	    (w.wake_mode == CP_WAKE_FD &&
+	    (r = check_pipe(fds[CP_FD_SQ_WAKE], O_WRONLY)) < 0))
+		goto err;
+	map = mmap(NULL, w.seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+	    fds[CP_FD_MEMFD], 0);
+	if (map == MAP_FAILED) {
+		r = -errno;
+		goto err;
+	}
+	c->map = map;
+	c->map_len = w.seg_bytes;
+	if ((r = check_header(c->map, &w, &l)) < 0)
+		goto err;
+	close(fds[CP_FD_MEMFD]);
+	fds[CP_FD_MEMFD] = -1;
+	c->cq_rfd = fds[CP_FD_CQ_WAKE];
+	fds[CP_FD_CQ_WAKE] = -1;
+	c->sq_wfd = fds[CP_FD_SQ_WAKE];
+	fds[CP_FD_SQ_WAKE] = -1;
+
+	c->wake_mode = w.wake_mode;
+	c->ctl = (struct cp_seg_ctl *)(c->map + l.ctl_off);
+	c->sq = (struct cp_sqe *)(c->map + l.sq_off);
+	c->arena = c->map + l.arena_off;
+	c->cq = (const struct cp_cqe *)(c->map + l.cq_off);
+	c->sq_entries = w.sq_entries;
+	c->cq_entries = w.cq_entries;
+	c->arena_bytes = w.arena_bytes;
+	c->max_prompt = w.max_prompt_bytes;
+	c->max_reqs = w.max_reqs;
+	c->slot_start = calloc(c->sq_entries, sizeof(*c->slot_start));
+	if (c->slot_start == NULL) {
+		r = -ENOMEM;
+		goto err;
+	}
+
+	copy_str(c->info.name, w.model.name, sizeof(c->info.name));
+	copy_str(c->info.arch, w.model.arch, sizeof(c->info.arch));
+	copy_str(c->info.backend, w.model.backend, sizeof(c->info.backend));
+	c->info.n_ctx = w.model.n_ctx;
+	c->info.n_vocab = w.model.n_vocab;
+	c->info.n_embd = w.model.n_embd;
+	c->info.n_layer = w.model.n_layer;
+	c->info.n_head = w.model.n_head;
+	c->info.n_head_kv = w.model.n_head_kv;
+	c->info.bos = w.model.bos;
+	c->info.eos = w.model.eos;
+	c->info.n_params = w.model.n_params;
+	c->info.max_prompt_bytes = w.max_prompt_bytes;
+	c->info.max_requests = w.max_reqs;
+	*out = c;
+	return 0;
+err:
+	for (i = 0; i < nfds; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	cp_close(c);
+	return r;
+}
+
+void
+cp_close(struct cp_client *c)
+{
+	if (c == NULL)
+		return;
+	if (c->map != NULL)
+		munmap(c->map, c->map_len);
+	if (c->sock >= 0)
+		close(c->sock);
+	if (c->cq_rfd >= 0)
+		close(c->cq_rfd);
+	if (c->sq_wfd >= 0)
+		close(c->sq_wfd);
+	pthread_mutex_destroy(&c->sq_lock);
+	pthread_mutex_destroy(&c->cq_lock);
+	pthread_mutex_destroy(&c->sock_lock);
+	free(c->slot_start);
+	free(c->text);
+	free(c);
+}
+
+int
+cp_model_info(struct cp_client *c, struct cp_model_info *out)
+{
+	*out = c->info;
+	return 0;
+}
+
+int
+cp_stats(struct cp_client *c, struct cp_stats *out)
+{
+	struct cp_stats_req q;
+	struct cp_stats_msg m;
+	struct pollfd p;
+	uint64_t end;
+	ssize_t n;
+	int r;
+
+	if ((r = cpc_broken(c)) < 0)
+		return r;
+	memset(&q, 0, sizeof(q));
+	q.hdr.magic = CP_PROTO_MAGIC;
+	q.hdr.type = CP_MSG_STATS_REQ;
+	q.hdr.version = CP_PROTO_VERSION;
+	pthread_mutex_lock(&c->sock_lock);
+	do
+		n = send(c->sock, &q, sizeof(q), MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(q)) {
+		r = (n < 0 && errno != EPIPE && errno != ECONNRESET) ?
+		    -errno : CP_EDEAD;
+		goto out;
+	}
+	end = cpc_now_ms() + (uint64_t)c->timeout_ms;
+	for (;;) {
+		uint64_t now = cpc_now_ms();
+
+		if (now >= end) {
+			r = -ETIMEDOUT;
+			goto out;
+		}
+		p.fd = c->sock;
+		p.events = POLLIN;
+		p.revents = 0;
+		r = poll(&p, 1, (int)(end - now));
+		if (r < 0 && errno != EINTR) {
+			r = -errno;
+			goto out;
+		}
+		if (r > 0)
+			break;
+	}
+	do
+		n = recv(c->sock, &m, sizeof(m), MSG_DONTWAIT | MSG_TRUNC);
+	while (n < 0 && errno == EINTR);
+	if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+		r = CP_EDEAD;
+		goto out;
+	}
+	if (n < 0) {
+		r = -errno;
+		goto out;
+	}
+	if ((size_t)n != sizeof(m) || m.hdr.magic != CP_PROTO_MAGIC ||
+	    m.hdr.type != CP_MSG_STATS || m.hdr.version != CP_PROTO_VERSION) {
+		r = cpc_fail(c, CP_EPROTO);
+		goto out;
+	}
+	out->uptime_ms = m.stats.uptime_ms;
+	out->clients = m.stats.clients;
+	out->clients_total = m.stats.clients_total;
+	out->clients_rejected = m.stats.clients_rejected;
+	out->protocol_errors = m.stats.protocol_errors;
+	out->requests_total = m.stats.requests_total;
+	out->requests_active = m.stats.requests_active;
+	out->tokens_prompt = m.stats.tokens_prompt;
+	out->tokens_generated = m.stats.tokens_generated;
+	out->steps = m.stats.steps;
+	out->cq_stalls = m.stats.cq_stalls;
+	out->kv_blocks_used = m.stats.kv_blocks_used;
+	out->kv_blocks_total = m.stats.kv_blocks_total;
+	r = 0;
+out:
+	pthread_mutex_unlock(&c->sock_lock);
+	return r;
+}
+
+const char *
+cp_strerror(int err)
+{
+	const char *s;
+
+	switch (err) {
+	case 0:
+		return "success";
+	case CP_EDEAD:
+		return "the daemon closed the connection";
+	case CP_EPROTO:
+		return "the daemon sent invalid data";
+	case -EACCES:
+		return "permission denied (not on the daemon's allow list?)";
+	case -EUSERS:
+		return "too many connections or requests for this user";
+	case -EAGAIN:
+		return "nothing ready, or the daemon is full: try again";
+	case -EBUSY:
+		return "too many requests in flight: read events first";
+	case -E2BIG:
+		return "prompt too long for this connection";
+	case -EPROTONOSUPPORT:
+		return "the daemon speaks another protocol version";
+	case -ENOENT:
+	case -ECONNREFUSED:
+		return "no daemon listening on the socket";
+	case -ETIMEDOUT:
+		return "timed out";
+	}
+	if (err < 0 && err > -4096 && (s = strerrordesc_np(-err)) != NULL)
+		return s;
+	return "unknown error";
+}

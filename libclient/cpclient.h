@@ -1,0 +1,212 @@
+/*
+ * cpclient.h - client library of cpd, the local LLM inference daemon.
+ *
+ * A program connects once, submits prompts, and reads back a stream of
+ * events (tokens with their text, then one DONE or ERROR per request).
+ * Requests and events travel through rings in memory shared with the
+ * daemon; the socket is used only to connect and for statistics.
+ *
+ *	struct cp_client *c;
+ *	struct cp_event ev;
+ *	int id, r;
+ *
+ *	if ((r = cp_connect(NULL, &c)) < 0)
+ *		errx(1, "cpd: %s", cp_strerror(r));
+ *	id = cp_submit(c, "Once upon a time", 16, NULL);
+ *	while ((r = cp_next_event(c, &ev, 30000)) == 0) {
+ *		if (ev.type == CP_EVENT_TOKEN)
+ *			fwrite(ev.text, 1, ev.text_len, stdout);
+ *		else if (ev.req_id == id)
+ *			break;		(CP_EVENT_DONE or CP_EVENT_ERROR)
+ *	}
+ *	cp_close(c);
+ *
+ * ERRORS.  Functions return 0 (or a request id, or a descriptor) on
+ * success and a negative number on failure: a negative errno value, or one
+ * of the CP_E* codes below.  cp_strerror() names either kind.  After
+ * CP_EDEAD or CP_EPROTO the client can only be closed.
+ *
+ * THREADS.  Different clients are independent.  One client may be shared
+ * by threads: cp_submit() and cp_cancel() serialise on one lock,
+ * cp_next_event() on another (events go to whichever thread asks; the
+ * event's text stays valid until that client's next cp_next_event() or
+ * cp_close()), cp_stats() on a third; cp_model_info() and cp_event_fd()
+ * take no lock.  cp_close() must not run concurrently with any other call
+ * on the same client.  No function installs signal handlers; writes that
+ * could raise SIGPIPE are guarded.
+ *
+ * TRUST.  The library checks everything the daemon writes (message sizes,
+ * the segment's layout and seals, ring indices, event fields) and fails
+ * the connection with CP_EPROTO rather than read out of bounds.
+ */
+#ifndef CPCLIENT_H
+#define CPCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CP_API __attribute__((visibility("default")))
+
+/* Library errors (besides negative errno values). */
+#define CP_EDEAD	(-10001)	/* the daemon closed the connection or died */
+#define CP_EPROTO	(-10002)	/* the daemon broke the protocol */
+
+/* Event types. */
+#define CP_EVENT_TOKEN	1	/* text (and usually a token) of a request */
+#define CP_EVENT_DONE	2	/* the request finished; finish says why */
+#define CP_EVENT_ERROR	3	/* the request failed; error and text say why */
+
+/* Why a request finished (CP_EVENT_DONE). */
+#define CP_DONE_STOP		1	/* end of sequence, or a stop string */
+#define CP_DONE_LENGTH		2	/* max_tokens generated */
+#define CP_DONE_CANCELLED	3	/* cp_cancel() */
+#define CP_DONE_CONTEXT		4	/* the context window is full */
+#define CP_DONE_STALLED		5	/* cancelled: events were not read in time */
+
+struct cp_client;
+
+struct cp_connect_opts {
+	const char *socket_path;	/* NULL: $CPD_SOCKET, else
+					   $XDG_RUNTIME_DIR/cpd.sock, else
+					   /run/cpd/cpd.sock */
+	uint32_t sq_entries;		/* submission slots wanted; 0 = daemon's */
+	uint32_t cq_entries;		/* event slots wanted; 0 = daemon's */
+	uint32_t arena_bytes;		/* prompt buffer wanted; 0 = daemon's */
+	int timeout_ms;			/* connecting, waiting for ring room */
+};
+
+/* Sampling and stopping; start from cp_params_init(). */
+struct cp_params {
+	uint32_t max_tokens;		/* 0: the daemon's default */
+	float temperature;		/* [0, 100]; 0 = greedy */
+	float top_p;			/* (0, 1]; 1 = off */
+	float min_p;			/* [0, 1]; 0 = off */
+	float repeat_penalty;		/* (0, 16]; 1 = off */
+	int32_t top_k;			/* [0, 1048576]; 0 = off */
+	uint32_t repeat_last_n;		/* tokens the penalty looks back */
+	int use_seed;			/* nonzero: sample with seed */
+	uint64_t seed;
+	int logprobs;			/* nonzero: fill cp_event.logprob */
+	const char *const *stop;	/* up to 8 non-empty strings, 511 bytes */
+	size_t n_stop;
+};
+
+struct cp_event {
+	int type;		/* CP_EVENT_* */
+	int req_id;		/* as returned by cp_submit() */
+	int32_t token;		/* TOKEN: token id, -1 for text alone */
+	float logprob;		/* TOKEN with logprobs: natural log; else 0 */
+	const char *text;	/* bytes (NUL-terminated too), see THREADS */
+	size_t text_len;
+	int finish;		/* DONE: CP_DONE_* */
+	int error;		/* ERROR: negative errno or CP_E* */
+	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens */
+	uint32_t n_gen;		/* DONE/ERROR: generated tokens */
+};
+
+struct cp_model_info {
+	char name[64];
+	char arch[32];
+	char backend[16];	/* "cpu", "cuda" */
+	uint32_t n_ctx;		/* context length served */
+	uint32_t n_vocab;
+	uint32_t n_embd;
+	uint32_t n_layer;
+	uint32_t n_head;
+	uint32_t n_head_kv;
+	int32_t bos;		/* -1 when none */
+	int32_t eos;
+	uint64_t n_params;
+	uint32_t max_prompt_bytes;	/* longest prompt this client may send */
+	uint32_t max_requests;		/* requests in flight at once */
+};
+
+struct cp_stats {
+	uint64_t uptime_ms;
+	uint64_t clients;		/* connected now */
+	uint64_t clients_total;
+	uint64_t clients_rejected;
+	uint64_t protocol_errors;
+	uint64_t requests_total;
+	uint64_t requests_active;
+	uint64_t tokens_prompt;
+	uint64_t tokens_generated;
+	uint64_t steps;
+	uint64_t cq_stalls;
+	uint64_t kv_blocks_used;
+	uint64_t kv_blocks_total;
+};
+
+/* Fills o with defaults: path from the environment, daemon's sizes, 5 s timeout. */
+CP_API void cp_connect_opts_init(struct cp_connect_opts *o);
+
+/*
+ * Connects to the daemon (o may be NULL for defaults).  Returns 0 and a new
+ * client in *out (free with cp_close()), or: -ENOENT / -ECONNREFUSED (no
+ * daemon), -EACCES (not on the daemon's allow list), -EUSERS (too many
+ * connections for this user), -EAGAIN (daemon full), -EPROTONOSUPPORT
+ * (another protocol version), -ETIMEDOUT, CP_EPROTO, or another -errno.
+ */
+CP_API int cp_connect(const struct cp_connect_opts *o, struct cp_client **out);
+
+/* Disconnects (the daemon cancels what is still running) and frees c; NULL accepted. */
+CP_API void cp_close(struct cp_client *c);
+
+/* Fills p with defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty. */
+CP_API void cp_params_init(struct cp_params *p);
+
+/*
+ * Submits a prompt of len bytes (copied; p NULL = defaults).  Returns the
+ * request id (> 0), or -EINVAL (bad parameters), -E2BIG (prompt longer
+ * than max_prompt_bytes), -EBUSY (max_requests in flight: read events
+ * first), -ETIMEDOUT (no ring room in time), CP_EDEAD, CP_EPROTO.  May
+ * wait for ring room up to the connect timeout.
+ */
+CP_API int cp_submit(struct cp_client *c, const char *prompt, size_t len,
+    const struct cp_params *p);
+
+/* As cp_submit() for a prompt of n token ids (checked by the daemon against the vocabulary). */
+CP_API int cp_submit_tokens(struct cp_client *c, const int32_t *ids, size_t n,
+    const struct cp_params *p);
+
+/*
+ * Asks the daemon to stop request req_id; its DONE (CP_DONE_CANCELLED, or
+ * another reason if it ended first) still arrives.  0, -EINVAL (never
+ * submitted), -ETIMEDOUT, CP_EDEAD, CP_EPROTO.
+ */
+CP_API int cp_cancel(struct cp_client *c, int req_id);
+
+/*
+ * Next event into *ev, waiting up to timeout_ms (0: do not wait; -1: no
+ * limit, though the daemon's death is still noticed).  Returns 0, -EAGAIN
+ * (timeout 0 and nothing ready), -ETIMEDOUT, CP_EDEAD (the daemon is gone
+ * and every event it wrote has been read), CP_EPROTO.
+ */
+CP_API int cp_next_event(struct cp_client *c, struct cp_event *ev,
+    int timeout_ms);
+
+/*
+ * A descriptor that polls readable when events are ready or the daemon is
+ * gone (for poll, epoll, GLib...); then call cp_next_event() with timeout
+ * 0 until -EAGAIN.  Owned by c; valid until cp_close().
+ */
+CP_API int cp_event_fd(struct cp_client *c);
+
+/* Copies the served model's description and this client's limits; 0. */
+CP_API int cp_model_info(struct cp_client *c, struct cp_model_info *out);
+
+/* Asks the daemon for its counters; 0, -ETIMEDOUT, CP_EDEAD, CP_EPROTO. */
+CP_API int cp_stats(struct cp_client *c, struct cp_stats *out);
+
+/* Static English message for err (negative errno or CP_E*); never NULL. */
+CP_API const char *cp_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

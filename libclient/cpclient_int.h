@@ -1,0 +1,69 @@
+/*
+ * cpclient_int.h - libcpclient's private state, shared by cpclient.c
+ * (connection, handshake, statistics) and cpclient_ring.c (submissions and
+ * events).  Not installed.
+ *
+ * Every size and offset below is the library's own copy, checked at
+ * connect time; the segment header is never read again.
+ */
+#ifndef CPCLIENT_INT_H
+#define CPCLIENT_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "cp_proto.h"
+#include "cpclient.h"
+
+struct cp_client {
+	int sock;
+	int cq_rfd;			/* CQ wake pipe, read end */
+	int sq_wfd;			/* SQ wake pipe, write end (CP_WAKE_FD) */
+	int timeout_ms;
+	uint32_t wake_mode;
+
+	unsigned char *map;
+	size_t map_len;
+	struct cp_seg_ctl *ctl;
+	struct cp_sqe *sq;
+	unsigned char *arena;
+	const struct cp_cqe *cq;
+	uint32_t sq_entries, cq_entries, arena_bytes;
+	uint32_t max_prompt, max_reqs;
+	struct cp_model_info info;
+
+	int broken;			/* CP_EPROTO or another fatal error, atomic */
+	int gone;			/* the daemon hung up, atomic */
+	uint32_t live;			/* requests without a terminal event read, atomic */
+	uint32_t last_id;		/* highest id submitted, atomic */
+
+	pthread_mutex_t sq_lock;	/* everything below up to cq_lock */
+	uint32_t sq_tail;		/* published */
+	uint32_t sq_head;		/* as last read from the daemon */
+	uint32_t arena_tail;		/* free-running bytes handed out */
+	uint32_t *slot_start;		/* arena_tail before slot i's bytes */
+
+	pthread_mutex_t cq_lock;	/* everything below up to sock_lock */
+	uint32_t cq_head;
+	char *text;			/* the current event's joined text */
+	size_t text_cap;
+
+	pthread_mutex_t sock_lock;	/* the socket after the handshake */
+};
+
+/* Milliseconds on the monotonic clock. */
+uint64_t cpc_now_ms(void);
+
+/* Latches a fatal error on c (first one wins); returns err. */
+int cpc_fail(struct cp_client *c, int err);
+
+/* The latched fatal error, or 0. */
+int cpc_broken(struct cp_client *c);
+
+/* 1 when the socket or the CQ pipe says the daemon is gone (does not block). */
+int cpc_daemon_gone(struct cp_client *c);
+
+/* Writes one byte to a pipe without raising SIGPIPE; 0 or -errno (EAGAIN ignored). */
+int cpc_pipe_signal(int fd);
+
+#endif

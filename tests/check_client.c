@@ -1,0 +1,980 @@
+/*
+ * check_client.c - libcpclient end to end: client processes, a daemon
+ * process (daemon/server.c with the mock engine of tests/lib), and each
+ * io loop path (io_uring + futex, io_uring + pipes, epoll); plus a fake
+ * daemon that lies, to check that the library validates what it reads.
+ *
+ * The mock engine echoes a text prompt one byte per token (token id = the
+ * byte), so every expected output below is the prompt itself, or a prefix
+ * of it, worked out by hand.
+ */
+#include "cpclient.h"
+
+#include <check.h>
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ioloop.h"
+#include "lib/cpd_harness.h"
+#include "ring.h"
+#include "session.h"
+
+Suite *client_suite(void);
+
+static const int loop_kinds[3] = {
+	IOLOOP_URING_FUTEX, IOLOOP_URING_FD, IOLOOP_EPOLL
+};
+
+static uint64_t
+ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void
+cfg_init(struct srv_config *c, int kind)
+{
+	srv_config_defaults(c);
+	c->ioloop = kind;
+	c->handshake_timeout_ms = 2000;
+	snprintf(c->model.name, sizeof(c->model.name), "mock-model");
+	snprintf(c->model.arch, sizeof(c->model.arch), "llama");
+	snprintf(c->model.backend, sizeof(c->model.backend), "cpu");
+	c->model.n_ctx = 4096;
+	c->model.n_vocab = 256;
+	c->model.eos = 2;
+}
+
+/* Starts a daemon of loop kind (skips the test if this kernel lacks it). */
+static void
+start(struct hd *d, const struct srv_config *c, const struct mock_opts *mo)
+{
+	if (c->ioloop == IOLOOP_URING_FUTEX && !ioloop_probe_futex()) {
+		fprintf(stderr, "io_uring futex opcodes unavailable here\n");
+		exit(0);
+	}
+	ck_assert_int_eq(hd_start(d, c, mo), 0);
+	if (c->ioloop != IOLOOP_AUTO)
+		ck_assert_msg(hd_log_has(d, ioloop_kind_name(c->ioloop)),
+		    "daemon does not run %s", ioloop_kind_name(c->ioloop));
+}
+
+static int
+connect_to(const struct hd *d, struct cp_client **c)
+{
+	struct cp_connect_opts o;
+
+	cp_connect_opts_init(&o);
+	o.socket_path = d->path;
+	o.timeout_ms = 3000;
+	return cp_connect(&o, c);
+}
+
+/*
+ * Reads events of request id until its end, appending text to out.
+ * Returns the terminal event type (DONE / ERROR) with *fin, or a negative
+ * error.  Checks that token ids are the text bytes, in order.
+ */
+static int
+collect(struct cp_client *c, int id, char *out, size_t size, int *fin,
+    int timeout_ms)
+{
+	struct cp_event ev;
+	size_t used = strlen(out);
+	int r;
+
+	for (;;) {
+		r = cp_next_event(c, &ev, timeout_ms);
+		if (r < 0)
+			return r;
+		if (ev.req_id != id)
+			return -EBADMSG;
+		if (ev.type == CP_EVENT_TOKEN) {
+			if (ev.text_len == 1 && ev.token != -1 &&
+			    ev.token != (unsigned char)ev.text[0])
+				return -EILSEQ;
+			if (used + ev.text_len >= size)
+				return -ENOSPC;
+			memcpy(out + used, ev.text, ev.text_len);
+			used += ev.text_len;
+			out[used] = '\0';
+			continue;
+		}
+		if (fin != NULL)
+			*fin = ev.type == CP_EVENT_DONE ? ev.finish : ev.error;
+		return ev.type;
+	}
+}
+
+/* ---- end to end, once per io loop ------------------------------------- */
+
+START_TEST(test_echo)
+{
+	struct srv_config cfg;
+	struct cp_model_info mi;
+	struct cp_client *c;
+	char out[256] = "";
+	int id, fin = 0;
+	struct hd d;
+
+	cfg_init(&cfg, loop_kinds[_i]);
+	start(&d, &cfg, NULL);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	ck_assert_int_eq(cp_model_info(c, &mi), 0);
+	ck_assert_str_eq(mi.name, "mock-model");
+	ck_assert_str_eq(mi.arch, "llama");
+	ck_assert_uint_eq(mi.n_ctx, 4096);
+	ck_assert_uint_eq(mi.max_requests, 64);
+	id = cp_submit(c, "Hello, world", 12, NULL);
+	ck_assert_int_eq(id, 1);
+	ck_assert_int_eq(collect(c, id, out, sizeof(out), &fin, 5000),
+	    CP_EVENT_DONE);
+	ck_assert_str_eq(out, "Hello, world");
+	ck_assert_int_eq(fin, CP_DONE_STOP);
+	/* Nothing more: a poll without waiting says so. */
+	{
+		struct cp_event ev;
+
+		ck_assert_int_eq(cp_next_event(c, &ev, 0), -EAGAIN);
+		ck_assert_int_eq(cp_next_event(c, &ev, 50), -ETIMEDOUT);
+	}
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+/* Each child process checks its own requests; exit status 0 means all good. */
+static int
+child_run(const struct hd *d, int k)
+{
+	char prompt[3][64], out[3][64];
+	struct cp_client *c;
+	struct cp_event ev;
+	int id[3], done = 0, j, fin;
+
+	if (connect_to(d, &c) < 0)
+		return 10;
+	for (j = 0; j < 3; j++) {
+		snprintf(prompt[j], sizeof(prompt[j]), "client %d request %d: "
+		    "%.*s", k, j, 8 + 3 * k + j, "abcdefghijklmnopqrstuvwxyz");
+		id[j] = cp_submit(c, prompt[j], strlen(prompt[j]), NULL);
+		if (id[j] != j + 1)
+			return 11;
+		out[j][0] = '\0';
+	}
+	/* Interleaved streams: each request's events in its own order. */
+	while (done < 3) {
+		if (cp_next_event(c, &ev, 10000) < 0)
+			return 12;
+		j = ev.req_id - 1;
+		if (j < 0 || j > 2)
+			return 13;
+		if (ev.type == CP_EVENT_TOKEN) {
+			size_t n = strlen(out[j]);
+
+			if (ev.text_len != 1 || n + 1 >= sizeof(out[j]) ||
+			    ev.token != (unsigned char)prompt[j][n])
+				return 14;
+			out[j][n] = ev.text[0];
+			out[j][n + 1] = '\0';
+		} else {
+			fin = ev.type == CP_EVENT_DONE ? ev.finish : -1;
+			if (fin != CP_DONE_STOP || strcmp(out[j], prompt[j]) != 0)
+				return 15;
+			done++;
+		}
+	}
+	cp_close(c);
+	return 0;
+}
+
+START_TEST(test_many_processes)
+{
+	struct srv_config cfg;
+	struct mock_opts mo;
+	pid_t pid[6];
+	int k, st;
+	struct hd d;
+
+	cfg_init(&cfg, loop_kinds[_i]);
+	mock_opts_default(&mo);
+	mo.step_us = 100;
+	start(&d, &cfg, &mo);
+	for (k = 0; k < 6; k++) {
+		pid[k] = fork();
+		ck_assert_int_ge(pid[k], 0);
+		if (pid[k] == 0)
+			_exit(child_run(&d, k));
+	}
+	for (k = 0; k < 6; k++) {
+		ck_assert_int_eq(waitpid(pid[k], &st, 0), pid[k]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		    "client %d: status %d", k, st);
+	}
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_cancel)
+{
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct cp_client *c;
+	char prompt[600], out[700] = "";
+	int id, fin = 0, r;
+	struct hd d;
+
+	memset(prompt, 'x', sizeof(prompt));
+	cfg_init(&cfg, loop_kinds[_i]);
+	mock_opts_default(&mo);
+	mo.step_us = 2000;		/* 600 tokens would take over a second */
+	start(&d, &cfg, &mo);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	id = cp_submit(c, prompt, sizeof(prompt), NULL);
+	ck_assert_int_gt(id, 0);
+	ck_assert_int_eq(cp_cancel(c, id), 0);
+	r = collect(c, id, out, sizeof(out), &fin, 5000);
+	ck_assert_int_eq(r, CP_EVENT_DONE);
+	ck_assert_int_eq(fin, CP_DONE_CANCELLED);
+	ck_assert_uint_lt(strlen(out), sizeof(prompt));
+	/* Cancelling an ended request is harmless; an unknown one is refused. */
+	ck_assert_int_eq(cp_cancel(c, id), 0);
+	ck_assert_int_eq(cp_cancel(c, id + 1), -EINVAL);
+	ck_assert_int_eq(cp_cancel(c, 0), -EINVAL);
+	out[0] = '\0';
+	id = cp_submit(c, "after", 5, NULL);
+	ck_assert_int_eq(collect(c, id, out, sizeof(out), &fin, 5000),
+	    CP_EVENT_DONE);
+	ck_assert_str_eq(out, "after");
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_client_killed)
+{
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct cp_stats st;
+	struct cp_client *c;
+	int p[2], base_fds, fds = -1, maps = -1, i;
+	char b;
+	pid_t pid;
+	struct hd d;
+
+	cfg_init(&cfg, loop_kinds[_i]);
+	mock_opts_default(&mo);
+	mo.step_us = 5000;
+	start(&d, &cfg, &mo);
+	base_fds = hd_count_fds(d.pid);
+	ck_assert_int_gt(base_fds, 0);
+	ck_assert_int_eq(hd_count_memfd_maps(d.pid), 0);
+	ck_assert_int_eq(pipe(p), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		static char prompt[4000];
+
+		memset(prompt, 'k', sizeof(prompt));
+		struct cp_event ev;
+		int seen = 0;
+
+		if (connect_to(&d, &c) < 0 ||
+		    cp_submit(c, prompt, sizeof(prompt), NULL) < 0 ||
+		    cp_submit(c, prompt, sizeof(prompt), NULL) < 0)
+			_exit(1);
+		/* Both running in the engine once each has a token. */
+		while (seen != 3 && cp_next_event(c, &ev, 5000) == 0)
+			seen |= ev.req_id;
+		b = 1;
+		if (write(p[1], &b, 1) != 1)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	close(p[1]);
+	ck_assert_int_eq(read(p[0], &b, 1), 1);
+	close(p[0]);
+	ck_assert_int_gt(hd_count_fds(d.pid), base_fds);
+	ck_assert_int_eq(hd_count_memfd_maps(d.pid), 1);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	for (i = 0; i < 300; i++) {
+		fds = hd_count_fds(d.pid);
+		maps = hd_count_memfd_maps(d.pid);
+		if (fds == base_fds && maps == 0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_int_eq(fds, base_fds);
+	ck_assert_int_eq(maps, 0);
+	/* Its requests were cancelled in the engine too. */
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	for (i = 0; i < 300; i++) {
+		ck_assert_int_eq(cp_stats(c, &st), 0);
+		if (st.requests_active == 0)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(st.requests_active, 0);
+	ck_assert_uint_eq(st.requests_total, 2);
+	ck_assert_uint_eq(st.clients, 1);
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_daemon_killed)
+{
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct cp_client *c;
+	struct cp_event ev;
+	char prompt[2000];
+	uint64_t t0;
+	int r, n = 0, timeout = _i == 0 ? 10000 : -1;
+	struct hd d;
+
+	memset(prompt, 'd', sizeof(prompt));
+	cfg_init(&cfg, loop_kinds[_i % 3]);
+	mock_opts_default(&mo);
+	mo.step_us = 2000;
+	start(&d, &cfg, &mo);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	ck_assert_int_gt(cp_submit(c, prompt, sizeof(prompt), NULL), 0);
+	ck_assert_int_eq(cp_next_event(c, &ev, 5000), 0);
+	hd_kill(&d);
+	t0 = ms_now();
+	/* Events written before the death, then CP_EDEAD: never a hang. */
+	while ((r = cp_next_event(c, &ev, timeout)) == 0)
+		n++;
+	ck_assert_int_eq(r, CP_EDEAD);
+	ck_assert_uint_lt(ms_now() - t0, 2000);
+	ck_assert_int_lt(n, (int)sizeof(prompt));
+	ck_assert_int_eq(cp_submit(c, "x", 1, NULL), CP_EDEAD);
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_event_fd)
+{
+	struct srv_config cfg;
+	struct cp_client *c;
+	struct cp_event ev;
+	struct pollfd p;
+	char out[64] = "";
+	int fd, id, r, done = 0;
+	struct hd d;
+
+	cfg_init(&cfg, loop_kinds[_i]);
+	start(&d, &cfg, NULL);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	fd = cp_event_fd(c);
+	ck_assert_int_ge(fd, 0);
+	p.fd = fd;
+	p.events = POLLIN;
+	ck_assert_int_eq(poll(&p, 1, 0), 0);
+	id = cp_submit(c, "evented", 7, NULL);
+	/* The way a GLib or epoll loop drives it. */
+	while (!done) {
+		p.revents = 0;
+		ck_assert_int_eq(poll(&p, 1, 5000), 1);
+		ck_assert(p.revents & POLLIN);
+		while ((r = cp_next_event(c, &ev, 0)) == 0) {
+			ck_assert_int_eq(ev.req_id, id);
+			if (ev.type == CP_EVENT_TOKEN)
+				strncat(out, ev.text, ev.text_len);
+			else
+				done = 1;
+		}
+		ck_assert_int_eq(r, -EAGAIN);
+	}
+	ck_assert_str_eq(out, "evented");
+	/* Drained: quiet again until the daemon goes. */
+	p.revents = 0;
+	ck_assert_int_eq(poll(&p, 1, 0), 0);
+	hd_kill(&d);
+	p.events = POLLIN;
+	ck_assert_int_eq(poll(&p, 1, 2000), 1);
+	ck_assert_int_eq(cp_next_event(c, &ev, 0), CP_EDEAD);
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_long_prompt_fragments)
+{
+	struct cp_connect_opts o;
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct cp_client *c;
+	static char prompt[20000], out[20001];
+	int id, fin = 0, i;
+	struct hd d;
+
+	for (i = 0; i < (int)sizeof(prompt); i++)
+		prompt[i] = (char)('a' + (i * 7) % 26);
+	cfg_init(&cfg, loop_kinds[_i]);
+	mock_opts_default(&mo);
+	mo.step_us = 0;
+	mo.default_max_tokens = 1u << 20;
+	start(&d, &cfg, &mo);
+	/* A 4 KiB arena and 8 slots: the prompt goes in 1 KiB fragments. */
+	cp_connect_opts_init(&o);
+	o.socket_path = d.path;
+	o.arena_bytes = 4096;
+	o.sq_entries = 8;
+	ck_assert_int_eq(cp_connect(&o, &c), 0);
+	id = cp_submit(c, prompt, sizeof(prompt), NULL);
+	ck_assert_int_eq(id, 1);
+	out[0] = '\0';
+	ck_assert_int_eq(collect(c, id, out, sizeof(out), &fin, 20000),
+	    CP_EVENT_DONE);
+	ck_assert_uint_eq(strlen(out), sizeof(prompt));
+	ck_assert_int_eq(memcmp(out, prompt, sizeof(prompt)), 0);
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+/* ---- features, on the default loop ------------------------------------- */
+
+START_TEST(test_params_stops_tokens)
+{
+	static const char *stops[] = { "zz", "lo w" };
+	static const int32_t ids[3] = { 7, 300, -4 };
+	struct srv_config cfg;
+	struct cp_params p;
+	struct cp_client *c;
+	struct cp_event ev;
+	char out[128] = "";
+	int id, fin = 0, n = 0;
+	struct hd d;
+
+	cfg_init(&cfg, IOLOOP_AUTO);
+	start(&d, &cfg, NULL);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+
+	cp_params_init(&p);
+	p.stop = stops;
+	p.n_stop = 2;
+	id = cp_submit(c, "hello world", 11, &p);
+	ck_assert_int_eq(collect(c, id, out, sizeof(out), &fin, 5000),
+	    CP_EVENT_DONE);
+	ck_assert_str_eq(out, "hello w");
+	ck_assert_int_eq(fin, CP_DONE_STOP);
+
+	cp_params_init(&p);
+	p.max_tokens = 3;
+	p.logprobs = 1;
+	id = cp_submit(c, "abcdef", 6, &p);
+	while (cp_next_event(c, &ev, 5000) == 0 && ev.type == CP_EVENT_TOKEN) {
+		n++;
+		ck_assert_float_eq(ev.logprob, -(float)n / 8.0f);
+	}
+	ck_assert_int_eq(n, 3);
+	ck_assert_int_eq(ev.type, CP_EVENT_DONE);
+	ck_assert_int_eq(ev.finish, CP_DONE_LENGTH);
+	ck_assert_uint_eq(ev.n_prompt, 6);
+	ck_assert_uint_eq(ev.n_gen, 3);
+
+	id = cp_submit_tokens(c, ids, 3, NULL);
+	out[0] = '\0';
+	ck_assert_int_eq(collect(c, id, out, sizeof(out), &fin, 5000),
+	    CP_EVENT_DONE);
+	ck_assert_str_eq(out, "7 300 -4 ");
+
+	id = cp_submit(c, "!error", 6, NULL);
+	ck_assert_int_eq(cp_next_event(c, &ev, 5000), 0);
+	ck_assert_int_eq(ev.type, CP_EVENT_ERROR);
+	ck_assert_int_eq(ev.error, -EINVAL);
+	ck_assert_str_eq(ev.text, "mock: error requested");
+
+	/* Bad arguments never reach the daemon. */
+	cp_params_init(&p);
+	p.top_p = 0.0f;
+	ck_assert_int_eq(cp_submit(c, "x", 1, &p), -EINVAL);
+	cp_params_init(&p);
+	p.stop = stops;
+	p.n_stop = 9;
+	ck_assert_int_eq(cp_submit(c, "x", 1, &p), -EINVAL);
+	ck_assert_int_eq(cp_submit(c, NULL, 1, NULL), -EINVAL);
+	ck_assert_int_eq(cp_submit(c, "x", (size_t)5 << 20, NULL), -E2BIG);
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_busy_and_stats)
+{
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct cp_client *c;
+	struct cp_stats st;
+	struct cp_event ev;
+	int i, ends = 0;
+	struct hd d;
+
+	cfg_init(&cfg, IOLOOP_AUTO);
+	cfg.max_reqs = 3;
+	mock_opts_default(&mo);
+	mo.step_us = 1000;
+	start(&d, &cfg, &mo);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	for (i = 0; i < 3; i++)
+		ck_assert_int_eq(cp_submit(c, "abcdefgh", 8, NULL), i + 1);
+	ck_assert_int_eq(cp_submit(c, "abcdefgh", 8, NULL), -EBUSY);
+	while (ends < 3) {
+		ck_assert_int_eq(cp_next_event(c, &ev, 5000), 0);
+		ends += ev.type != CP_EVENT_TOKEN;
+	}
+	ck_assert_int_eq(cp_submit(c, "ab", 2, NULL), 4);
+	ck_assert_int_eq(cp_stats(c, &st), 0);
+	ck_assert_uint_eq(st.clients, 1);
+	ck_assert_uint_eq(st.requests_total, 4);
+	ck_assert_uint_eq(st.protocol_errors, 0);
+	ck_assert_uint_ge(st.tokens_generated, 24);
+	ck_assert_uint_ge(st.steps, 8);
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+/* A client that stops reading: paused (no token lost), then cancelled. */
+START_TEST(test_full_cq_stalls)
+{
+	struct cp_connect_opts o;
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct cp_client *c;
+	struct cp_stats st;
+	char prompt[200], out[256] = "";
+	int id, fin = 0;
+	struct hd d;
+
+	memset(prompt, 's', sizeof(prompt));
+	memcpy(prompt, "0123456789", 10);
+	cfg_init(&cfg, IOLOOP_AUTO);
+	cfg.stall_timeout_ms = 300;
+	mock_opts_default(&mo);
+	mo.step_us = 100;
+	start(&d, &cfg, &mo);
+	cp_connect_opts_init(&o);
+	o.socket_path = d.path;
+	o.cq_entries = 16;
+	ck_assert_int_eq(cp_connect(&o, &c), 0);
+	id = cp_submit(c, prompt, sizeof(prompt), NULL);
+	usleep(900 * 1000);	/* not reading: 16 slots fill at once */
+	ck_assert_int_eq(collect(c, id, out, sizeof(out), &fin, 5000),
+	    CP_EVENT_DONE);
+	ck_assert_int_eq(fin, CP_DONE_STALLED);
+	/* What arrived is an unbroken prefix: paused, nothing dropped. */
+	ck_assert_uint_ge(strlen(out), 16);
+	ck_assert_uint_lt(strlen(out), sizeof(prompt));
+	ck_assert_int_eq(memcmp(out, prompt, strlen(out)), 0);
+	ck_assert_int_eq(cp_stats(c, &st), 0);
+	ck_assert_uint_eq(st.cq_stalls, 1);
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+static void *
+reader_thread(void *arg)
+{
+	struct cp_client *c = arg;
+	struct cp_event ev;
+	long ends = 0;
+
+	while (ends < 20 && cp_next_event(c, &ev, 10000) == 0)
+		ends += ev.type != CP_EVENT_TOKEN;
+	return (void *)ends;
+}
+
+START_TEST(test_threads)
+{
+	struct srv_config cfg;
+	struct cp_client *c;
+	pthread_t th;
+	void *ends;
+	int i;
+	struct hd d;
+
+	cfg_init(&cfg, IOLOOP_AUTO);
+	start(&d, &cfg, NULL);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	ck_assert_int_eq(pthread_create(&th, NULL, reader_thread, c), 0);
+	for (i = 0; i < 20; i++) {
+		int r;
+
+		while ((r = cp_submit(c, "threads", 7, NULL)) == -EBUSY)
+			usleep(1000);
+		ck_assert_int_eq(r, i + 1);
+	}
+	pthread_join(th, &ends);
+	ck_assert_int_eq((long)ends, 20);
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+START_TEST(test_refusals)
+{
+	struct cp_connect_opts o;
+	struct srv_config cfg;
+	struct cp_client *c, *c2;
+	struct hd d;
+
+	cp_connect_opts_init(&o);
+	o.socket_path = "/nonexistent/cpd.sock";
+	ck_assert_int_eq(cp_connect(&o, &c), -ENOENT);
+	ck_assert_ptr_null(c);
+
+	cfg_init(&cfg, IOLOOP_AUTO);
+	cfg.allow_uids[0] = getuid() + 1000;
+	cfg.n_allow_uids = 1;
+	start(&d, &cfg, NULL);
+	ck_assert_int_eq(connect_to(&d, &c), -EACCES);
+	hd_stop(&d);
+
+	cfg_init(&cfg, IOLOOP_AUTO);
+	cfg.per_uid_max_clients = 1;
+	start(&d, &cfg, NULL);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	ck_assert_int_eq(connect_to(&d, &c2), -EUSERS);
+	cp_close(c);
+	hd_stop(&d);
+	ck_assert_str_eq(cp_strerror(CP_EDEAD),
+	    "the daemon closed the connection");
+	ck_assert_str_eq(cp_strerror(-ENOMEM), "Cannot allocate memory");
+	ck_assert_str_eq(cp_strerror(-999999), "unknown error");
+}
+END_TEST
+
+START_TEST(test_env_forces_loop)
+{
+	struct srv_config cfg;
+	struct cp_client *c;
+	char out[16] = "";
+	int fin;
+	struct hd d;
+
+	setenv("CPD_IOLOOP", "epoll", 1);
+	cfg_init(&cfg, IOLOOP_AUTO);
+	start(&d, &cfg, NULL);
+	ck_assert(hd_log_has(&d, "io loop epoll"));
+	setenv("CPD_SOCKET", d.path, 1);
+	ck_assert_int_eq(cp_connect(NULL, &c), 0);
+	ck_assert_int_eq(collect(c, cp_submit(c, "env", 3, NULL), out,
+	    sizeof(out), &fin, 5000), CP_EVENT_DONE);
+	ck_assert_str_eq(out, "env");
+	cp_close(c);
+	hd_stop(&d);
+}
+END_TEST
+
+/* Every dynamic symbol libcpclient.so.0 defines is cp_* (or its version node). */
+START_TEST(test_exports_only_cp)
+{
+	const char *path = CP_LIBCPCLIENT_SO;
+	const Elf64_Ehdr *eh;
+	const Elf64_Shdr *sh;
+	struct stat st;
+	unsigned char *m;
+	size_t i, j, defined = 0;
+	int fd;
+	void *h;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	ck_assert_msg(fd >= 0, "%s: %s", path, strerror(errno));
+	ck_assert_int_eq(fstat(fd, &st), 0);
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	ck_assert_ptr_ne(m, MAP_FAILED);
+	eh = (const Elf64_Ehdr *)m;
+	ck_assert_int_eq(memcmp(eh->e_ident, ELFMAG, SELFMAG), 0);
+	sh = (const Elf64_Shdr *)(m + eh->e_shoff);
+	for (i = 0; i < eh->e_shnum; i++) {
+		const Elf64_Sym *sym;
+		const char *str;
+
+		if (sh[i].sh_type != SHT_DYNSYM)
+			continue;
+		sym = (const Elf64_Sym *)(m + sh[i].sh_offset);
+		str = (const char *)(m + sh[sh[i].sh_link].sh_offset);
+		for (j = 0; j < sh[i].sh_size / sizeof(*sym); j++) {
+			const char *name = str + sym[j].st_name;
+
+			if (sym[j].st_shndx == SHN_UNDEF ||
+			    ELF64_ST_BIND(sym[j].st_info) == STB_LOCAL ||
+			    strcmp(name, "LIBCPCLIENT_0") == 0)
+				continue;
+			ck_assert_msg(strncmp(name, "cp_", 3) == 0,
+			    "exported: %s", name);
+			defined++;
+		}
+	}
+	ck_assert_uint_ge(defined, 12);
+	munmap(m, (size_t)st.st_size);
+	close(fd);
+	h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	ck_assert_ptr_nonnull(h);
+	ck_assert_ptr_nonnull(dlsym(h, "cp_next_event"));
+	ck_assert_ptr_null(dlsym(h, "cpc_now_ms"));
+	dlclose(h);
+}
+END_TEST
+
+/* ---- a daemon that lies ------------------------------------------------ */
+
+struct fake {
+	int lfd;
+	char path[SRV_PATH_MAX];
+	int mode;
+	struct session *s;
+	pthread_t th;
+};
+
+#define FAKE_SHORT	1	/* welcome of the wrong size */
+#define FAKE_NOSEAL	2	/* an unsealed memfd */
+#define FAKE_HEADER	3	/* header magic wrong */
+#define FAKE_ONEFD	4	/* too few descriptors */
+#define FAKE_LAYOUT	5	/* welcome sizes disagree with seg_bytes */
+
+static void *
+fake_daemon(void *arg)
+{
+	struct fake *f = arg;
+	struct sess_limits lim;
+	struct cp_welcome w;
+	struct cp_hello h;
+	unsigned char buf[512];
+	int fds[CP_FD_MAX], nfds, fd, i;
+	size_t len = 0;
+
+	fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	f->s = sess_new(fd, 0, 0);
+	for (i = 0; i < 200 && sess_recv(fd, buf, sizeof(buf), &len) == -EAGAIN;
+	    i++)
+		usleep(5000);
+	if (sess_hello_check(buf, len, &h) < 0)
+		return NULL;
+	memset(&lim, 0, sizeof(lim));
+	lim.sq_default = lim.sq_max = 16;
+	lim.cq_default = lim.cq_max = 16;
+	lim.arena_default = lim.arena_max = 4096;
+	lim.max_reqs = 8;
+	lim.max_prompt_bytes = 4096;
+	lim.wake_mode = CP_WAKE_FD;
+	if (sess_setup(f->s, &h, &lim, &w, fds, &nfds) < 0)
+		return NULL;
+	switch (f->mode) {
+	case FAKE_NOSEAL:
+		close(fds[CP_FD_MEMFD]);
+		fds[CP_FD_MEMFD] = memfd_create("liar", MFD_CLOEXEC);
+		if (ftruncate(fds[CP_FD_MEMFD], w.seg_bytes) < 0)
+			return NULL;
+		break;
+	case FAKE_HEADER:
+		((struct cp_seg_hdr *)(void *)f->s->map)->magic ^= 1;
+		break;
+	case FAKE_ONEFD:
+		nfds = 1;
+		break;
+	case FAKE_LAYOUT:
+		w.cq_entries = 32;
+		break;
+	}
+	sess_send(fd, &w, f->mode == FAKE_SHORT ? 20 : sizeof(w), fds, nfds);
+	for (i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	return NULL;
+}
+
+static void
+fake_start(struct fake *f, int mode)
+{
+	struct sockaddr_un sa;
+	const char *t = getenv("TMPDIR");
+
+	memset(f, 0, sizeof(*f));
+	f->mode = mode;
+	snprintf(f->path, sizeof(f->path), "%s/cpfake.%ld",
+	    t != NULL && *t != '\0' ? t : "/tmp", (long)getpid());
+	unlink(f->path);
+	f->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	memset(&sa, 0, sizeof(sa));
+	sa.sun_family = AF_UNIX;
+	memcpy(sa.sun_path, f->path, strlen(f->path) + 1);
+	ck_assert_int_eq(bind(f->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(f->lfd, 4), 0);
+	ck_assert_int_eq(pthread_create(&f->th, NULL, fake_daemon, f), 0);
+}
+
+static int
+fake_connect(struct fake *f, struct cp_client **c)
+{
+	struct cp_connect_opts o;
+	int r;
+
+	cp_connect_opts_init(&o);
+	o.socket_path = f->path;
+	o.timeout_ms = 3000;
+	r = cp_connect(&o, c);
+	pthread_join(f->th, NULL);
+	return r;
+}
+
+static void
+fake_stop(struct fake *f)
+{
+	sess_free(f->s);
+	close(f->lfd);
+	unlink(f->path);
+}
+
+START_TEST(test_lying_handshake)
+{
+	static const int modes[] = { FAKE_SHORT, FAKE_NOSEAL, FAKE_HEADER,
+	    FAKE_ONEFD, FAKE_LAYOUT };
+	struct cp_client *c;
+	struct fake f;
+	size_t i;
+	int before = hd_count_fds(getpid());
+
+	for (i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		fake_start(&f, modes[i]);
+		ck_assert_msg(fake_connect(&f, &c) == CP_EPROTO,
+		    "mode %d accepted", modes[i]);
+		ck_assert_ptr_null(c);
+		fake_stop(&f);
+	}
+	/* Nothing the liars sent was kept open. */
+	ck_assert_int_eq(hd_count_fds(getpid()), before);
+}
+END_TEST
+
+/* A valid handshake, then the fake daemon writes nonsense into the CQ or SQ head. */
+START_TEST(test_lying_rings)
+{
+	struct cp_client *c;
+	struct cp_event ev;
+	struct cp_cqe q;
+	struct fake f;
+	int r;
+
+	fake_start(&f, 0);
+	ck_assert_int_eq(fake_connect(&f, &c), 0);
+	memset(&q, 0, sizeof(q));
+	switch (_i) {
+	case 0:		/* tail far ahead of head */
+		ring_store_release(&f.s->ctl->cq_tail.v, 1000);
+		break;
+	case 1:		/* text_len past the slot */
+		q.req_id = 1;
+		q.type = CP_EV_TOKEN;
+		q.text_len = 200;
+		break;
+	case 2:		/* an event for a request never submitted */
+		q.req_id = 5;
+		q.type = CP_EV_TOKEN;
+		break;
+	case 3:		/* half a group */
+		q.req_id = 1;
+		q.type = CP_EV_TOKEN;
+		q.flags = CP_CQF_MORE;
+		break;
+	case 4:		/* a continuation without a head */
+		q.req_id = 1;
+		q.type = CP_EV_TEXT;
+		break;
+	}
+	if (_i < 5)
+		ck_assert_int_eq(cp_submit(c, "a", 1, NULL), 1);
+	if (_i >= 1 && _i <= 4) {
+		memcpy(&f.s->cq[0], &q, sizeof(q));
+		ring_store_release(&f.s->ctl->cq_tail.v, 1);
+	}
+	if (_i == 5) {
+		/* The daemon claims to have consumed entries never written. */
+		ring_store_release(&f.s->ctl->sq_head.v, 3);
+		r = cp_submit(c, "a", 1, NULL);
+	} else {
+		r = cp_next_event(c, &ev, 1000);
+	}
+	ck_assert_int_eq(r, CP_EPROTO);
+	/* Latched: the client is unusable from now on. */
+	ck_assert_int_eq(cp_next_event(c, &ev, 0), CP_EPROTO);
+	cp_close(c);
+	fake_stop(&f);
+}
+END_TEST
+
+Suite *
+client_suite(void)
+{
+	Suite *s = suite_create("client");
+	TCase *te = tcase_create("e2e");
+	TCase *tf = tcase_create("features");
+	TCase *tl = tcase_create("lying");
+
+	/* _i picks the io loop: futex, pipes, epoll. */
+	tcase_add_loop_test(te, test_echo, 0, 3);
+	tcase_add_loop_test(te, test_many_processes, 0, 3);
+	tcase_add_loop_test(te, test_cancel, 0, 3);
+	tcase_add_loop_test(te, test_client_killed, 0, 3);
+	tcase_add_loop_test(te, test_daemon_killed, 0, 6);
+	tcase_add_loop_test(te, test_event_fd, 0, 3);
+	tcase_add_loop_test(te, test_long_prompt_fragments, 0, 3);
+	tcase_set_timeout(te, 30);
+	suite_add_tcase(s, te);
+
+	tcase_add_test(tf, test_params_stops_tokens);
+	tcase_add_test(tf, test_busy_and_stats);
+	tcase_add_test(tf, test_full_cq_stalls);
+	tcase_add_test(tf, test_threads);
+	tcase_add_test(tf, test_refusals);
+	tcase_add_test(tf, test_env_forces_loop);
+	tcase_add_test(tf, test_exports_only_cp);
+	tcase_set_timeout(tf, 30);
+	suite_add_tcase(s, tf);
+
+	tcase_add_test(tl, test_lying_handshake);
+	tcase_add_loop_test(tl, test_lying_rings, 0, 6);
+	tcase_set_timeout(tl, 20);
+	suite_add_tcase(s, tl);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr = srunner_create(client_suite());
+	int nf;
+
+	srunner_run_all(sr, CK_NORMAL);
+	nf = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return nf == 0 ? 0 : 1;
+}
