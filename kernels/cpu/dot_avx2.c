@@ -440,6 +440,29 @@ scale2(int s0, int s1)
 	    _mm_set1_epi16((short)s0));
 }
 
+/*
+ * Scales s0..s15 (int16, sub-blocks of 16 values) spread per 32-value
+ * chunk: out[i] holds s[2i] in its low 8 lanes and s[2i + 1] in its high 8.
+ */
+static ALWAYS_INLINE void
+chunk_scales(__m256i s16, __m256i out[8])
+{
+	const __m256i lo = _mm256_permute2x128_si256(s16, s16, 0x00);
+	const __m256i hi = _mm256_permute2x128_si256(s16, s16, 0x11);
+
+#pragma GCC unroll 4
+	for (int c = 0; c < 4; c++) {
+		const char a = (char)(4 * c), b = (char)(4 * c + 2);
+		__m256i ctl = _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1,
+		    a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
+		    b, b + 1, b, b + 1, b, b + 1, b, b + 1, b, b + 1,
+		    b, b + 1, b, b + 1, b, b + 1);
+
+		out[c] = _mm256_shuffle_epi8(lo, ctl);
+		out[4 + c] = _mm256_shuffle_epi8(hi, ctl);
+	}
+}
+
 static ALWAYS_INLINE const struct blk_q8_K *
 xblk(const char *x, size_t bx, int r, int b)
 {
@@ -468,9 +491,8 @@ tile_q2_K(int nb, const void *wv, const char *x, size_t bx, int NX,
 		__m256i sc[8], sumi[QT];
 		float dw = f16(w[b].d), dmw = f16(w[b].dmin);
 
-		for (int i = 0; i < 8; i++)
-			sc[i] = scale2(w[b].scales[2 * i] & 15,
-			    w[b].scales[2 * i + 1] & 15);
+		chunk_scales(_mm256_cvtepu8_epi16(_mm_and_si128(ms,
+		    _mm_set1_epi8(15))), sc);
 #pragma GCC unroll 4
 		for (int r = 0; r < NX; r++) {
 			const struct blk_q8_K *xb = xblk(x, bx, r, b);
@@ -527,17 +549,25 @@ tile_q3_K(int nb, const void *wv, const char *x, size_t bx, int NX,
 		const uint8_t *sp = w[b].scales;
 		__m256i hb = _mm256_loadu_si256((const __m256i *)w[b].hmask);
 		__m256i sc[8], sumi[QT];
-		int s6[16];
+		__m128i m15 = _mm_set1_epi8(15), lo8, lo4, hi2;
+		uint64_t l8;
+		uint32_t h4;
 		float dw = f16(w[b].d);
 
-		for (int s = 0; s < 16; s++) {
-			int lo4 = s < 8 ? sp[s] & 15 : sp[s - 8] >> 4;
-			int hi2 = sp[8 + s % 4] >> 2 * (s / 4) & 3;
-
-			s6[s] = (lo4 | hi2 << 4) - 32;
-		}
-		for (int i = 0; i < 8; i++)
-			sc[i] = scale2(s6[2 * i], s6[2 * i + 1]);
+		/*
+		 * 6-bit scale s: low nibble of byte s % 8 (high nibble for
+		 * s >= 8) and bits 2 (s / 4) of byte 8 + s % 4; lane g of the
+		 * shifted copies of bytes 8..11 is shifted by 2g.
+		 */
+		memcpy(&l8, sp, 8);
+		memcpy(&h4, sp + 8, 4);
+		lo8 = _mm_cvtsi64_si128((long long)l8);
+		lo4 = _mm_unpacklo_epi64(_mm_and_si128(lo8, m15),
+		    _mm_and_si128(_mm_srli_epi16(lo8, 4), m15));
+		hi2 = _mm_and_si128(_mm_srlv_epi32(_mm_set1_epi32((int)h4),
+		    _mm_setr_epi32(0, 2, 4, 6)), _mm_set1_epi8(3));
+		chunk_scales(_mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_or_si128(lo4,
+		    _mm_slli_epi16(hi2, 4)), _mm_set1_epi8(32))), sc);
 #pragma GCC unroll 4
 		for (int r = 0; r < NX; r++)
 			sumi[r] = _mm256_setzero_si256();
