@@ -540,6 +540,111 @@ START_TEST(test_f16_rounds_activations)
 }
 END_TEST
 
+/*
+ * dot_round_row(): F16 / BF16 rounding of activations, the same bits on
+ * the scalar and the F16C path, equal to the conversions of quant.h (which
+ * check_quant holds to IEEE 754) on special values, ties and subnormals.
+ */
+START_TEST(test_round_row)
+{
+	static const float v[] = {
+		0.0f, -0.0f, 1.0f, -2.5f, 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
+		65504.0f, 65520.0f, 1e6f, -1e6f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-25f,
+		1e-30f, 0x1p-14f, 0.1f, -0.3f, 1.0f + 0x1p-8f, 3.0e38f,
+	};
+	enum { N = sizeof(v) / sizeof(v[0]) + 3 };
+	float x[N], a[N], b[N];
+
+	for (size_t i = 0; i < N - 3; i++)
+		x[i] = v[i];
+	x[N - 3] = INFINITY;
+	x[N - 2] = -INFINITY;
+	x[N - 1] = NAN;
+	dot_round_row(CP_T_F16, x, a, N);
+	for (int i = 0; i < N; i++) {
+		float want = fp16_to_fp32(fp32_to_fp16(x[i]));
+
+		if (isnan(want))
+			ck_assert(isnan(a[i]));
+		else
+			ck_assert_msg(memcmp(&a[i], &want, 4) == 0,
+			    "f16 %d: %a -> %a, want %a", i, (double)x[i],
+			    (double)a[i], (double)want);
+	}
+	if (cpu_has_avx2()) {
+		dot_round_f16_avx2(x, b, N);
+		for (int i = 0; i < N; i++)
+			ck_assert(isnan(a[i]) ? isnan(b[i]) :
+			    memcmp(&a[i], &b[i], 4) == 0);
+	}
+	dot_round_row(CP_T_BF16, x, a, N);
+	for (int i = 0; i < N - 1; i++) {
+		float want = bf16_to_fp32(fp32_to_bf16(x[i]));
+
+		ck_assert(memcmp(&a[i], &want, 4) == 0);
+	}
+	ck_assert(isnan(a[N - 1]));
+	dot_round_row(CP_T_F32, x, a, N);
+	ck_assert_int_eq(memcmp(a, x, sizeof(a)), 0);
+	/* in place */
+	memcpy(a, x, sizeof(a));
+	dot_round_row(CP_T_F16, a, a, N);
+	ck_assert(a[4] == 1.0f && a[5] == 1.0f + 0x1p-9f);
+}
+END_TEST
+
+/*
+ * Alignment: any scratch address (mm_prepare() aligns inside the bytes it
+ * asked for) and weight rows at odd addresses give the same bits.
+ */
+START_TEST(test_alignment)
+{
+	uint32_t t = all_types[_i];
+	int k = min_k(t) == 1 ? 72 : min_k(t) * 3, n = 6, m = 5;
+	size_t ws, sb = mm_scratch_bytes(t, k, m);
+	uint8_t *w, *wodd, *scr;
+	float *x, *y0, *y1;
+	struct mm_args a;
+
+	rng_seed(99 + t);
+	w = make_weights(t, n, k, &ws);
+	x = make_x(m, k);
+	y0 = calloc((size_t)m * n, sizeof(float));
+	y1 = calloc((size_t)m * n, sizeof(float));
+	scr = malloc(sb + 64);
+	wodd = malloc(ws * (size_t)n + 1);
+	ck_assert(y0 != NULL && y1 != NULL && scr != NULL && wodd != NULL);
+	run_mm(t, w, ws, n, k, x, k, m, y0, n, 0, n);
+	/* F32 rows must hold floats: only the block and 16-bit types move */
+	memcpy(wodd + (t == CP_T_F32 ? 0 : 1), w, ws * (size_t)n);
+	memset(&a, 0, sizeof(a));
+	a.wtype = t;
+	a.w = wodd + (t == CP_T_F32 ? 0 : 1);
+	a.w_stride = ws;
+	a.n_out = n;
+	a.k = k;
+	a.x = x;
+	a.ldx = (size_t)k;
+	a.m = m;
+	a.y = y1;
+	a.ldy = (size_t)n;
+	for (int off = 0; off < 64; off += 13) {
+		memset(y1, 0, sizeof(float) * (size_t)m * n);
+		mm_prepare(&a, scr + off);
+		mm_rows(&a, scr + off, 0, n);
+		ck_assert_msg(memcmp(y0, y1, sizeof(float) * (size_t)m * n) == 0,
+		    "%s: scratch offset %d changes the result", ttype_name(t),
+		    off);
+	}
+	free(wodd);
+	free(scr);
+	free(y1);
+	free(y0);
+	free(x);
+	free(w);
+}
+END_TEST
+
 /* CP_NO_SIMD=1 selects the scalar kernels (decided on first use). */
 START_TEST(test_no_simd_env)
 {
@@ -574,6 +679,8 @@ matmul_suite(void)
 	tcase_add_test(tc, test_supported);
 	tcase_add_test(tc, test_activation_formats);
 	tcase_add_test(tc, test_f16_rounds_activations);
+	tcase_add_test(tc, test_round_row);
+	tcase_add_loop_test(tc, test_alignment, 0, N_TYPES);
 	tcase_add_test(tc, test_no_simd_env);
 	tcase_add_test(tc, test_simd_default);
 	suite_add_tcase(s, tc);
