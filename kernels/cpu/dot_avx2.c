@@ -2,13 +2,13 @@
  * dot_avx2.c - AVX2/FMA/F16C kernels (compiled with -mavx2 -mfma -mf16c,
  * called only when cpu_has_avx2()).
  *
- * The quantized kernels compute each block's integer sum exactly with
- * vector instructions and then scale and add exactly as the scalar kernels
- * in dot_quant.c do, so they match them bit for bit.  The float kernels keep
- * one 8-lane fused multiply-add accumulator per output element (element j
- * to lane j % 8, the k % 8 tail through a masked load), reduced in a fixed
- * order; tiles of several weight and activation rows only interleave
- * independent accumulators, so no result depends on its neighbours.
+ * Every kernel performs, per output element, exactly the operations of its
+ * scalar reference (dot.c, dot_quant.c): the same exact integer lane sums,
+ * the same fused multiply-adds in the same order, the same reduction, so
+ * the two match bit for bit.  The float kernels keep one 8-lane
+ * accumulator per output element (the k % 8 tail through a masked load).
+ * Tiles of several weight and activation rows only interleave independent
+ * accumulators, so no result depends on its neighbours.
  */
 #include "dot.h"
 

@@ -5,7 +5,8 @@
  * so every value comes out bit-identical to ggml's dequantize_row_*().
  * Quantization covers what cpd writes or feeds to the dot kernels: F32, F16,
  * BF16, the Q8_0 and Q4_0 weight formats (ggml's reference rounding, as
- * llama-quantize uses) and the activation formats Q8_0, Q8_1 and Q8_K.
+ * llama-quantize uses) and the activation formats Q8_0, Q8_1 and Q8_K
+ * (quant_row_act(): rounded as ggml's x86 CPU backend rounds activations).
  */
 #include "quant.h"
 
