@@ -157,7 +157,7 @@ START_TEST(test_echo)
 		ck_assert_int_eq(cp_next_event(c, &ev, 50), -ETIMEDOUT);
 	}
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -229,7 +229,7 @@ START_TEST(test_many_processes)
 		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 		    "client %d: status %d", k, st);
 	}
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -265,7 +265,7 @@ START_TEST(test_cancel)
 	    CP_EVENT_DONE);
 	ck_assert_str_eq(out, "after");
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -338,7 +338,7 @@ START_TEST(test_client_killed)
 	ck_assert_uint_eq(st.requests_total, 2);
 	ck_assert_uint_eq(st.clients, 1);
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -371,7 +371,7 @@ START_TEST(test_daemon_killed)
 	ck_assert_int_lt(n, (int)sizeof(prompt));
 	ck_assert_int_eq(cp_submit(c, "x", 1, NULL), CP_EDEAD);
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -417,7 +417,7 @@ START_TEST(test_event_fd)
 	ck_assert_int_eq(poll(&p, 1, 2000), 1);
 	ck_assert_int_eq(cp_next_event(c, &ev, 0), CP_EDEAD);
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -452,7 +452,7 @@ START_TEST(test_long_prompt_fragments)
 	ck_assert_uint_eq(strlen(out), sizeof(prompt));
 	ck_assert_int_eq(memcmp(out, prompt, sizeof(prompt)), 0);
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -520,7 +520,7 @@ START_TEST(test_params_stops_tokens)
 	ck_assert_int_eq(cp_submit(c, NULL, 1, NULL), -EINVAL);
 	ck_assert_int_eq(cp_submit(c, "x", (size_t)5 << 20, NULL), -E2BIG);
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -555,7 +555,7 @@ START_TEST(test_busy_and_stats)
 	ck_assert_uint_ge(st.tokens_generated, 24);
 	ck_assert_uint_ge(st.steps, 8);
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -594,7 +594,7 @@ START_TEST(test_full_cq_stalls)
 	ck_assert_int_eq(cp_stats(c, &st), 0);
 	ck_assert_uint_eq(st.cq_stalls, 1);
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -633,7 +633,7 @@ START_TEST(test_threads)
 	pthread_join(th, &ends);
 	ck_assert_int_eq((long)ends, 20);
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 
@@ -654,7 +654,7 @@ START_TEST(test_refusals)
 	cfg.n_allow_uids = 1;
 	start(&d, &cfg, NULL);
 	ck_assert_int_eq(connect_to(&d, &c), -EACCES);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 
 	cfg_init(&cfg, IOLOOP_AUTO);
 	cfg.per_uid_max_clients = 1;
@@ -662,7 +662,7 @@ START_TEST(test_refusals)
 	ck_assert_int_eq(connect_to(&d, &c), 0);
 	ck_assert_int_eq(connect_to(&d, &c2), -EUSERS);
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 	ck_assert_str_eq(cp_strerror(CP_EDEAD),
 	    "the daemon closed the connection");
 	ck_assert_str_eq(cp_strerror(-ENOMEM), "Cannot allocate memory");
@@ -688,7 +688,7 @@ START_TEST(test_env_forces_loop)
 	    sizeof(out), &fin, 5000), CP_EVENT_DONE);
 	ck_assert_str_eq(out, "env");
 	cp_close(c);
-	hd_stop(&d);
+	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
 

@@ -1,13 +1,11 @@
 /*
- * check_session.c - one client's session (daemon/session.c) and the
- * server's handshake and admission (daemon/server.c).
+ * check_session.c - one client's session (daemon/session.c): handshake
+ * records, segment set-up, SQ validation, CQ writing.
  *
- * Unit tests play the client by writing its shared segment directly:
+ * The tests play the client by writing its shared segment directly:
  * every rule of cp_proto.h's validation list is broken once and must end
- * the session (-EPROTO), never be repaired.  Server tests run a daemon in a
- * child process (tests/lib/cpd_harness.c, mock engine) and misbehave on
- * the socket and in shared memory: the culprit is disconnected, counted
- * and logged, and other clients keep being served.
+ * the session (-EPROTO), never be repaired.  check_server.c does the same
+ * through a running daemon.
  */
 #include "session.h"
 
@@ -26,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/cpd_harness.h"
+#include "lib/cpd_harness.h"	/* hd_count_fds */
 #include "ring.h"
 
 Suite *session_suite(void);
@@ -1196,353 +1194,6 @@ START_TEST(test_idle_enter)
 }
 END_TEST
 
-/* ---- the server: handshake and admission over a real socket ---------- */
-
-static void
-cfg_init(struct srv_config *c)
-{
-	srv_config_defaults(c);
-	c->handshake_timeout_ms = 2000;
-	snprintf(c->model.name, sizeof(c->model.name), "mock");
-	c->model.n_ctx = 2048;
-}
-
-static uint64_t
-protocol_errors(const char *path)
-{
-	struct cp_wire_stats st;
-	struct raw_client rc;
-
-	ck_assert_int_eq(raw_connect(path, &rc, 0, 0, 0), 0);
-	ck_assert_int_eq(raw_stats(&rc, &st), 0);
-	raw_close(&rc);
-	return st.protocol_errors;
-}
-
-/* A well-behaved raw client gets its prompt echoed. */
-static void
-check_served(const char *path)
-{
-	struct raw_client rc;
-	char out[64] = "";
-	uint8_t fin = 0;
-
-	ck_assert_int_eq(raw_connect(path, &rc, 0, 0, 0), 0);
-	ck_assert_int_eq(raw_submit(&rc, 1, "served", 0), 0);
-	ck_assert_int_eq(raw_collect(&rc, 1, out, sizeof(out), 5000, &fin),
-	    CP_EV_DONE);
-	ck_assert_str_eq(out, "served");
-	ck_assert_uint_eq(fin, CP_FINISH_STOP);
-	raw_close(&rc);
-}
-
-START_TEST(test_srv_handshake)
-{
-	struct srv_config c;
-	struct raw_client rc;
-	struct hd d;
-
-	cfg_init(&c);
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	ck_assert_int_eq(raw_connect(d.path, &rc, 32, 64, 8192), 0);
-	ck_assert_uint_eq(rc.w.sq_entries, 32);
-	ck_assert_uint_eq(rc.w.cq_entries, 64);
-	ck_assert_uint_eq(rc.w.arena_bytes, 8192);
-	ck_assert_str_eq(rc.w.model.name, "mock");
-	ck_assert_uint_eq(rc.w.model.n_ctx, 2048);
-	ck_assert_uint_eq(rc.hdr->magic, CP_SEG_MAGIC);
-	ck_assert_uint_eq(rc.hdr->sq_entries, 32);
-	raw_close(&rc);
-	check_served(d.path);
-	hd_stop(&d);
-}
-END_TEST
-
-START_TEST(test_srv_fd_in_hello)
-{
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} cb;
-	struct srv_config c;
-	struct raw_client rc;
-	struct cp_hello h;
-	struct iovec iov;
-	struct msghdr m;
-	struct cmsghdr *cm;
-	struct hd d;
-	int efd;
-
-	cfg_init(&c);
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	memset(&rc, 0, sizeof(rc));
-	rc.fd = raw_socket(d.path);
-	ck_assert_int_ge(rc.fd, 0);
-	efd = eventfd(0, EFD_CLOEXEC);
-	hello_init(&h, 0, 0, 0);
-	iov.iov_base = &h;
-	iov.iov_len = sizeof(h);
-	memset(&m, 0, sizeof(m));
-	memset(&cb, 0, sizeof(cb));
-	m.msg_iov = &iov;
-	m.msg_iovlen = 1;
-	m.msg_control = cb.b;
-	m.msg_controllen = sizeof(cb.b);
-	cm = CMSG_FIRSTHDR(&m);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &efd, sizeof(int));
-	ck_assert_int_eq(sendmsg(rc.fd, &m, 0), (ssize_t)sizeof(h));
-	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
-	close(efd);
-	raw_close(&rc);
-	ck_assert_uint_eq(protocol_errors(d.path), 1);
-	ck_assert(hd_log_has(&d, "descriptors or truncated"));
-	check_served(d.path);
-	hd_stop(&d);
-}
-END_TEST
-
-START_TEST(test_srv_truncated_hello)
-{
-	struct srv_config c;
-	struct raw_client rc;
-	struct cp_hello h;
-	struct hd d;
-
-	cfg_init(&c);
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	memset(&rc, 0, sizeof(rc));
-	rc.fd = raw_socket(d.path);
-	hello_init(&h, 0, 0, 0);
-	ck_assert_int_eq(send(rc.fd, &h, 7, 0), 7);
-	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
-	raw_close(&rc);
-	ck_assert_uint_eq(protocol_errors(d.path), 1);
-	ck_assert(hd_log_has(&d, "malformed HELLO (7 bytes)"));
-	hd_stop(&d);
-}
-END_TEST
-
-START_TEST(test_srv_version_mismatch)
-{
-	struct srv_config c;
-	struct cp_welcome w;
-	struct cp_hello h;
-	struct hd d;
-	int fd;
-
-	cfg_init(&c);
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	fd = raw_socket(d.path);
-	hello_init(&h, 0, 0, 0);
-	h.hdr.version = CP_PROTO_VERSION + 1;
-	ck_assert_int_eq(send(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
-	ck_assert_int_eq(recv(fd, &w, sizeof(w), 0), (ssize_t)sizeof(w));
-	ck_assert_int_eq(w.status, -EPROTONOSUPPORT);
-	ck_assert_int_eq(recv(fd, &w, sizeof(w), 0), 0);	/* then closed */
-	close(fd);
-	hd_stop(&d);
-}
-END_TEST
-
-START_TEST(test_srv_handshake_timeout)
-{
-	struct srv_config c;
-	struct raw_client rc;
-	struct hd d;
-
-	cfg_init(&c);
-	c.handshake_timeout_ms = 200;
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	memset(&rc, 0, sizeof(rc));
-	rc.fd = raw_socket(d.path);
-	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
-	raw_close(&rc);
-	ck_assert(hd_log_has(&d, "no HELLO within 200 ms"));
-	hd_stop(&d);
-}
-END_TEST
-
-START_TEST(test_srv_allow_list)
-{
-	struct srv_config c;
-	struct raw_client rc;
-	struct hd d;
-
-	cfg_init(&c);
-	c.allow_uids[0] = getuid() + 4242;
-	c.n_allow_uids = 1;
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), -EACCES);
-	ck_assert_int_eq(rc.nfds, 0);
-	raw_close(&rc);
-	ck_assert(hd_log_has(&d, "not allowed"));
-	hd_stop(&d);
-
-	/* Our primary group on the list lets us in. */
-	cfg_init(&c);
-	c.allow_uids[0] = getuid() + 4242;
-	c.n_allow_uids = 1;
-	c.allow_gids[0] = getgid();
-	c.n_allow_gids = 1;
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	check_served(d.path);
-	hd_stop(&d);
-}
-END_TEST
-
-START_TEST(test_srv_per_uid_limit)
-{
-	struct srv_config c;
-	struct raw_client a, b, x;
-	struct hd d;
-	int i, r = -1;
-
-	cfg_init(&c);
-	c.per_uid_max_clients = 2;
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	ck_assert_int_eq(raw_connect(d.path, &a, 0, 0, 0), 0);
-	ck_assert_int_eq(raw_connect(d.path, &b, 0, 0, 0), 0);
-	ck_assert_int_eq(raw_connect(d.path, &x, 0, 0, 0), -EUSERS);
-	raw_close(&x);
-	raw_close(&b);
-	/* Once the daemon sees the hangup, there is room again. */
-	for (i = 0; i < 200 && r != 0; i++) {
-		r = raw_connect(d.path, &x, 0, 0, 0);
-		if (r != 0) {
-			raw_close(&x);
-			usleep(10000);
-		}
-	}
-	ck_assert_int_eq(r, 0);
-	raw_close(&x);
-	raw_close(&a);
-	ck_assert(hd_log_has(&d, "has 2 connections"));
-	hd_stop(&d);
-}
-END_TEST
-
-/* One hostile write into shared memory per case; each must be disconnected. */
-static void
-hostile_case(const char *path, int which)
-{
-	struct raw_client rc;
-	struct cp_sqe e;
-
-	ck_assert_int_eq(raw_connect(path, &rc, 0, 0, 0), 0);
-	memset(&e, 0, sizeof(e));
-	e.op = CP_OP_SUBMIT;
-	e.req_id = 1;
-	e.params.top_p = 1.0f;
-	e.params.repeat_penalty = 1.0f;
-	switch (which) {
-	case 0:	/* tail - head > entries */
-		ring_store_release(&rc.ctl->sq_tail.v, rc.w.sq_entries + 3);
-		raw_wake(&rc);
-		goto wait;
-	case 1:
-		e.op = 77;
-		break;
-	case 2:
-		e.reserved[0] = 0x100;
-		break;
-	case 3:
-		e.arena_off = rc.w.arena_bytes - 4;
-		e.arena_len = 8;
-		break;
-	case 4:
-		e.op = CP_OP_CANCEL;
-		e.req_id = 77;
-		e.params.top_p = 0;
-		e.params.repeat_penalty = 0;
-		break;
-	}
-	memcpy(&rc.sq[0], &e, sizeof(e));
-	ring_store_release(&rc.ctl->sq_tail.v, 1);
-	raw_wake(&rc);
-wait:
-	ck_assert_msg(raw_wait_closed(&rc, 3000) == 1, "case %d not closed",
-	    which);
-	raw_close(&rc);
-}
-
-START_TEST(test_srv_hostile_memory)
-{
-	static const char *why[] = { "exceeds", "unknown opcode",
-	    "reserved words", "arena range", "unknown request 77" };
-	struct srv_config c;
-	struct raw_client good;
-	char out[64] = "";
-	uint8_t fin = 0;
-	struct hd d;
-	int i;
-
-	cfg_init(&c);
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	/* A good client connected throughout, with a request under way. */
-	ck_assert_int_eq(raw_connect(d.path, &good, 0, 0, 0), 0);
-	for (i = 0; i < 5; i++) {
-		hostile_case(d.path, i);
-		ck_assert_msg(hd_log_has(&d, why[i]), "log lacks \"%s\"",
-		    why[i]);
-	}
-	ck_assert_int_eq(raw_submit(&good, 1, "still here", 0), 0);
-	ck_assert_int_eq(raw_collect(&good, 1, out, sizeof(out), 5000, &fin),
-	    CP_EV_DONE);
-	ck_assert_str_eq(out, "still here");
-	raw_close(&good);
-	ck_assert_uint_eq(protocol_errors(d.path), 5);
-	ck_assert(hd_log_has(&d, "disconnected"));
-	hd_stop(&d);
-}
-END_TEST
-
-START_TEST(test_srv_garbage_record)
-{
-	struct srv_config c;
-	struct raw_client rc;
-	struct hd d;
-	char junk[16] = "junk";
-
-	cfg_init(&c);
-	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
-	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
-	ck_assert_int_eq(send(rc.fd, junk, sizeof(junk), 0),
-	    (ssize_t)sizeof(junk));
-	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
-	raw_close(&rc);
-	ck_assert_uint_eq(protocol_errors(d.path), 1);
-	hd_stop(&d);
-}
-END_TEST
-
-START_TEST(test_srv_per_uid_requests)
-{
-	struct srv_config c;
-	struct mock_opts mo;
-	struct raw_client rc;
-	uint8_t fin = 0;
-	struct hd d;
-
-	cfg_init(&c);
-	c.per_uid_max_requests = 1;
-	mock_opts_default(&mo);
-	mo.step_us = 2000;
-	ck_assert_int_eq(hd_start(&d, &c, &mo), 0);
-	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
-	ck_assert_int_eq(raw_submit(&rc, 1, "a long enough prompt", 0), 0);
-	ck_assert_int_eq(raw_submit(&rc, 2, "second", 0), 0);
-	/* The second is refused with an error event, the first completes. */
-	ck_assert_int_eq(raw_collect(&rc, 2, NULL, 0, 5000, &fin),
-	    CP_EV_ERROR);
-	ck_assert_int_eq(raw_collect(&rc, 1, NULL, 0, 5000, &fin), CP_EV_DONE);
-	raw_close(&rc);
-	hd_stop(&d);
-}
-END_TEST
-
 Suite *
 session_suite(void)
 {
@@ -1550,7 +1201,6 @@ session_suite(void)
 	TCase *th = tcase_create("handshake");
 	TCase *tq = tcase_create("sq");
 	TCase *tc = tcase_create("cq");
-	TCase *ts = tcase_create("server");
 
 	tcase_add_test(th, test_setup_segment);
 	tcase_add_test(th, test_setup_fd_mode);
@@ -1590,18 +1240,6 @@ session_suite(void)
 	tcase_add_test(tc, test_idle_enter);
 	suite_add_tcase(s, tc);
 
-	tcase_add_test(ts, test_srv_handshake);
-	tcase_add_test(ts, test_srv_fd_in_hello);
-	tcase_add_test(ts, test_srv_truncated_hello);
-	tcase_add_test(ts, test_srv_version_mismatch);
-	tcase_add_test(ts, test_srv_handshake_timeout);
-	tcase_add_test(ts, test_srv_allow_list);
-	tcase_add_test(ts, test_srv_per_uid_limit);
-	tcase_add_test(ts, test_srv_hostile_memory);
-	tcase_add_test(ts, test_srv_garbage_record);
-	tcase_add_test(ts, test_srv_per_uid_requests);
-	tcase_set_timeout(ts, 30);
-	suite_add_tcase(s, ts);
 	return s;
 }
 

@@ -142,7 +142,7 @@ hd_child(struct hd *d, const struct srv_config *cfg,
 		unlink(d->log);
 		rmdir(d->dir);
 	}
-	_exit(rc);
+	exit(rc);	/* not _exit: a sanitizer build checks for leaks here */
 }
 
 int
@@ -169,6 +169,7 @@ hd_start(struct hd *d, const struct srv_config *cfg,
 	snprintf(d->log, sizeof(d->log), "%s/cpd.log", d->dir);
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -errno;
+	fflush(NULL);
 	d->pid = fork();
 	if (d->pid < 0) {
 		d->pid = 0;
@@ -195,24 +196,26 @@ hd_start(struct hd *d, const struct srv_config *cfg,
 	return 0;
 }
 
-static void
+/* Signals and reaps the daemon; its wait status, or 0 if it was already gone. */
+static int
 hd_reap(struct hd *d, int sig, int wait_ms)
 {
-	int st, i;
+	int st = 0, i;
 
 	if (d->pid <= 0)
-		return;
+		return 0;
 	kill(d->pid, sig);
 	for (i = 0; i < wait_ms; i += 10) {
 		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
 			d->pid = 0;
-			return;
+			return st;
 		}
 		usleep(10000);
 	}
 	kill(d->pid, SIGKILL);
 	waitpid(d->pid, &st, 0);
 	d->pid = 0;
+	return st == 0 ? -1 : st;
 }
 
 void
@@ -221,14 +224,16 @@ hd_kill(struct hd *d)
 	hd_reap(d, SIGKILL, 5000);
 }
 
-void
+int
 hd_stop(struct hd *d)
 {
+	int st;
+
 	hd_register(d, 0);
-	hd_reap(d, SIGTERM, 5000);
+	st = hd_reap(d, SIGTERM, 5000);
 	if (getenv("CP_TEST_KEEP") != NULL && d->dir[0] != '\0') {
 		fprintf(stderr, "kept %s\n", d->dir);
-		return;
+		return st;
 	}
 	if (d->dir[0] != '\0') {
 		unlink(d->path);
@@ -236,6 +241,7 @@ hd_stop(struct hd *d)
 		rmdir(d->dir);
 		d->dir[0] = '\0';
 	}
+	return st;
 }
 
 int

@@ -35,8 +35,12 @@ struct hd {
 int hd_start(struct hd *d, const struct srv_config *cfg,
     const struct mock_opts *mo);
 
-/* SIGTERM, wait (SIGKILL after 5 s), remove the directory. */
-void hd_stop(struct hd *d);
+/*
+ * SIGTERM, wait (SIGKILL after 5 s), remove the directory.  Returns the
+ * daemon's wait status: 0 for a clean exit (no leak, in a sanitizer
+ * build), also 0 when hd_kill() already reaped it.
+ */
+int hd_stop(struct hd *d);
 
 /* SIGKILL and reap, leaving the files (hd_stop() still cleans up). */
 void hd_kill(struct hd *d);
