@@ -59,6 +59,7 @@
 #define TAG_SOCK	4	/* a client's socket */
 #define TAG_SQPIPE	5	/* a client's SQ wake pipe (pipe modes) */
 #define TAG_SQFUTEX	6	/* a futex wait on a client's sq_tail */
+#define TAG_PIDFD	7	/* the client process's pidfd */
 
 #define GEN_MASK	0xffffu	/* generation bits that tags and ids carry */
 #define LOOP_BATCH	64
@@ -472,6 +473,9 @@ srv_drop(struct server *srv, struct session *s, int violation,
 	if (s->sq_rfd >= 0)
 		ioloop_unwatch(srv->loop, s->sq_rfd,
 		    tag_make(TAG_SQPIPE, slot, s->gen));
+	if (s->pidfd >= 0)
+		ioloop_unwatch(srv->loop, s->pidfd,
+		    tag_make(TAG_PIDFD, slot, s->gen));
 	if (s->idle_armed)
 		ioloop_futex_cancel(srv->loop,
 		    tag_make(TAG_SQFUTEX, slot, s->gen));
@@ -598,6 +602,12 @@ accept_one(struct server *srv, int fd)
 		if (u->clients == 0 && u->reqs == 0)
 			uid_put(srv, s->uid, 0);
 		goto refused;
+	}
+	/* The connecting process's exit ends the session even if its socket lives on. */
+	if (s->pidfd >= 0 && ioloop_watch(srv->loop, s->pidfd, POLLIN,
+	    tag_make(TAG_PIDFD, slot, s->gen)) < 0) {
+		close(s->pidfd);
+		s->pidfd = -1;
 	}
 	u->clients++;
 	srv->n_free--;
@@ -1123,6 +1133,10 @@ dispatch(struct server *srv, const struct ioloop_ev *ev)
 			break;
 		s->idle_armed = 0;
 		drain_sq(srv, s);
+		break;
+	case TAG_PIDFD:
+		if ((s = tag_session(srv, ev->tag)) != NULL && ev->res > 0)
+			srv_drop(srv, s, 0, "process exited");
 		break;
 	}
 }

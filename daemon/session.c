@@ -51,6 +51,10 @@
 
 #define SESS_RECV_FDS	8	/* room for descriptors we refuse and close */
 
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD	77	/* Linux 6.5; older C libraries lack the name */
+#endif
+
 /* Records the reason for ending the session in s->why; returns -EPROTO. */
 static int violation(struct session *s, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
@@ -82,6 +86,7 @@ sess_new(int fd, uint32_t slot, uint32_t gen)
 	s->state = SESS_HELLO;
 	s->cq_wfd = -1;
 	s->sq_rfd = -1;
+	s->pidfd = -1;
 	return s;
 }
 
@@ -98,6 +103,8 @@ sess_free(struct session *s)
 		close(s->cq_wfd);
 	if (s->sq_rfd >= 0)
 		close(s->sq_rfd);
+	if (s->pidfd >= 0)
+		close(s->pidfd);
 	free(s->reqs);
 	free(s->build.buf);
 	free(s->ovf);
@@ -117,6 +124,10 @@ sess_peercred(struct session *s)
 	s->pid = uc.pid;
 	s->uid = uc.uid;
 	s->gid = uc.gid;
+	len = sizeof(s->pidfd);
+	if (getsockopt(s->fd, SOL_SOCKET, SO_PEERPIDFD, &s->pidfd, &len) < 0 ||
+	    len != sizeof(s->pidfd))
+		s->pidfd = -1;
 	return 0;
 }
 

@@ -69,6 +69,7 @@ struct session {
 	int fd;			/* the socket */
 	int state;		/* SESS_* */
 	pid_t pid;		/* SO_PEERCRED */
+	int pidfd;		/* SO_PEERPIDFD, -1 where the kernel has none */
 	uid_t uid;
 	gid_t gid;
 	uint64_t deadline_ms;	/* handshake must finish by then */
@@ -124,7 +125,10 @@ struct session *sess_new(int fd, uint32_t slot, uint32_t gen);
 /* Unmaps, closes the socket and pipes, frees everything (NULL accepted). */
 void sess_free(struct session *s);
 
-/* Fills pid, uid, gid from SO_PEERCRED; 0 or -errno. */
+/*
+ * Fills pid, uid, gid from SO_PEERCRED and pidfd from SO_PEERPIDFD (Linux
+ * 6.5; left -1 on older kernels); 0 or -errno.
+ */
 int sess_peercred(struct session *s);
 
 /*

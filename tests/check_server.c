@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "lib/cpd_harness.h"
@@ -378,6 +379,56 @@ START_TEST(test_srv_per_uid_requests)
 }
 END_TEST
 
+/*
+ * The connecting process exits while a child it forked keeps the socket
+ * open: no hangup ever comes, the pidfd ends the session.
+ */
+START_TEST(test_srv_pidfd_death)
+{
+	struct srv_config c;
+	struct cp_wire_stats st;
+	struct raw_client rc;
+	int p[2], i;
+	pid_t a;
+	char b;
+	struct hd d;
+
+	cfg_init(&c);
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	ck_assert_int_eq(pipe(p), 0);
+	a = fork();
+	ck_assert_int_ge(a, 0);
+	if (a == 0) {
+		struct raw_client held;
+
+		if (raw_connect(d.path, &held, 0, 0, 0) != 0)
+			_exit(1);
+		if (fork() == 0) {
+			/* The heir: holds the socket until the pipe closes. */
+			close(p[1]);
+			while (read(p[0], &b, 1) > 0)
+				;
+			_exit(0);
+		}
+		_exit(0);
+	}
+	close(p[0]);
+	waitpid(a, NULL, 0);
+	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
+	for (i = 0; i < 200; i++) {
+		ck_assert_int_eq(raw_stats(&rc, &st), 0);
+		if (st.clients == 1)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(st.clients, 1);
+	ck_assert(hd_log_has(&d, "process exited"));
+	close(p[1]);
+	raw_close(&rc);
+	ck_assert_int_eq(hd_stop(&d), 0);
+}
+END_TEST
+
 Suite *
 server_suite(void)
 {
@@ -394,6 +445,7 @@ server_suite(void)
 	tcase_add_test(ts, test_srv_hostile_memory);
 	tcase_add_test(ts, test_srv_garbage_record);
 	tcase_add_test(ts, test_srv_per_uid_requests);
+	tcase_add_test(ts, test_srv_pidfd_death);
 	tcase_set_timeout(ts, 30);
 	suite_add_tcase(s, ts);
 	return s;
