@@ -24,7 +24,9 @@
  *  2. CANCEL, PAUSE and RESUME for an id that is unknown or already ended
  *     are ignored.  A CANCEL takes effect at the next step, mid-prefill too.
  *  3. A PAUSEd request is not scheduled (its KV state is kept) until RESUME
- *     or CANCEL: the io loop pauses a client whose completion ring is full.
+ *     or CANCEL (which ends it as usual, with its DONE): the io loop pauses
+ *     a client whose completion ring is full, and cancels it if it stays
+ *     full past the stall deadline.
  *  4. ep_post() runs after every step, even one without events: the io
  *     loop drains client rings at step boundaries.  It waits while
  *     EP_MAX_LAG step boundaries are still untaken by the io loop, so the

@@ -840,7 +840,10 @@ drain_sq(struct server *srv, struct session *s)
 			}
 			continue;
 		}
-		rq = sess_req_find(s, req_id);
+		if ((rq = sess_req_find(s, req_id)) == NULL) {
+			ep_cmd_free(c);		/* cannot happen: just added */
+			continue;
+		}
 		id = c->id;
 		u->reqs++;
 		srv->inflight++;
@@ -980,7 +983,15 @@ on_engine(struct server *srv)
 			if (u != NULL && u->reqs > 0)
 				u->reqs--;
 		}
-		rc = sess_post(s, req_id, ev, b->text + ev->text_off);
+		if (ev->text_len > 0 && (ev->text_off > b->text_len ||
+		    ev->text_len > b->text_len - ev->text_off)) {
+			log_warnx("engine event for request %u: text %u+%u "
+			    "outside %zu bytes", req_id, ev->text_off,
+			    ev->text_len, b->text_len);
+			continue;
+		}
+		rc = sess_post(s, req_id, ev,
+		    ev->text_len > 0 ? b->text + ev->text_off : "");
 		if (rc < 0) {
 			if (rc == -ENOBUFS)
 				snprintf(s->why, sizeof(s->why), "completion "

@@ -456,6 +456,44 @@ START_TEST(test_long_prompt_fragments)
 }
 END_TEST
 
+/*
+ * Round trips with an idle daemon and a sleeping client: each one needs
+ * the client's wake of the daemon (futex or pipe) and the daemon's wake of
+ * the client.  A lost wake-up would cost a 50 ms sleep slice (client) or a
+ * 1 s tick (daemon) per trip, far over the bound.
+ */
+START_TEST(test_wake_latency)
+{
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct cp_client *c;
+	struct cp_event ev;
+	uint64_t t0;
+	int i, id;
+	struct hd d;
+
+	cfg_init(&cfg, loop_kinds[_i]);
+	mock_opts_default(&mo);
+	mo.step_us = 0;
+	start(&d, &cfg, &mo);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	t0 = ms_now();
+	for (i = 0; i < 40; i++) {
+		usleep(2000);	/* let both sides go to sleep */
+		id = cp_submit(c, "w", 1, NULL);
+		ck_assert_int_gt(id, 0);
+		do
+			ck_assert_int_eq(cp_next_event(c, &ev, -1), 0);
+		while (ev.type == CP_EVENT_TOKEN);
+		ck_assert_int_eq(ev.req_id, id);
+	}
+	/* 40 x 2 ms of naps, plus well under a slice a trip. */
+	ck_assert_uint_lt(ms_now() - t0, 40 * 2 + 40 * 25);
+	cp_close(c);
+	ck_assert_int_eq(hd_stop(&d), 0);
+}
+END_TEST
+
 /* ---- features, on the default loop ------------------------------------- */
 
 START_TEST(test_params_stops_tokens)
@@ -947,6 +985,7 @@ client_suite(void)
 	tcase_add_loop_test(te, test_daemon_killed, 0, 6);
 	tcase_add_loop_test(te, test_event_fd, 0, 3);
 	tcase_add_loop_test(te, test_long_prompt_fragments, 0, 3);
+	tcase_add_loop_test(te, test_wake_latency, 0, 3);
 	tcase_set_timeout(te, 30);
 	suite_add_tcase(s, te);
 
