@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "lib/fixtures.h"
+#include "cpu_features.h"
 #include "error.h"
 #include "gguf.h"
 #include "quant.h"
@@ -620,6 +621,57 @@ START_TEST(test_quant_act)
 }
 END_TEST
 
+/*
+ * The AVX2 activation quantizer writes the bytes of the scalar one, also on
+ * ties, NaN, infinities, zeros and a negative largest value.  CP_NO_SIMD is
+ * set before anything asks, so quant_row_act() takes the scalar path in
+ * this (forked) test.
+ */
+START_TEST(test_quant_act_simd)
+{
+	static const uint32_t types[] = { CP_T_Q8_0, CP_T_Q8_1, CP_T_Q8_K };
+	enum { N = 4 * 256 };
+	static float x[N];
+	static uint8_t a[N * 2], b[N * 2];
+
+	ck_assert_int_eq(setenv("CP_NO_SIMD", "1", 1), 0);
+	if (!cpu_has_avx2())
+		return;
+	srand(11);
+	for (int j = 0; j < N; j++)
+		x[j] = ((float)rand() / RAND_MAX - 0.5f) * (j < 512 ? 2.0f : 1e-3f);
+	/* block 0: exact ties at scale 1; block 1: NaN and infinity */
+	x[0] = 127.0f;
+	for (int j = 1; j < 32; j++)
+		x[j] = (float)(j - 16) + 0.5f;
+	x[40] = NAN;
+	x[41] = INFINITY;
+	x[300] = -INFINITY;
+	/* a zero block, a zero super-block, a negative extreme */
+	memset(x + 512, 0, 256 * sizeof(float));
+	x[800] = -7.0f;
+	x[801] = 7.0f;
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		uint64_t nb;
+
+		ck_assert_int_eq(ttype_nbytes(types[i], N, &nb), 0);
+		memset(a, 0x11, sizeof(a));
+		memset(b, 0x22, sizeof(b));
+		ck_assert_int_eq(quant_row_act(types[i], x, a, N), 0);
+		ck_assert_int_eq(quant_row_act_avx2(types[i], x, b, N), 0);
+		for (uint64_t j = 0; j < nb; j++)
+			EXPECT(a[j] == b[j], "%s byte %llu: scalar %02x avx2 %02x",
+			    ttype_name(types[i]), (unsigned long long)j, a[j],
+			    b[j]);
+	}
+	ck_assert_int_eq(quant_row_act_avx2(CP_T_Q8_K, x, b, 100), -EINVAL);
+	ck_assert_int_eq(quant_row_act_avx2(CP_T_Q8_0, x, b, 33), -EINVAL);
+	ck_assert_int_eq(quant_row_act_avx2(CP_T_F16, x, b, 8), 0);
+	ck_assert_int_eq(quant_row(CP_T_F16, x, a, 8), 0);
+	ck_assert_int_eq(memcmp(a, b, 16), 0);
+}
+END_TEST
+
 START_TEST(test_quant_q8_1)
 {
 	float x[32];
@@ -1073,6 +1125,7 @@ quant_suite(bool fixtures)
 	tcase_add_test(tb, test_quant_q8_0);
 	tcase_add_test(tb, test_quant_q8_1);
 	tcase_add_test(tb, test_quant_act);
+	tcase_add_test(tb, test_quant_act_simd);
 	tcase_add_test(tb, test_quant_q8_K);
 	tcase_add_test(tb, test_quant_q4_0);
 	tcase_add_test(tb, test_round_trip);

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cpu_features.h"
 #include "ttype.h"
 
 _Static_assert(sizeof(struct blk_q4_0) == 18, "q4_0 block");
@@ -707,6 +708,11 @@ quant_row_act(uint32_t t, const float *src, void *dst, size_t n)
 {
 	const struct ttype_info *ti = ttype_info(t);
 
+#if defined(__x86_64__) || defined(__i386__)
+	if ((t == CP_T_Q8_0 || t == CP_T_Q8_1 || t == CP_T_Q8_K) &&
+	    cpu_use_simd())
+		return quant_row_act_avx2(t, src, dst, n);
+#endif
 	if (t != CP_T_Q8_0 && t != CP_T_Q8_1)
 		return quant_row(t, src, dst, n);
 	if (n % ti->block != 0)

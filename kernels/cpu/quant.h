@@ -39,6 +39,12 @@ int quant_row(uint32_t t, const float *src, void *dst, size_t n);
 int quant_row_act(uint32_t t, const float *src, void *dst, size_t n);
 
 /*
+ * quant_row_act() with AVX2 for Q8_0, Q8_1 and Q8_K (the same bytes; other
+ * types go to quant_row_act()).  Call only when cpu_has_avx2(); 0 or -EINVAL.
+ */
+int quant_row_act_avx2(uint32_t t, const float *src, void *dst, size_t n);
+
+/*
  * Block layouts, byte for byte as ggml stores them.  Multi-byte fields are
  * little-endian; "f16" fields hold IEEE half bit patterns (read them with
  * quant_f16()).  Weight blocks are byte arrays only, so a block may start at
