@@ -39,6 +39,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +204,23 @@ pow2_floor(uint32_t v, uint32_t min, uint32_t max)
 	return p;
 }
 
+/*
+ * 1 when the process that listens behind connected socket fd is gone: a
+ * daemon killed with io_uring polls armed keeps its listening socket alive
+ * (and connectable) until the kernel has torn its ring down.
+ */
+static int
+listener_dead(int fd)
+{
+	struct ucred uc;
+	socklen_t len = sizeof(uc);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) < 0 ||
+	    len != sizeof(uc) || uc.pid <= 0)
+		return 0;
+	return kill(uc.pid, 0) < 0 && errno == ESRCH;
+}
+
 /* Binds srv->path, replacing a stale socket; returns the listening fd or -errno. */
 static int
 bind_socket(struct server *srv)
@@ -223,11 +241,12 @@ bind_socket(struct server *srv)
 		if (probe < 0)
 			return -errno;
 		r = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
-		close(probe);
-		if (r == 0) {
+		if (r == 0 && !listener_dead(probe)) {
+			close(probe);
 			log_warnx("%s: another daemon is listening", srv->path);
 			return -EADDRINUSE;
 		}
+		close(probe);
 		unlink(srv->path);
 	}
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -324,7 +343,8 @@ srv_new(const struct srv_config *c, struct engine_port *port,
 		goto err;
 	}
 	if ((r = bind_socket(srv)) < 0) {
-		log_warnx("%s: %s", srv->path, strerror(-r));
+		if (r != -EADDRINUSE && r != -EEXIST)	/* said already */
+			log_warnx("%s: %s", srv->path, strerror(-r));
 		goto err;
 	}
 	srv->lfd = r;

@@ -429,12 +429,70 @@ START_TEST(test_srv_pidfd_death)
 }
 END_TEST
 
+START_TEST(test_socket_path)
+{
+	char buf[SRV_PATH_MAX], longp[200];
+
+	setenv("CPD_SOCKET", "/env/cpd.sock", 1);
+	setenv("XDG_RUNTIME_DIR", "/run/user/1000", 1);
+	ck_assert_int_eq(srv_socket_path("/flag.sock", buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/flag.sock");
+	ck_assert_int_eq(srv_socket_path("", buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/env/cpd.sock");
+	unsetenv("CPD_SOCKET");
+	ck_assert_int_eq(srv_socket_path(NULL, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/run/user/1000/cpd.sock");
+	unsetenv("XDG_RUNTIME_DIR");
+	ck_assert_int_eq(srv_socket_path(NULL, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/run/cpd/cpd.sock");
+	memset(longp, 'a', sizeof(longp) - 1);
+	longp[sizeof(longp) - 1] = '\0';
+	ck_assert_int_eq(srv_socket_path(longp, buf, sizeof(buf)),
+	    -ENAMETOOLONG);
+}
+END_TEST
+
+/* A second daemon on a live socket fails; a stale socket file is replaced. */
+START_TEST(test_srv_socket_in_use)
+{
+	struct srv_config c;
+	struct engine_port *port;
+	struct server *srv = NULL;
+	struct hd d;
+	int fd;
+
+	cfg_init(&c);
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	port = ep_new();
+	ck_assert_ptr_nonnull(port);
+	c.socket_path = d.path;
+	ck_assert_int_eq(srv_new(&c, port, &srv), -EADDRINUSE);
+	ck_assert_ptr_null(srv);
+	ck_assert_int_eq(hd_stop(&d), 0);
+
+	/* A socket file nobody listens on (a daemon killed with -9). */
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	hd_kill(&d);
+	c.socket_path = d.path;
+	ck_assert_int_eq(srv_new(&c, port, &srv), 0);
+	fd = raw_socket(d.path);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	srv_free(srv);
+	ck_assert_int_eq(access(d.path, F_OK), -1);	/* unlinked */
+	ep_free(port);
+	hd_stop(&d);
+}
+END_TEST
+
 Suite *
 server_suite(void)
 {
 	Suite *s = suite_create("server");
 	TCase *ts = tcase_create("server");
 
+	tcase_add_test(ts, test_socket_path);
+	tcase_add_test(ts, test_srv_socket_in_use);
 	tcase_add_test(ts, test_srv_handshake);
 	tcase_add_test(ts, test_srv_fd_in_hello);
 	tcase_add_test(ts, test_srv_truncated_hello);
