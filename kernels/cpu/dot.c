@@ -5,7 +5,6 @@
 #include "dot.h"
 
 #include <math.h>
-#include <string.h>
 
 #include "cpu_features.h"
 #include "quant.h"

@@ -125,7 +125,8 @@ mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1)
 		x = scratch_base(scratch);
 		bx = xrow_bytes(kern, a->k);
 	}
-	rt = (int)(MM_XTILE_BYTES / bx);
+	/* ldx 0 (one row read several times) makes bx 0: one tile */
+	rt = bx > 0 ? (int)(MM_XTILE_BYTES / bx) : a->m;
 	rt = rt < 1 ? 1 : rt;
 	ot = (int)(MM_WTILE_BYTES / (a->w_stride > 0 ? a->w_stride : 1));
 	ot = ot < 4 ? 4 : ot;
