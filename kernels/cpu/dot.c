@@ -71,11 +71,11 @@ dot_f32_f32(int k, const void *w, size_t bw, int nw, const void *x,
     size_t bx, int nx, float *y, size_t ldy)
 {
 	for (int o = 0; o < nw; o++) {
-		const float *wr = (const float *)((const char *)w + o * bw);
+		const float *wr = (const void *)((const char *)w + o * bw);
 
 		for (int r = 0; r < nx; r++)
 			y[r * ldy + o] = row_f32(k, wr,
-			    (const float *)((const char *)x + r * bx));
+			    (const void *)((const char *)x + r * bx));
 	}
 }
 
@@ -88,7 +88,7 @@ dot_f16_f32(int k, const void *w, size_t bw, int nw, const void *x,
 
 		for (int r = 0; r < nx; r++)
 			y[r * ldy + o] = row_f16(k, wr,
-			    (const float *)((const char *)x + r * bx));
+			    (const void *)((const char *)x + r * bx));
 	}
 }
 
@@ -101,7 +101,7 @@ dot_bf16_f32(int k, const void *w, size_t bw, int nw, const void *x,
 
 		for (int r = 0; r < nx; r++)
 			y[r * ldy + o] = row_bf16(k, wr,
-			    (const float *)((const char *)x + r * bx));
+			    (const void *)((const char *)x + r * bx));
 	}
 }
 
