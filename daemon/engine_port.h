@@ -135,7 +135,7 @@ struct engine_port;
 /* A new port with both queues empty; NULL on failure (errno set). */
 struct engine_port *ep_new(void);
 
-/* Frees p, its queued commands and events (NULL accepted); both sides must be done with it. */
+/* Frees p and what is queued (NULL accepted); both sides must be done. */
 void ep_free(struct engine_port *p);
 
 /* A zeroed command with data_bytes of data[]; NULL when out of memory. */
@@ -150,7 +150,7 @@ void ep_cmd_free_list(struct ep_cmd *c);
 /* io loop: queue c (ownership passes to the port) and signal the engine; 0 or -errno. */
 int ep_push(struct engine_port *p, struct ep_cmd *c);
 
-/* io loop: queue a command without data (CANCEL, PAUSE, RESUME, SHUTDOWN); 0 or -ENOMEM. */
+/* io loop: queue CANCEL, PAUSE, RESUME or SHUTDOWN; 0 or -ENOMEM. */
 int ep_push_simple(struct engine_port *p, uint32_t kind, uint32_t client,
     uint64_t id);
 
@@ -160,7 +160,7 @@ int ep_cmd_fd(const struct engine_port *p);
 /* engine: every queued command in order (caller owns the list), or NULL. */
 struct ep_cmd *ep_take_cmds(struct engine_port *p);
 
-/* engine: wait up to timeout_ms (-1 = forever) for commands; 1 ready, 0 timeout, -errno. */
+/* engine: wait up to timeout_ms (-1: no limit) for commands; 1, 0, -errno. */
 int ep_wait_cmds(struct engine_port *p, int timeout_ms);
 
 /* Adds one event; text (len bytes, copied) may be NULL when len is 0; 0 or -ENOMEM. */
@@ -183,7 +183,7 @@ int ep_post(struct engine_port *p, struct ep_batch *b, int step);
 /* Readable while events or step boundaries wait (io loop side). */
 int ep_event_fd(const struct engine_port *p);
 
-/* io loop: swap every pending event into out (emptied first); returns the number of events. */
+/* io loop: swap the pending events into out (emptied first); how many. */
 size_t ep_take_events(struct engine_port *p, struct ep_batch *out);
 
 /* engine: publish counters (copied). */

@@ -66,10 +66,10 @@ const char *ioloop_kind_name(int kind);
 /* Parses "auto", "futex", "fd" (or "uring"), "epoll" into *kind; 0 or -EINVAL. */
 int ioloop_kind_parse(const char *s, int *kind);
 
-/* Watch fd for poll events (POLLIN, POLLRDHUP...) under tag until unwatched; 0 or -errno. */
+/* Watch fd for poll events (POLLIN, POLLRDHUP...) under tag; 0 or -errno. */
 int ioloop_watch(struct ioloop *l, int fd, uint32_t events, uint64_t tag);
 
-/* Stop watching fd (tag as given to ioloop_watch); call before closing fd. 0 or -errno. */
+/* Stop watching fd (tag as watched); call before closing fd; 0 or -errno. */
 int ioloop_unwatch(struct ioloop *l, int fd, uint64_t tag);
 
 /*

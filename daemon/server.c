@@ -623,7 +623,7 @@ accept_one(struct server *srv, int fd)
 			uid_put(srv, s->uid, 0);
 		goto refused;
 	}
-	/* The connecting process's exit ends the session even if its socket lives on. */
+	/* The connecting process's exit ends the session, socket or not. */
 	if (s->pidfd >= 0 && ioloop_watch(srv->loop, s->pidfd, POLLIN,
 	    tag_make(TAG_PIDFD, slot, s->gen)) < 0) {
 		close(s->pidfd);
@@ -652,7 +652,8 @@ on_listen(struct server *srv)
 	int fd;
 
 	for (;;) {
-		fd = accept4(srv->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		fd = accept4(srv->lfd, NULL, NULL,
+		    SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -800,7 +801,7 @@ static void flush_session(struct server *, struct session *);
 
 /* ---- requests: clients to engine ------------------------------------ */
 
-/* Replies to a SUBMIT the daemon will not run with an ERROR event; -1 if s was dropped. */
+/* Answers a SUBMIT that will not run with an ERROR event; -1 if s was dropped. */
 static int
 reject_request(struct server *srv, struct session *s, uint32_t req_id,
     int err, const char *msg)
@@ -879,7 +880,10 @@ drain_sq(struct server *srv, struct session *s)
 	return 0;
 }
 
-/* Walks the live list backwards, so that a drop (which moves the last entry into the hole) skips nothing. */
+/*
+ * Walks the live list backwards, so that a drop (which moves the last
+ * entry into the hole) skips nothing.
+ */
 static void
 drain_all(struct server *srv)
 {

@@ -163,8 +163,10 @@ sess_recv(int fd, void *buf, size_t size, size_t *len)
 	for (c = CMSG_FIRSTHDR(&m); c != NULL; c = CMSG_NXTHDR(&m, c)) {
 		had_cmsg = 1;
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-			size_t k, nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			size_t k, nfd;
 			int fdv;
+
+			nfd = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 
 			for (k = 0; k < nfd; k++) {
 				memcpy(&fdv, CMSG_DATA(c) + k * sizeof(int),
@@ -593,8 +595,8 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 		return violation(s, "request id 0");
 	if (e->arena_len > s->arena_bytes ||
 	    e->arena_off > s->arena_bytes - e->arena_len)
-		return violation(s, "req %u: arena range %u+%u outside %u bytes",
-		    e->req_id, e->arena_off, e->arena_len, s->arena_bytes);
+		return violation(s, "req %u: arena range %u+%u outside %u "
+		    "bytes", e->req_id, e->arena_off, e->arena_len, s->arena_bytes);
 	if (e->op != CP_OP_SUBMIT) {
 		if (e->stop_bytes != 0 ||
 		    !is_zero(&e->params, sizeof(e->params)))
@@ -704,8 +706,8 @@ sess_consume(struct session *s, struct sess_out *out)
 	tail = ring_load_acquire(&s->ctl->sq_tail.v);
 	n = ring_count(tail, s->sq_head);
 	if (n > s->sq_entries)
-		return violation(s, "sq_tail %u - sq_head %u exceeds %u entries",
-		    tail, s->sq_head, s->sq_entries);
+		return violation(s, "sq_tail %u - sq_head %u exceeds %u "
+		    "entries", tail, s->sq_head, s->sq_entries);
 	memset(&e, 0, sizeof(e));
 	for (i = 0; i < n; i++) {
 		ring_copy_out(&e, &s->sq[ring_slot(s->sq_head, mask)],
@@ -805,7 +807,8 @@ emit_group(struct session *s, const struct cp_cqe *first, const char *text,
 		return r;
 	to_ovf = s->ovf_n > 0 || space < need;
 	for (i = 0; i < need; i++) {
-		uint32_t take = len - off > CP_CQE_TEXT ? CP_CQE_TEXT : len - off;
+		uint32_t take = len - off > CP_CQE_TEXT ? CP_CQE_TEXT :
+		    len - off;
 
 		if (i == 0) {
 			q = *first;
@@ -907,10 +910,12 @@ sess_flush(struct session *s)
 		if ((r = cq_space(s, &space)) < 0)
 			return r;
 		/* Length of the group at the front of the overflow. */
-		for (need = 1; need <= s->ovf_n; need++)
-			if (!(s->ovf[(s->ovf_head + need - 1) % s->ovf_cap].flags &
-			    CP_CQF_MORE))
+		for (need = 1; need <= s->ovf_n; need++) {
+			size_t k = (s->ovf_head + need - 1) % s->ovf_cap;
+
+			if (!(s->ovf[k].flags & CP_CQF_MORE))
 				break;
+		}
 		if (need > s->ovf_n || need > space)
 			break;
 		for (i = 0; i < need; i++) {

@@ -119,7 +119,7 @@ sess_port_id(uint32_t slot, uint32_t gen, uint32_t req_id)
 	    ((uint64_t)(gen & 0xffffu) << 32) | req_id;
 }
 
-/* A session for accepted socket fd (ownership passes in); NULL on ENOMEM (fd is then closed). */
+/* A session owning accepted socket fd; NULL on ENOMEM (fd closed then). */
 struct session *sess_new(int fd, uint32_t slot, uint32_t gen);
 
 /* Unmaps, closes the socket and pipes, frees everything (NULL accepted). */

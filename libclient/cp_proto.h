@@ -16,10 +16,11 @@
  * not eventfds: an eventfd is one open file the client could switch to
  * blocking mode and fill, stalling the daemon's next write or read on it;
  * the daemon's end of a pipe is its own open file, always non-blocking.
- * The CQ pipe also reports the daemon's death (POLLHUP) to a poll loop.  A refused client gets a welcome
- * with a negative status and no descriptors, then the socket closes.  After
- * the handshake the socket carries only CP_MSG_STATS_REQ / CP_MSG_STATS and
- * its hangup means death of either side.  Any descriptor sent by a client,
+ * The CQ pipe also reports the daemon's death (POLLHUP) to a poll loop.
+ * A refused client gets a welcome with a negative status and no
+ * descriptors, then the socket closes.  After the handshake the socket
+ * carries only CP_MSG_STATS_REQ / CP_MSG_STATS and its hangup means death
+ * of either side (the daemon also watches the client's pidfd).  Any descriptor sent by a client,
  * any message of the wrong size, type, magic or version closes it.
  *
  * SEGMENT (all offsets page aligned, all regions disjoint):
@@ -326,16 +327,21 @@ _Static_assert(offsetof(struct cp_seg_hdr, wake_mode) == 8, "hdr.wake_mode");
 _Static_assert(offsetof(struct cp_seg_hdr, ctl_off) == 16, "hdr.ctl_off");
 _Static_assert(offsetof(struct cp_seg_hdr, cq_off) == 28, "hdr.cq_off");
 _Static_assert(offsetof(struct cp_seg_hdr, sq_entries) == 32, "hdr.sq_entries");
-_Static_assert(offsetof(struct cp_seg_hdr, arena_bytes) == 40, "hdr.arena_bytes");
+_Static_assert(offsetof(struct cp_seg_hdr, arena_bytes) == 40,
+    "hdr.arena_bytes");
 _Static_assert(offsetof(struct cp_seg_hdr, sqe_bytes) == 44, "hdr.sqe_bytes");
 _Static_assert(offsetof(struct cp_seg_hdr, reserved) == 48, "hdr.reserved");
 
 _Static_assert(sizeof(struct cp_ctl_word) == CP_LINE, "cp_ctl_word size");
 _Static_assert(sizeof(struct cp_seg_ctl) == 6 * CP_LINE, "cp_seg_ctl size");
-_Static_assert(offsetof(struct cp_seg_ctl, sq_tail) == 0 * CP_LINE, "ctl.sq_tail");
-_Static_assert(offsetof(struct cp_seg_ctl, sq_head) == 1 * CP_LINE, "ctl.sq_head");
-_Static_assert(offsetof(struct cp_seg_ctl, cq_tail) == 2 * CP_LINE, "ctl.cq_tail");
-_Static_assert(offsetof(struct cp_seg_ctl, cq_head) == 3 * CP_LINE, "ctl.cq_head");
+_Static_assert(offsetof(struct cp_seg_ctl, sq_tail) == 0 * CP_LINE,
+    "ctl.sq_tail");
+_Static_assert(offsetof(struct cp_seg_ctl, sq_head) == 1 * CP_LINE,
+    "ctl.sq_head");
+_Static_assert(offsetof(struct cp_seg_ctl, cq_tail) == 2 * CP_LINE,
+    "ctl.cq_tail");
+_Static_assert(offsetof(struct cp_seg_ctl, cq_head) == 3 * CP_LINE,
+    "ctl.cq_head");
 _Static_assert(offsetof(struct cp_seg_ctl, client_waiting) == 4 * CP_LINE,
     "ctl.client_waiting");
 _Static_assert(offsetof(struct cp_seg_ctl, daemon_idle) == 5 * CP_LINE,
@@ -367,10 +373,12 @@ _Static_assert(offsetof(struct cp_hello, sq_entries) == 8, "hello.sq_entries");
 _Static_assert(offsetof(struct cp_hello, flags) == 20, "hello.flags");
 _Static_assert(sizeof(struct cp_wire_model) == 168, "cp_wire_model size");
 _Static_assert(offsetof(struct cp_wire_model, n_ctx) == 112, "model.n_ctx");
-_Static_assert(offsetof(struct cp_wire_model, n_params) == 144, "model.n_params");
+_Static_assert(offsetof(struct cp_wire_model, n_params) == 144,
+    "model.n_params");
 _Static_assert(sizeof(struct cp_welcome) == 232, "cp_welcome size");
 _Static_assert(offsetof(struct cp_welcome, status) == 8, "welcome.status");
-_Static_assert(offsetof(struct cp_welcome, seg_bytes) == 20, "welcome.seg_bytes");
+_Static_assert(offsetof(struct cp_welcome, seg_bytes) == 20,
+    "welcome.seg_bytes");
 _Static_assert(offsetof(struct cp_welcome, max_reqs) == 40, "welcome.max_reqs");
 _Static_assert(offsetof(struct cp_welcome, model) == 64, "welcome.model");
 _Static_assert(sizeof(struct cp_stats_req) == 16, "cp_stats_req size");
@@ -419,7 +427,8 @@ cp_seg_layout(uint32_t sq_entries, uint32_t cq_entries, uint32_t arena_bytes,
 		return -EINVAL;
 	/* The maxima keep every sum below 2^32 (about 69 MiB in all). */
 	l->ctl_off = CP_PAGE;
-	l->sq_off = l->ctl_off + cp_page_round((uint32_t)sizeof(struct cp_seg_ctl));
+	l->sq_off = l->ctl_off +
+	    cp_page_round((uint32_t)sizeof(struct cp_seg_ctl));
 	l->arena_off = l->sq_off +
 	    cp_page_round(sq_entries * (uint32_t)sizeof(struct cp_sqe));
 	l->cq_off = l->arena_off + arena_bytes;

@@ -120,7 +120,7 @@ cp_params_init(struct cp_params *p)
 	p->repeat_last_n = 64;
 }
 
-/* Default socket path into buf: $CPD_SOCKET, $XDG_RUNTIME_DIR/cpd.sock, /run/cpd/cpd.sock. */
+/* given, else $CPD_SOCKET, $XDG_RUNTIME_DIR/cpd.sock, /run/cpd/cpd.sock. */
 static int
 socket_path(const char *given, char *buf, size_t size)
 {
@@ -212,7 +212,8 @@ recv_welcome(int fd, struct cp_welcome *w, int fds[CP_FD_MAX], int *nfds,
 		size_t k, cnt;
 		int v;
 
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS) {
+		if (cm->cmsg_level != SOL_SOCKET ||
+		    cm->cmsg_type != SCM_RIGHTS) {
 			bad = 1;
 			continue;
 		}
@@ -256,8 +257,8 @@ check_welcome(const struct cp_welcome *w, int nfds, struct cp_seg_layout *l)
 	} else {
 		return CP_EPROTO;
 	}
-	if (cp_seg_layout(w->sq_entries, w->cq_entries, w->arena_bytes, l) < 0 ||
-	    l->seg_bytes != w->seg_bytes)
+	if (cp_seg_layout(w->sq_entries, w->cq_entries, w->arena_bytes,
+	    l) < 0 || l->seg_bytes != w->seg_bytes)
 		return CP_EPROTO;
 	if (w->max_reqs == 0 || w->max_reqs > 65536 || w->max_prompt_bytes == 0)
 		return CP_EPROTO;

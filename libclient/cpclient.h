@@ -156,7 +156,10 @@ CP_API int cp_connect(const struct cp_connect_opts *o, struct cp_client **out);
 /* Disconnects (the daemon cancels what is still running) and frees c; NULL accepted. */
 CP_API void cp_close(struct cp_client *c);
 
-/* Fills p with defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, no penalty. */
+/*
+ * Fills p with defaults: temperature 0.8, top_k 40, top_p 0.95,
+ * min_p 0.05, no repetition penalty, the daemon's max_tokens, no stops.
+ */
 CP_API void cp_params_init(struct cp_params *p);
 
 /*
@@ -169,7 +172,7 @@ CP_API void cp_params_init(struct cp_params *p);
 CP_API int cp_submit(struct cp_client *c, const char *prompt, size_t len,
     const struct cp_params *p);
 
-/* As cp_submit() for a prompt of n token ids (checked by the daemon against the vocabulary). */
+/* As cp_submit() for n token ids (the daemon checks them against the vocabulary). */
 CP_API int cp_submit_tokens(struct cp_client *c, const int32_t *ids, size_t n,
     const struct cp_params *p);
 

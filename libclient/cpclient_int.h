@@ -34,7 +34,7 @@ struct cp_client {
 
 	int broken;			/* CP_EPROTO or another fatal error, atomic */
 	int gone;			/* the daemon hung up, atomic */
-	uint32_t live;			/* requests without a terminal event read, atomic */
+	uint32_t live;			/* requests not ended yet, atomic */
 	uint32_t last_id;		/* highest id submitted, atomic */
 
 	pthread_mutex_t sq_lock;	/* everything below up to cq_lock */

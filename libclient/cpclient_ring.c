@@ -104,7 +104,7 @@ reserve(struct cp_client *c, uint32_t len, uint64_t end, uint32_t *start,
 	return 0;
 }
 
-/* Fills the reserved slot with e (whose bytes, if any, are already in place) and publishes it. */
+/* Fills the reserved slot with e (its bytes already placed), publishes it. */
 static void
 publish(struct cp_client *c, const struct cp_sqe *e, uint32_t start)
 {
@@ -239,7 +239,8 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 		goto out;
 	}
 	for (done = first; done < len; done += first) {
-		first = (uint32_t)(len - done < frag_max ? len - done : frag_max);
+		first = (uint32_t)(len - done < frag_max ? len - done :
+		    frag_max);
 		memset(&e, 0, sizeof(e));
 		e.op = CP_OP_APPEND;
 		e.flags = done + first < len ? CP_SQF_MORE : 0;

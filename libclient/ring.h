@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Value of a peer-written word, ordered before later reads (pairs with ring_store_release). */
+/* A peer-written word, ordered before later reads (pairs with release). */
 static inline uint32_t
 ring_load_acquire(const uint32_t *p)
 {

@@ -197,7 +197,8 @@ child_run(const struct hd *d, int k)
 			out[j][n + 1] = '\0';
 		} else {
 			fin = ev.type == CP_EVENT_DONE ? ev.finish : -1;
-			if (fin != CP_DONE_STOP || strcmp(out[j], prompt[j]) != 0)
+			if (fin != CP_DONE_STOP ||
+			    strcmp(out[j], prompt[j]) != 0)
 				return 15;
 			done++;
 		}

@@ -37,7 +37,8 @@ START_TEST(test_layout_minimum)
 	struct cp_seg_layout l;
 
 	/* 8 x 64 = 512 bytes of SQ and 16 x 64 = 1024 of CQ, each one page. */
-	ck_assert_int_eq(cp_seg_layout(CP_SQ_MIN, CP_CQ_MIN, CP_ARENA_MIN, &l), 0);
+	ck_assert_int_eq(cp_seg_layout(CP_SQ_MIN, CP_CQ_MIN, CP_ARENA_MIN, &l),
+	    0);
 	ck_assert_uint_eq(l.sq_off, 8192);
 	ck_assert_uint_eq(l.arena_off, 12288);
 	ck_assert_uint_eq(l.cq_off, 16384);
@@ -50,7 +51,8 @@ START_TEST(test_layout_maximum)
 	struct cp_seg_layout l;
 	uint64_t want;
 
-	ck_assert_int_eq(cp_seg_layout(CP_SQ_MAX, CP_CQ_MAX, CP_ARENA_MAX, &l), 0);
+	ck_assert_int_eq(cp_seg_layout(CP_SQ_MAX, CP_CQ_MAX, CP_ARENA_MAX, &l),
+	    0);
 	want = 8192ull + 4096ull * 64 + (64ull << 20) + 65536ull * 64;
 	ck_assert_uint_eq(l.seg_bytes, want);
 	ck_assert_uint_eq(l.seg_bytes % CP_PAGE, 0);
@@ -138,7 +140,8 @@ START_TEST(test_copy_words)
 	memset(&b, 0, sizeof(b));
 	ring_copy_in(&b, &a, sizeof(a));
 	for (i = 0; i < sizeof(a); i++)
-		ck_assert_uint_eq(((unsigned char *)&a)[i], ((unsigned char *)&b)[i]);
+		ck_assert_uint_eq(((unsigned char *)&a)[i],
+		    ((unsigned char *)&b)[i]);
 }
 END_TEST
 

@@ -337,7 +337,8 @@ START_TEST(test_recv_truncated_and_bad)
 	    sv), 0);
 	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EAGAIN);
 	memset(big, 0, sizeof(big));
-	ck_assert_int_eq(send(sv[1], big, sizeof(big), 0), (ssize_t)sizeof(big));
+	ck_assert_int_eq(send(sv[1], big, sizeof(big), 0),
+	    (ssize_t)sizeof(big));
 	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EPROTO);
 
 	hello_init(&h, 0, 0, 0);
@@ -864,7 +865,8 @@ START_TEST(test_random_garbage)
 				continue;
 			accepted++;
 			ck_assert_uint_le(c->n_stop, CP_STOP_MAX);
-			ck_assert_uint_le(c->text_len + c->n_tokens * 4, 1u << 20);
+			ck_assert_uint_le(c->text_len + c->n_tokens * 4,
+			    1u << 20);
 			for (i = 0; i < c->n_stop; i++)
 				ck_assert_uint_gt(strlen(c->stop[i]), 0);
 		}

@@ -127,7 +127,8 @@ hd_child(struct hd *d, const struct srv_config *cfg,
 		log_warnx("srv_new: %s", strerror(-r));
 		_exit(1);
 	}
-	log_info("harness: io loop %s", ioloop_kind_name(srv_ioloop(hd_server)));
+	log_info("harness: io loop %s",
+	    ioloop_kind_name(srv_ioloop(hd_server)));
 	if (write(ready, &ok, 1) != 1)
 		_exit(1);
 	close(ready);
@@ -487,8 +488,8 @@ raw_collect(struct raw_client *rc, uint32_t req_id, char *out, size_t size,
 		while (rc->cq_head != tail) {
 			struct cp_cqe q;
 
-			memcpy(&q, &rc->cq[rc->cq_head & (rc->w.cq_entries - 1)],
-			    sizeof(q));
+			memcpy(&q, &rc->cq[rc->cq_head &
+			    (rc->w.cq_entries - 1)], sizeof(q));
 			rc->cq_head++;
 			ring_store_release(&rc->ctl->cq_head.v, rc->cq_head);
 			if (q.req_id != req_id)

@@ -89,7 +89,7 @@ void raw_close(struct raw_client *rc);
 /* Wakes the daemon after publishing SQ entries (futex or pipe, per the welcome). */
 void raw_wake(struct raw_client *rc);
 
-/* Queues a text SUBMIT (no stops, default parameters), publishes and wakes; 0 or -ENOSPC. */
+/* Queues a plain text SUBMIT, publishes it and wakes; 0 or -ENOSPC. */
 int raw_submit(struct raw_client *rc, uint32_t req_id, const char *prompt,
     uint32_t max_tokens);
 
