@@ -138,6 +138,7 @@ include daemon/daemon.mk
 include libclient/libclient.mk
 include tests/tests.mk
 include man/man.mk
+include etc/etc.mk
 
 $(ENGINE_LIB): $(ENGINE_OBJS)
 $(DAEMON_LIB): $(DAEMON_OBJS)

@@ -1,0 +1,21 @@
+# etc/: sample configuration and service units.  The units name the
+# installed paths, filled in at install time.
+SYSTEMD_UNITDIR ?= $(PREFIX)/lib/systemd/system
+SYSTEMD_USERUNITDIR ?= $(PREFIX)/lib/systemd/user
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+
+$(BUILD)/etc/%: etc/%
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' $< > $@
+
+# The per-user unit is installed under the name cpd.service.
+$(BUILD)/etc/user/cpd.service: etc/cpd.user.service
+	@mkdir -p $(@D)
+	$(Q)sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' $< > $@
+
+ETC_BUILT := $(BUILD)/etc/cpd.service $(BUILD)/etc/user/cpd.service
+all: $(ETC_BUILT)
+INSTALL_FILES += 644:etc/cpd.yaml:$(SYSCONFDIR)/cpd
+INSTALL_FILES += 644:$(BUILD)/etc/cpd.service:$(SYSTEMD_UNITDIR)
+INSTALL_FILES += 644:$(BUILD)/etc/user/cpd.service:$(SYSTEMD_USERUNITDIR)
+INSTALL_FILES += 644:etc/cpd.sysusers.conf:$(SYSUSERSDIR)
