@@ -1,0 +1,964 @@
+/*
+ * worker.c - cpd's engine thread (see worker.h).
+ *
+ * ONE TURN OF THE LOOP (worker_run)
+ *   1. Commands.  When the last turn ran nothing, wait for the port's
+ *      command fd (with a timeout, like every wait here).  Take every
+ *      queued command and apply it in order: SUBMIT (tokenize or check the
+ *      ids, build the request, sched_add), CANCEL, PAUSE, RESUME (to the
+ *      scheduler), SHUTDOWN (drop everything, return).
+ *   2. Plan: sched_step().
+ *   3. Release: free the KV sequence of each plan.rel[] entry; a cancelled
+ *      request gets DONE (CP_FINISH_CANCELLED) and its slot is freed, a
+ *      preempted one waits to be re-fed from position 0.
+ *   4. Batch: each item's request gets a KV sequence (a new one after
+ *      admission or preemption), grown by the item's tokens, and the
+ *      item's token range is copied into one step_batch, items in plan
+ *      order.
+ *   5. Step: be_step().  Per logits row, in entry order: sample, accept,
+ *      detokenize (streaming), match stop strings, TOKEN event with the
+ *      text that is safe to send.
+ *   6. Commit: sched_commit(); each item that ended its request gets its
+ *      terminal event (DONE with the held-back text; an ERROR was sent
+ *      when the failure was found), its KV freed and its slot freed.
+ *   7. Publish the counters, then ep_post() the turn's events.
+ *
+ * A request lives in a slot of w->req from its SUBMIT to its terminal
+ * event; its slot number is the req_id the scheduler carries, so plans
+ * lead straight to it.  A request's token array holds its prompt and then
+ * every token generated so far: after a preemption the scheduler plans
+ * positions from 0 again, and the batch is fed from that array (prompt and
+ * generated tokens), while the sampler, detokenizer and stop matcher keep
+ * their state, so the output goes on where it stopped.  The engine's batch
+ * invariance makes the recomputed logits, hence the tokens, the same.
+ *
+ * THE PORT'S PROMISES (engine_port.h), AND WHERE THEY ARE KEPT
+ *  1. One terminal event per SUBMIT: a SUBMIT that cannot be queued gets
+ *     its ERROR in cmd_submit() and never takes a slot; a slot is freed
+ *     only by req_end(), which runs right after the one terminal event
+ *     (rel_apply for cancels, step_finish after commit, fail() having sent
+ *     the ERROR of a failed item); nothing names a freed slot afterwards.
+ *  2. CANCEL, PAUSE, RESUME look the id up among live slots and do nothing
+ *     when it is absent; the scheduler releases a cancelled request at the
+ *     next sched_step(), whatever its state.
+ *  3. PAUSE is sched_pause(): never planned, KV kept.
+ *  4. Every turn that planned anything ends in ep_post() with a step
+ *     boundary, a turn with events only (refused SUBMITs) in one without;
+ *     the wait for the io loop is the port's.
+ *  5. cmd_submit() checks token ids against n_vocab, the prompt against
+ *     the context and the prompt plus max_tokens against the context; the
+ *     scheduler adds the KV pool's bound.  max_tokens 0 means "until the
+ *     context is full": n_ctx (or the pool, if smaller) minus the prompt,
+ *     and reaching it ends with CP_FINISH_CONTEXT.
+ *  6. Event text is the detokenizer's output filtered by the stop matcher:
+ *     an incomplete UTF-8 sequence or a possible stop-string prefix is held
+ *     back and sent with a later token or in DONE.
+ *  7. SHUTDOWN: worker_run() frees every request and its KV without events
+ *     and returns.
+ *
+ * A failed step (the backend refuses or fails a batch) fails the requests
+ * of that batch only, each with an ERROR; the worker goes on serving.
+ * Nothing on the step path allocates: batch arrays and text buffers are
+ * sized in worker_new(), the event buffer keeps its memory between turns.
+ */
+#include "worker.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache.h"
+#include "log.h"
+#include "sampler.h"
+#include "sched.h"
+#include "stopstr.h"
+
+#define WK_DEF_REQUESTS	1024
+#define WK_DEF_CLIENTS	256
+#define WK_IDLE_WAIT_MS	1000	/* wait for commands, then look again */
+
+/* One live request; a free slot has handle -1. */
+struct wreq {
+	uint64_t id;		/* the port's request id */
+	int handle;		/* sched handle; -1 when the slot is free */
+	int seq;		/* KV sequence, -1 while holding none */
+	int n_prompt;
+	int cap;		/* toks[] entries: n_prompt + max_tokens */
+	int n_gen;		/* generated tokens, toks[n_prompt..] */
+	bool unlimited;		/* max_tokens 0: the limit is the context */
+	bool logprob;		/* EP_SUBMIT_LOGPROB */
+	int32_t *toks;		/* (cap) prompt, then generated ids */
+	struct sampler *smp;
+	struct stopstr *ss;	/* NULL without stop strings */
+	struct detok dt;
+};
+
+struct worker {
+	struct engine_port *port;	/* borrowed */
+	const struct model *model;	/* borrowed */
+	const struct tokenizer *tok;	/* borrowed */
+	struct backend *be;
+	struct kv_cache *kv;		/* be_kv(be) */
+	struct sched *sched;
+	int n_vocab;
+	int n_ctx;			/* positions per sequence */
+	int pool_tokens;		/* KV pool, token slots */
+	int max_batch;			/* rows per step */
+	int max_seqs;			/* entries per step */
+	int max_requests;
+	int max_clients;
+
+	struct wreq *req;		/* (max_requests) by slot */
+	int *free_slot;			/* (max_requests) stack of free slots */
+	int n_free;
+
+	int32_t *eog;			/* (n_eog) end-of-generation ids */
+	int n_eog;
+	int32_t *enc;			/* (n_ctx) prompt scratch */
+
+	int32_t *btok;			/* (max_batch) rows of the step */
+	struct batch_seq *bseq;		/* (max_seqs) entries of the step */
+	int *bitem;			/* (max_seqs) plan item of each entry */
+	char *dbuf;			/* (dcap) detokenizer output */
+	size_t dcap;
+	char *sbuf;			/* (scap) stop matcher output */
+	size_t scap;
+
+	struct ep_batch out;		/* events of the turn being built */
+	struct worker_stats st;		/* the worker thread's counters */
+	pthread_mutex_t pub_lock;
+	struct worker_stats pub;	/* published copy, pub_lock */
+	pthread_t th;
+	bool started;
+};
+
+/* ---- events ------------------------------------------------------------ */
+
+static void
+emit(struct worker *w, const struct ep_event *ev, const void *text,
+    size_t len)
+{
+	if (ep_batch_add(&w->out, ev, text, len) == 0)
+		return;
+	/*
+	 * Out of memory: hand the events built so far to the io loop, which
+	 * gives an empty buffer back, and try once more in that one.
+	 */
+	if (ep_post(w->port, &w->out, 0) == 0 &&
+	    ep_batch_add(&w->out, ev, text, len) == 0)
+		return;
+	log_warnx("worker: request %llu: event %u lost: out of memory",
+	    (unsigned long long)ev->id, ev->type);
+}
+
+static void
+emit_error(struct worker *w, uint64_t id, int n_prompt, int n_gen, int err,
+    const char *msg)
+{
+	struct ep_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.id = id;
+	ev.type = EP_EV_ERROR;
+	ev.token = -1;
+	ev.error = err < 0 ? err : -EIO;
+	ev.n_prompt = (uint32_t)(n_prompt > 0 ? n_prompt : 0);
+	ev.n_gen = (uint32_t)(n_gen > 0 ? n_gen : 0);
+	emit(w, &ev, msg, strlen(msg));
+}
+
+static void
+emit_done(struct worker *w, const struct wreq *r, uint32_t finish,
+    const char *text, size_t len)
+{
+	struct ep_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.id = r->id;
+	ev.type = EP_EV_DONE;
+	ev.finish = finish;
+	ev.token = -1;
+	ev.n_prompt = (uint32_t)r->n_prompt;
+	ev.n_gen = (uint32_t)r->n_gen;
+	emit(w, &ev, text, len);
+}
+
+/* The ERROR event of live request r (its slot is freed after commit). */
+static void
+fail(struct worker *w, const struct wreq *r, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void
+fail(struct worker *w, const struct wreq *r, int err, const char *fmt, ...)
+{
+	char msg[CP_ERR_MSG];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	emit_error(w, r->id, r->n_prompt, r->n_gen, err, msg);
+}
+
+/* ---- requests ---------------------------------------------------------- */
+
+/* Frees what r holds and marks its slot free (not on the free stack). */
+static void
+req_clear(struct worker *w, struct wreq *r)
+{
+	if (r->seq >= 0)
+		(void)kv_seq_free(w->kv, r->seq);
+	sampler_free(r->smp);
+	stopstr_free(r->ss);
+	free(r->toks);
+	memset(r, 0, sizeof(*r));
+	r->handle = -1;
+	r->seq = -1;
+}
+
+/* End live request r after its terminal event: KV, memory, slot. */
+static void
+req_end(struct worker *w, struct wreq *r)
+{
+	req_clear(w, r);
+	w->free_slot[w->n_free++] = (int)(r - w->req);
+}
+
+/* The live request named id, or NULL. */
+static struct wreq *
+req_find(struct worker *w, uint64_t id)
+{
+	int i;
+
+	if (w->n_free == w->max_requests)
+		return NULL;
+	for (i = 0; i < w->max_requests; i++)
+		if (w->req[i].handle >= 0 && w->req[i].id == id)
+			return &w->req[i];
+	return NULL;
+}
+
+/* The prompt of c into w->enc; *n gets its length.  0 or -errno with e. */
+static int
+submit_prompt(struct worker *w, const struct ep_cmd *c, int *n,
+    struct cp_err *e)
+{
+	size_t i;
+	int k;
+
+	*n = 0;
+	if (c->flags & EP_SUBMIT_TOKENS) {
+		if (c->n_tokens == 0)
+			return cp_err_set(e, -EINVAL, "empty prompt");
+		if (c->tokens == NULL)
+			return cp_err_set(e, -EINVAL, "prompt tokens missing");
+		if (c->n_tokens > (size_t)w->n_ctx)
+			return cp_err_set(e, -E2BIG, "prompt of %zu tokens "
+			    "exceeds the context of %d tokens", c->n_tokens,
+			    w->n_ctx);
+		for (i = 0; i < c->n_tokens; i++) {
+			if (c->tokens[i] < 0 || c->tokens[i] >= w->n_vocab)
+				return cp_err_set(e, -EINVAL, "prompt token "
+				    "%zu is %d, expected 0..%d", i,
+				    (int)c->tokens[i], w->n_vocab - 1);
+			w->enc[i] = c->tokens[i];
+		}
+		*n = (int)c->n_tokens;
+		return 0;
+	}
+	if (c->text == NULL && c->text_len > 0)
+		return cp_err_set(e, -EINVAL, "prompt text missing");
+	k = tok_encode(w->tok, c->text != NULL ? c->text : "", c->text_len,
+	    true, true, w->enc, w->n_ctx);
+	if (k < 0)
+		return cp_err_set(e, k, "cannot tokenize the prompt: %s",
+		    strerror(-k));
+	if (k == 0)
+		return cp_err_set(e, -EINVAL, "empty prompt: it has no tokens");
+	if (k > w->n_ctx)
+		return cp_err_set(e, -E2BIG, "prompt of %d tokens exceeds the "
+		    "context of %d tokens", k, w->n_ctx);
+	*n = k;
+	return 0;
+}
+
+/* The sampler of request r from c's parameters; 0 or -errno with e. */
+static int
+submit_sampler(struct worker *w, struct wreq *r, const struct ep_cmd *c,
+    struct cp_err *e)
+{
+	const struct ep_params *q = &c->params;
+	struct sampler_params sp = sampler_params_default();
+	int rc;
+
+	if (q->repeat_last_n > SAMPLER_MAX_LAST_N)
+		return cp_err_set(e, -EINVAL, "repeat_last_n %u out of range "
+		    "0..%d", q->repeat_last_n, SAMPLER_MAX_LAST_N);
+	sp.temp = q->temperature;
+	sp.top_k = q->top_k;
+	sp.top_p = q->top_p;
+	sp.min_p = q->min_p;
+	sp.repeat_penalty = q->repeat_penalty;
+	sp.repeat_last_n = (int)q->repeat_last_n;
+	/* A client's seed of SAMPLER_SEED_RANDOM (UINT64_MAX) draws one too. */
+	sp.seed = (c->flags & EP_SUBMIT_SEED) ? q->seed : SAMPLER_SEED_RANDOM;
+	sp.n_logprobs = 0;
+	sp.max_tokens = -1;		/* the scheduler counts */
+	sp.ignore_eos = false;
+	if ((r->smp = sampler_new(&sp, w->n_vocab, e)) == NULL)
+		return e->code < 0 ? e->code : -EINVAL;
+	if ((rc = sampler_set_eog(r->smp, w->eog, w->n_eog)) < 0 ||
+	    (rc = sampler_accept_prompt(r->smp, r->toks, r->n_prompt)) < 0)
+		return cp_err_set(e, rc, "sampler: %s", strerror(-rc));
+	return 0;
+}
+
+/* The stop matcher of request r; 0 or -errno with e. */
+static int
+submit_stops(struct wreq *r, const struct ep_cmd *c, struct cp_err *e)
+{
+	uint32_t i;
+
+	if (c->n_stop == 0)
+		return 0;
+	if (c->n_stop > CP_STOP_MAX)
+		return cp_err_set(e, -EINVAL, "%u stop strings, at most %u",
+		    c->n_stop, CP_STOP_MAX);
+	for (i = 0; i < c->n_stop; i++)
+		if (c->stop[i] == NULL)
+			return cp_err_set(e, -EINVAL, "stop string %u "
+			    "missing", i);
+	r->ss = stopstr_new(c->stop, NULL, (int)c->n_stop, e);
+	return r->ss != NULL ? 0 : (e->code < 0 ? e->code : -EINVAL);
+}
+
+/* Builds request r in its (free) slot from c; 0 or -errno with e. */
+static int
+submit_build(struct worker *w, struct wreq *r, int slot,
+    const struct ep_cmd *c, struct cp_err *e)
+{
+	struct sched_request sr;
+	int n, max, room, rc;
+
+	if ((rc = submit_prompt(w, c, &n, e)) < 0)
+		return rc;
+	r->n_prompt = n;
+	if (c->params.max_tokens == 0) {
+		room = (w->pool_tokens < w->n_ctx ? w->pool_tokens :
+		    w->n_ctx) - n;
+		if (room < 1)
+			return cp_err_set(e, -E2BIG, "prompt of %d tokens "
+			    "leaves no room to generate in the context of %d "
+			    "tokens", n, w->n_ctx);
+		max = room;
+		r->unlimited = true;
+	} else {
+		if ((uint64_t)n + c->params.max_tokens > (uint64_t)w->n_ctx)
+			return cp_err_set(e, -E2BIG, "prompt of %d tokens "
+			    "plus max_tokens %u exceeds the context of %d "
+			    "tokens", n, c->params.max_tokens, w->n_ctx);
+		max = (int)c->params.max_tokens;
+	}
+	r->cap = n + max;
+	if ((r->toks = malloc((size_t)r->cap * sizeof(*r->toks))) == NULL)
+		return cp_err_set(e, -ENOMEM, "out of memory for %d tokens",
+		    r->cap);
+	memcpy(r->toks, w->enc, (size_t)n * sizeof(*r->toks));
+	r->logprob = (c->flags & EP_SUBMIT_LOGPROB) != 0;
+	if ((rc = submit_sampler(w, r, c, e)) < 0 ||
+	    (rc = submit_stops(r, c, e)) < 0)
+		return rc;
+	detok_init(&r->dt, w->tok, 0);
+	memset(&sr, 0, sizeof(sr));
+	sr.client = (int)(c->client % (uint32_t)w->max_clients);
+	sr.req_id = (uint64_t)slot;
+	sr.n_prompt = n;
+	sr.max_tokens = max;
+	if ((rc = sched_add(w->sched, &sr, e)) < 0)
+		return rc;
+	r->handle = rc;
+	r->id = c->id;
+	return 0;
+}
+
+static void
+cmd_submit(struct worker *w, const struct ep_cmd *c)
+{
+	struct cp_err e = { 0 };
+	struct wreq *r;
+	int slot, rc;
+
+	if (w->n_free == 0) {
+		emit_error(w, c->id, 0, 0, -ENOSPC, "too many requests queued "
+		    "or running");
+		w->st.rejected++;
+		return;
+	}
+	slot = w->free_slot[w->n_free - 1];
+	r = &w->req[slot];
+	if ((rc = submit_build(w, r, slot, c, &e)) < 0) {
+		emit_error(w, c->id, r->n_prompt, 0, rc,
+		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
+		req_clear(w, r);
+		w->st.rejected++;
+		return;
+	}
+	w->n_free--;
+	w->st.submitted++;
+}
+
+/* Applies one command other than SHUTDOWN. */
+static void
+command(struct worker *w, const struct ep_cmd *c)
+{
+	struct wreq *r;
+
+	switch (c->kind) {
+	case EP_CMD_SUBMIT:
+		cmd_submit(w, c);
+		break;
+	case EP_CMD_CANCEL:
+		if ((r = req_find(w, c->id)) != NULL)
+			(void)sched_cancel(w->sched, r->handle);
+		break;
+	case EP_CMD_PAUSE:
+	case EP_CMD_RESUME:
+		if ((r = req_find(w, c->id)) != NULL)
+			(void)sched_pause(w->sched, r->handle,
+			    c->kind == EP_CMD_PAUSE);
+		break;
+	default:
+		log_warnx("worker: command kind %u ignored", c->kind);
+		break;
+	}
+}
+
+/* Takes and applies every queued command; 1 after a SHUTDOWN, else 0. */
+static int
+commands(struct worker *w)
+{
+	struct ep_cmd *c, *next;
+
+	for (c = ep_take_cmds(w->port); c != NULL; c = next) {
+		next = c->next;
+		if (c->kind == EP_CMD_SHUTDOWN) {
+			ep_cmd_free_list(c);
+			return 1;
+		}
+		command(w, c);
+		ep_cmd_free(c);
+	}
+	return 0;
+}
+
+/* ---- steps ------------------------------------------------------------- */
+
+static void
+rel_apply(struct worker *w, const struct sched_release *rel)
+{
+	struct wreq *r;
+
+	if (rel->req_id >= (uint64_t)w->max_requests ||
+	    w->req[rel->req_id].handle != rel->req) {
+		log_warnx("worker: release of unknown request %d", rel->req);
+		return;
+	}
+	r = &w->req[rel->req_id];
+	if (r->seq >= 0) {
+		(void)kv_seq_free(w->kv, r->seq);
+		r->seq = -1;
+	}
+	if (rel->why == SCHED_REL_CANCEL) {
+		emit_done(w, r, CP_FINISH_CANCELLED, NULL, 0);
+		req_end(w, r);
+		w->st.cancelled++;
+	} else {
+		w->st.preempted++;
+	}
+}
+
+/* Gives r the KV positions of item it; 0 or -errno (r failed, reported). */
+static int
+item_kv(struct worker *w, struct wreq *r, const struct sched_item *it)
+{
+	int rc, len;
+
+	if (it->pos < 0 || it->n < 1 || it->pos > r->n_prompt + r->n_gen -
+	    it->n) {
+		fail(w, r, -EFAULT, "engine: planned positions %d..%d past "
+		    "the %d tokens of the request", it->pos,
+		    it->pos + it->n - 1, r->n_prompt + r->n_gen);
+		return -EFAULT;
+	}
+	if (r->seq < 0 && (r->seq = kv_seq_new(w->kv)) < 0) {
+		rc = r->seq;
+		r->seq = -1;
+		fail(w, r, rc, "engine: no KV sequence free: %s",
+		    strerror(-rc));
+		return rc;
+	}
+	if ((len = kv_seq_len(w->kv, r->seq)) != it->pos) {
+		fail(w, r, -EFAULT, "engine: KV holds %d positions, the plan "
+		    "starts at %d", len, it->pos);
+		return -EFAULT;
+	}
+	if ((rc = kv_seq_append(w->kv, r->seq, it->n)) < 0) {
+		fail(w, r, rc, "engine: cannot reserve %d KV positions: %s",
+		    it->n, strerror(-rc));
+		return rc;
+	}
+	return 0;
+}
+
+/* Samples r's next token from row; sets it->finish when r ends. */
+static void
+item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
+    const float *row)
+{
+	struct sampler_out so;
+	struct stopstr_res sres;
+	struct ep_event ev;
+	const char *text;
+	size_t len;
+	int rc, n;
+
+	if ((rc = sampler_sample(r->smp, row, &so)) < 0) {
+		fail(w, r, rc, rc == -EDOM ? "engine: the model produced "
+		    "NaN or infinite logits" : "engine: sampling failed: %s",
+		    strerror(-rc));
+		it->finish = SCHED_FIN_ERROR;
+		return;
+	}
+	if (so.finish == SAMPLER_FINISH_EOG) {
+		it->finish = SCHED_FIN_EOS;
+		return;
+	}
+	if (r->n_prompt + r->n_gen >= r->cap ||
+	    sampler_accept(r->smp, so.id) < 0) {
+		fail(w, r, -EFAULT, "engine: token %d past the request's "
+		    "%d positions", (int)so.id, r->cap);
+		it->finish = SCHED_FIN_ERROR;
+		return;
+	}
+	r->toks[r->n_prompt + r->n_gen++] = so.id;
+	if ((n = detok_feed(&r->dt, so.id, w->dbuf, w->dcap)) < 0)
+		n = 0;
+	text = w->dbuf;
+	len = (size_t)n;
+	if (r->ss != NULL) {
+		if (stopstr_feed(r->ss, w->dbuf, len, w->sbuf, w->scap,
+		    &sres) < 0)
+			sres.emit = 0;
+		text = w->sbuf;
+		len = sres.emit;
+		if (sres.match >= 0)
+			it->finish = SCHED_FIN_STOP;
+	}
+	memset(&ev, 0, sizeof(ev));
+	ev.id = r->id;
+	ev.type = EP_EV_TOKEN;
+	ev.token = so.id;
+	ev.logprob = r->logprob ? so.logprob : 0;
+	emit(w, &ev, text, len);
+	w->st.tokens_generated++;
+}
+
+/* DONE for r, ended by finish (EOS, STOP, LENGTH), with the held text. */
+static void
+req_done(struct worker *w, struct wreq *r, int finish)
+{
+	struct stopstr_res sres = { 0, 0, -1 };
+	uint32_t why;
+	size_t len = 0;
+	int n;
+
+	why = finish == SCHED_FIN_LENGTH ? (r->unlimited ? CP_FINISH_CONTEXT :
+	    CP_FINISH_LENGTH) : CP_FINISH_STOP;
+	if (finish != SCHED_FIN_STOP) {
+		if ((n = detok_flush(&r->dt, w->dbuf, w->dcap)) < 0)
+			n = 0;
+		if (r->ss == NULL) {
+			emit_done(w, r, why, w->dbuf, (size_t)n);
+			return;
+		}
+		if (stopstr_feed(r->ss, w->dbuf, (size_t)n, w->sbuf, w->scap,
+		    &sres) == 0) {
+			len = sres.emit;
+			if (sres.match >= 0)
+				why = CP_FINISH_STOP;
+		}
+		if (sres.match < 0 && stopstr_flush(r->ss, w->sbuf + len,
+		    w->scap - len, &sres) == 0)
+			len += sres.emit;
+	}
+	emit_done(w, r, why, w->sbuf, len);
+}
+
+/* Runs the batch built from plan's items; every entry is sampled or failed. */
+static void
+step_run(struct worker *w, struct sched_plan *plan, int n_ent, int n_tok)
+{
+	struct step_batch b = { w->btok, n_tok, w->bseq, n_ent };
+	struct cp_err e = { 0 };
+	const float *logits = NULL;
+	struct sched_item *it;
+	struct wreq *r;
+	int i, j, want = 0, n_logits = 0, rc;
+
+	for (i = 0; i < n_ent; i++)
+		want += w->bseq[i].logits;
+	rc = be_step(w->be, &b, &logits, &n_logits, &e);
+	if (rc == 0 && n_logits != want)
+		rc = cp_err_set(&e, -EFAULT, "backend: %d logits rows for %d "
+		    "requests", n_logits, want);
+	if (rc < 0) {
+		w->st.step_errors++;
+		log_warnx("worker: step of %d requests failed: %s", n_ent,
+		    e.msg);
+		for (i = 0; i < n_ent; i++) {
+			it = &plan->items[w->bitem[i]];
+			fail(w, &w->req[it->req_id], rc, "engine: %s",
+			    e.msg[0] != '\0' ? e.msg : strerror(-rc));
+			it->finish = SCHED_FIN_ERROR;
+		}
+		return;
+	}
+	for (i = 0, j = 0; i < n_ent; i++) {
+		it = &plan->items[w->bitem[i]];
+		r = &w->req[it->req_id];
+		if (it->pos < r->n_prompt)
+			w->st.tokens_prompt += (uint64_t)((it->pos + it->n <
+			    r->n_prompt ? it->pos + it->n : r->n_prompt) -
+			    it->pos);
+		if (!it->logits)
+			continue;
+		item_sample(w, r, it, logits + (size_t)j * (size_t)w->n_vocab);
+		j++;
+	}
+}
+
+/* One scheduler step; returns 1 when it planned anything, else 0. */
+static int
+step(struct worker *w)
+{
+	struct sched_plan plan;
+	struct sched_item *it;
+	struct wreq *r;
+	int k, rc, n_ent = 0, n_tok = 0;
+
+	if ((rc = sched_step(w->sched, &plan)) < 0)
+		fatalx("worker: sched_step: %s", strerror(-rc));
+	for (k = 0; k < plan.n_rel; k++)
+		rel_apply(w, &plan.rel[k]);
+	for (k = 0; k < plan.n_items; k++) {
+		it = &plan.items[k];
+		if (it->req_id >= (uint64_t)w->max_requests ||
+		    w->req[it->req_id].handle != it->req)
+			fatalx("worker: plan names request %d, not live",
+			    it->req);
+		r = &w->req[it->req_id];
+		if (n_ent >= w->max_seqs || it->n > w->max_batch - n_tok) {
+			fail(w, r, -EFAULT, "engine: plan exceeds the batch "
+			    "limits");
+			it->finish = SCHED_FIN_ERROR;
+			continue;
+		}
+		if (item_kv(w, r, it) < 0) {
+			it->finish = SCHED_FIN_ERROR;
+			continue;
+		}
+		memcpy(w->btok + n_tok, r->toks + it->pos,
+		    (size_t)it->n * sizeof(*w->btok));
+		w->bseq[n_ent].seq = r->seq;
+		w->bseq[n_ent].pos = it->pos;
+		w->bseq[n_ent].n_tokens = it->n;
+		w->bseq[n_ent].logits = it->logits;
+		w->bitem[n_ent++] = k;
+		n_tok += it->n;
+	}
+	if (n_ent > 0)
+		step_run(w, &plan, n_ent, n_tok);
+	if ((rc = sched_commit(w->sched, &plan)) < 0)
+		fatalx("worker: sched_commit: %s", strerror(-rc));
+	for (k = 0; k < plan.n_items; k++) {
+		it = &plan.items[k];
+		if (it->finish == SCHED_RUN)
+			continue;
+		r = &w->req[it->req_id];
+		if (it->finish != SCHED_FIN_ERROR)
+			req_done(w, r, it->finish);
+		req_end(w, r);
+	}
+	if (plan.n_items == 0 && plan.n_rel == 0)
+		return 0;
+	w->st.steps++;
+	return 1;
+}
+
+/* Publishes the counters to worker_stats() and the port. */
+static void
+publish(struct worker *w)
+{
+	struct ep_stats es;
+
+	w->st.requests_live = w->max_requests - w->n_free;
+	w->st.kv_seqs_live = kv_seqs_live(w->kv);
+	w->st.kv_blocks_total = kv_blocks_total(w->kv);
+	w->st.kv_blocks_used = w->st.kv_blocks_total - kv_blocks_free(w->kv);
+	pthread_mutex_lock(&w->pub_lock);
+	w->pub = w->st;
+	pthread_mutex_unlock(&w->pub_lock);
+	memset(&es, 0, sizeof(es));
+	es.steps = w->st.steps;
+	es.tokens_prompt = w->st.tokens_prompt;
+	es.tokens_generated = w->st.tokens_generated;
+	es.kv_blocks_used = (uint64_t)w->st.kv_blocks_used;
+	es.kv_blocks_total = (uint64_t)w->st.kv_blocks_total;
+	ep_stats_set(w->port, &es);
+}
+
+/* SHUTDOWN: every request goes, without events. */
+static void
+drop_all(struct worker *w)
+{
+	int i;
+
+	for (i = 0; i < w->max_requests; i++)
+		if (w->req[i].handle >= 0) {
+			(void)sched_cancel(w->sched, w->req[i].handle);
+			req_end(w, &w->req[i]);
+		}
+	ep_batch_clear(&w->out);
+}
+
+int
+worker_run(struct worker *w)
+{
+	bool busy = false;
+	int ran;
+
+	publish(w);
+	for (;;) {
+		if (!busy && w->out.n == 0)
+			(void)ep_wait_cmds(w->port, WK_IDLE_WAIT_MS);
+		if (commands(w))
+			break;
+		ran = w->n_free < w->max_requests ? step(w) : 0;
+		busy = ran != 0;
+		if (!ran && w->out.n == 0)
+			continue;
+		publish(w);
+		if (ep_post(w->port, &w->out, ran) < 0) {
+			/* Kept in w->out; try again after a short wait. */
+			log_warnx("worker: cannot post events: out of memory");
+			(void)ep_wait_cmds(w->port, 10);
+		}
+	}
+	drop_all(w);
+	publish(w);
+	return 0;
+}
+
+static void *
+worker_thread(void *arg)
+{
+	struct worker *w = arg;
+
+	return (void *)(intptr_t)worker_run(w);
+}
+
+int
+worker_start(struct worker *w)
+{
+	int rc;
+
+	if (w->started)
+		return -EBUSY;
+	if ((rc = pthread_create(&w->th, NULL, worker_thread, w)) != 0)
+		return -rc;
+	w->started = true;
+	return 0;
+}
+
+int
+worker_join(struct worker *w)
+{
+	void *res = NULL;
+	int rc;
+
+	if (!w->started)
+		return -EINVAL;
+	if ((rc = pthread_join(w->th, &res)) != 0)
+		return -rc;
+	w->started = false;
+	return (int)(intptr_t)res;
+}
+
+void
+worker_stats(struct worker *w, struct worker_stats *out)
+{
+	pthread_mutex_lock(&w->pub_lock);
+	*out = w->pub;
+	pthread_mutex_unlock(&w->pub_lock);
+}
+
+struct backend *
+worker_backend(struct worker *w)
+{
+	return w->be;
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+/* The end-of-generation ids of the vocabulary into w->eog. */
+static int
+find_eog(struct worker *w)
+{
+	int32_t id;
+
+	w->eog = calloc((size_t)w->n_vocab, sizeof(*w->eog));
+	if (w->eog == NULL)
+		return -ENOMEM;
+	for (id = 0; id < w->n_vocab; id++)
+		if (tok_is_eog(w->tok, id))
+			w->eog[w->n_eog++] = id;
+	return 0;
+}
+
+static int
+setup_sched(struct worker *w, const struct worker_params *p,
+    struct cp_err *e)
+{
+	const struct kv_params *kp = kv_params(w->kv);
+	struct sched_config sc;
+	int64_t pool;
+
+	memset(&sc, 0, sizeof(sc));
+	sc.max_batch_tokens = w->max_batch;
+	sc.max_prefill_chunk = p->max_prefill_chunk > 0 &&
+	    p->max_prefill_chunk < w->max_batch ? p->max_prefill_chunk :
+	    w->max_batch;
+	sc.max_seqs = w->max_seqs;
+	sc.max_requests = w->max_requests;
+	sc.max_clients = w->max_clients;
+	sc.kv_block_tokens = kp->block_tokens;
+	sc.kv_total_blocks = kv_blocks_total(w->kv);
+	sc.kv_watermark_blocks = p->kv_watermark_blocks;
+	sc.n_ctx = w->n_ctx;
+	pool = (int64_t)sc.kv_total_blocks * kp->block_tokens;
+	w->pool_tokens = pool > INT_MAX ? INT_MAX : (int)pool;
+	return sched_new(&sc, &w->sched, e);
+}
+
+int
+worker_new(const struct worker_params *p, struct engine_port *port,
+    struct worker **out, struct cp_err *e)
+{
+	const struct be_params *bp;
+	struct worker *w;
+	int i, rc;
+
+	*out = NULL;
+	if (p == NULL || p->model == NULL || p->tok == NULL || port == NULL)
+		return cp_err_set(e, -EINVAL, "worker: model, tokenizer and "
+		    "port are required");
+	if (tok_n_vocab(p->tok) != p->model->hp.n_vocab)
+		return cp_err_set(e, -EINVAL, "worker: the tokenizer has %d "
+		    "tokens, the model %d", (int)tok_n_vocab(p->tok),
+		    p->model->hp.n_vocab);
+	if (p->max_requests < 0 || p->max_requests > SCHED_MAX_REQUESTS ||
+	    p->max_clients < 0 || p->max_clients > SCHED_MAX_CLIENTS ||
+	    p->max_prefill_chunk < 0)
+		return cp_err_set(e, -EINVAL, "worker: max_requests (0..%d), "
+		    "max_clients (0..%d) or max_prefill_chunk (>= 0) out of "
+		    "range", SCHED_MAX_REQUESTS, SCHED_MAX_CLIENTS);
+	if ((w = calloc(1, sizeof(*w))) == NULL)
+		return cp_err_set(e, -ENOMEM, "worker: out of memory");
+	pthread_mutex_init(&w->pub_lock, NULL);
+	w->port = port;
+	w->model = p->model;
+	w->tok = p->tok;
+	w->n_vocab = p->model->hp.n_vocab;
+	if ((rc = be_open(p->backend != NULL ? p->backend : "auto", p->model,
+	    &p->be, &w->be, e)) < 0)
+		goto err;
+	w->kv = be_kv(w->be);
+	bp = be_params(w->be);
+	w->n_ctx = bp->n_ctx;
+	w->max_batch = bp->max_batch_tokens;
+	/* Every running request must be able to decode in every step. */
+	w->max_seqs = bp->max_seqs < w->max_batch ? bp->max_seqs :
+	    w->max_batch;
+	w->max_requests = p->max_requests > 0 ? p->max_requests :
+	    WK_DEF_REQUESTS;
+	w->max_clients = p->max_clients > 0 ? p->max_clients :
+	    WK_DEF_CLIENTS;
+	if ((rc = setup_sched(w, p, e)) < 0)
+		goto err;
+	rc = -ENOMEM;
+	w->dcap = detok_max_out(w->tok);
+	/* A feed passes held bytes plus one piece; a flush adds one more. */
+	w->scap = STOPSTR_MAX_LEN + 2 * w->dcap;
+	w->req = calloc((size_t)w->max_requests, sizeof(*w->req));
+	w->free_slot = calloc((size_t)w->max_requests, sizeof(*w->free_slot));
+	w->enc = calloc((size_t)w->n_ctx, sizeof(*w->enc));
+	w->btok = calloc((size_t)w->max_batch, sizeof(*w->btok));
+	w->bseq = calloc((size_t)w->max_seqs, sizeof(*w->bseq));
+	w->bitem = calloc((size_t)w->max_seqs, sizeof(*w->bitem));
+	w->dbuf = malloc(w->dcap);
+	w->sbuf = malloc(w->scap);
+	if (w->req == NULL || w->free_slot == NULL || w->enc == NULL ||
+	    w->btok == NULL || w->bseq == NULL || w->bitem == NULL ||
+	    w->dbuf == NULL || w->sbuf == NULL || find_eog(w) < 0) {
+		cp_err_set(e, rc, "worker: out of memory");
+		goto err;
+	}
+	for (i = 0; i < w->max_requests; i++) {
+		w->req[i].handle = -1;
+		w->req[i].seq = -1;
+		w->free_slot[i] = w->max_requests - 1 - i;
+	}
+	w->n_free = w->max_requests;
+	w->st.kv_block_tokens = kv_params(w->kv)->block_tokens;
+	w->st.n_ctx = w->n_ctx;
+	w->st.max_batch_tokens = w->max_batch;
+	w->st.max_seqs = w->max_seqs;
+	publish(w);
+	*out = w;
+	return 0;
+err:
+	worker_free(w);
+	return rc;
+}
+
+void
+worker_free(struct worker *w)
+{
+	int i;
+
+	if (w == NULL)
+		return;
+	if (w->req != NULL && w->kv != NULL)
+		for (i = 0; i < w->max_requests; i++)
+			if (w->req[i].handle >= 0)
+				req_clear(w, &w->req[i]);
+	ep_batch_fini(&w->out);
+	free(w->sbuf);
+	free(w->dbuf);
+	free(w->bitem);
+	free(w->bseq);
+	free(w->btok);
+	free(w->enc);
+	free(w->eog);
+	free(w->free_slot);
+	free(w->req);
+	sched_free(w->sched);
+	be_close(w->be);
+	pthread_mutex_destroy(&w->pub_lock);
+	free(w);
+}

@@ -1,0 +1,109 @@
+/*
+ * worker.h - cpd's engine thread: turns the requests of an engine_port
+ * into tokens.
+ *
+ * The worker joins the scheduler (sched.h), a backend (backend.h) for the
+ * model, the tokenizer, one sampler, one streaming detokenizer and one
+ * stop-string matcher per request.  It keeps every promise of
+ * engine_port.h (numbered 1-7 there); worker.c's opening comment says how.
+ *
+ * Ownership: the caller loads the model and its tokenizer (it needs them
+ * for the model information it hands to clients) and keeps both alive
+ * until worker_free(); the worker opens, owns and closes the backend, and
+ * all per-request state.  The port is borrowed too.
+ *
+ * Use: worker_new() -> worker_start() (or run worker_run() on a thread of
+ * your own) -> ... -> push EP_CMD_SHUTDOWN -> worker_join() -> worker_free().
+ */
+#ifndef CP_WORKER_H
+#define CP_WORKER_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "engine_port.h"
+#include "error.h"
+#include "model.h"
+#include "tokenizer.h"
+
+struct worker_params {
+	const struct model *model;	/* borrowed, outlives the worker */
+	const struct tokenizer *tok;	/* borrowed; the model's vocabulary */
+	const char *backend;		/* be_open() name; NULL = "auto" */
+	struct be_params be;		/* threads, max_batch_tokens, max_seqs,
+					   n_ctx, KV pool (0 = defaults, as
+					   backend.h says) */
+	int max_prefill_chunk;		/* prompt tokens per request and step
+					   (0 or above max_batch_tokens: the
+					   budget) */
+	int max_requests;		/* live requests, queued or running
+					   (0: 1024) */
+	int max_clients;		/* distinct round-robin turns (0: 256);
+					   client numbers at or above it share
+					   turns (client % max_clients) */
+	int kv_watermark_blocks;	/* sched_config's (0: its default) */
+};
+
+/* Counters and occupancy, for tests and logs; see worker_stats(). */
+struct worker_stats {
+	uint64_t steps;		/* steps that ran a batch or released KV */
+	uint64_t step_errors;	/* steps whose batch the backend failed */
+	uint64_t submitted;	/* SUBMITs accepted into the scheduler */
+	uint64_t rejected;	/* SUBMITs answered with ERROR at once */
+	uint64_t preempted;	/* preemptions by recompute */
+	uint64_t cancelled;	/* requests ended by CANCEL */
+	uint64_t tokens_prompt;	/* prompt positions computed, recomputes too */
+	uint64_t tokens_generated; /* tokens sent in TOKEN events */
+	int requests_live;	/* requests queued or running */
+	int kv_seqs_live;	/* KV sequences alive in the backend */
+	int kv_blocks_used;
+	int kv_blocks_total;
+	int kv_block_tokens;
+	int n_ctx;		/* positions per sequence */
+	int max_batch_tokens;
+	int max_seqs;
+};
+
+struct worker;
+
+/*
+ * Open the backend for p->model and build the scheduler and every buffer
+ * the steps need (nothing on the step path allocates once the event
+ * buffers have grown).  Returns 0 and *out (free with worker_free()), or
+ * a negative errno with e set: -EINVAL (bad params, tokenizer and model
+ * disagree), be_open()'s and sched_new()'s errors, -ENOMEM.  The port is
+ * borrowed and must outlive the worker.
+ */
+int worker_new(const struct worker_params *p, struct engine_port *port,
+    struct worker **out, struct cp_err *e);
+
+/*
+ * The engine thread's body: serve the port's commands until SHUTDOWN.
+ * Returns 0 after a SHUTDOWN (every request dropped without events, all
+ * KV freed).  Call once per worker, from one thread.
+ */
+int worker_run(struct worker *w);
+
+/* Run worker_run() on a new thread; 0 or a negative errno. */
+int worker_start(struct worker *w);
+
+/* Waits for worker_start()'s thread (after SHUTDOWN); worker_run()'s result. */
+int worker_join(struct worker *w);
+
+/* Latest counters, published after every step; callable from any thread. */
+void worker_stats(struct worker *w, struct worker_stats *out);
+
+/*
+ * The worker's backend (borrowed, lives until worker_free()).  Its name and
+ * be_params() may be read at any time; its cache and steps belong to the
+ * worker's thread while that runs.
+ */
+struct backend *worker_backend(struct worker *w);
+
+/*
+ * Release everything the worker owns (not the model, tokenizer or port);
+ * NULL accepted.  Its thread, if started, must have been joined.
+ */
+void worker_free(struct worker *w);
+
+#endif

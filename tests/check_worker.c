@@ -1,0 +1,1024 @@
+/*
+ * check_worker.c - the engine thread end to end: a real worker on a real
+ * engine_port, running the aidreams260K fixture on the engine's backend.
+ *
+ * Golden values come from the fixtures' REFERENCE.md (llama.cpp's greedy
+ * ids and its server's "content" text for "Once upon a time"), from the
+ * rules of engine_port.h, sched.h and DESIGN.md (counts derived by hand),
+ * or from comparing our runs with each other: a request batched, chunked,
+ * preempted or paused must give exactly the ids it gives alone.
+ *
+ * Every test also checks the port's promises as it drains events: one
+ * terminal event per request and nothing after it, no event for an id
+ * that was never submitted, step boundaries equal to the worker's steps,
+ * and all KV sequences and blocks back in the pool at the end.
+ */
+#include <check.h>
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "engine_port.h"
+#include "lib/fixtures.h"
+#include "kvcache.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "worker.h"
+
+Suite *worker_suite(void);
+
+/* ---- REFERENCE.md, aidreams260K.gguf, greedy, 64 tokens ---------------- */
+
+static const char ref_prompt[] = "Once upon a time";
+
+static const int32_t ref_prompt_ids[] = {
+	1, 429, 491, 433, 295, 429, 444, 445, 265, 262, 263, 342, 430,
+};
+
+static const int32_t ref_ids[64] = {
+	446, 280, 432, 458, 375, 431, 422, 314, 280, 323, 290, 431, 448, 429,
+	465, 438, 340, 431, 338, 353, 341, 431, 327, 446, 262, 429, 453, 435,
+	285, 361, 437, 431, 440, 437, 445, 430, 275, 280, 302, 450, 405, 403,
+	399, 306, 339, 290, 264, 309, 361, 441, 267, 395, 448, 429, 465, 438,
+	340, 431, 338, 353, 341, 325, 266, 386,
+};
+
+static const char ref_content[] = ", pixels unfolding like petals. "
+    "Classifications unfold, a kaleidoscope of probability revealing hidden "
+    "patterns. Classification whispers sec";
+
+/*
+ * The control tests leave events untaken so that the worker stops in
+ * ep_post() EP_MAX_LAG steps ahead, with every request still generating.
+ */
+_Static_assert(EP_MAX_LAG >= 1 && EP_MAX_LAG < 100,
+    "requests of 100 tokens must outlast EP_MAX_LAG steps");
+
+#define N_CTX		128	/* llama.context_length of the fixture */
+#define N_VOCAB		512
+#define REF_N_PROMPT	13
+
+/* ---- a worker on a port ------------------------------------------------ */
+
+#define MAX_IDS		160
+#define MAX_TEXT	4096
+#define MAX_RECS	16
+
+struct rec {
+	uint64_t id;
+	int32_t ids[MAX_IDS];
+	float logprob[MAX_IDS];
+	int n_ids;
+	int n_token_ev;		/* TOKEN events */
+	char text[MAX_TEXT];
+	size_t text_len;
+	bool done;		/* terminal event seen */
+	uint32_t type;		/* EP_EV_DONE or EP_EV_ERROR */
+	uint32_t finish;
+	int32_t error;
+	uint32_t n_prompt, n_gen;
+	int after;		/* events after the terminal one */
+};
+
+struct tw {
+	struct model *m;
+	struct tokenizer *tok;
+	struct engine_port *port;
+	struct worker *w;
+	struct ep_batch b;
+	uint64_t boundaries;	/* step boundaries taken from the port */
+	struct rec *recs;
+	int n_recs;
+};
+
+static void
+tw_params(struct tw *t, struct worker_params *p, int max_batch, int chunk,
+    int max_seqs, int kv_tokens)
+{
+	memset(p, 0, sizeof(*p));
+	p->model = t->m;
+	p->tok = t->tok;
+	p->backend = "auto";
+	p->be.n_threads = 1;
+	p->be.max_batch_tokens = max_batch;
+	p->be.max_seqs = max_seqs;
+	p->be.kv_tokens = kv_tokens;
+	p->max_prefill_chunk = chunk;
+}
+
+static void
+tw_load(struct tw *t)
+{
+	struct cp_err e = { 0 };
+	char *path = fx_path("aidreams260K.gguf");
+
+	memset(t, 0, sizeof(*t));
+	ck_assert_ptr_nonnull(path);
+	ck_assert_msg(model_load(path, &t->m, &e) == 0, "%s", e.msg);
+	ck_assert_msg(tok_load(t->m->gf, &t->tok, &e) == 0, "%s", e.msg);
+	free(path);
+	ck_assert_ptr_nonnull(t->port = ep_new());
+}
+
+/* Loads the fixture and builds a worker (0: the default of each limit). */
+static void
+tw_new(struct tw *t, struct rec *recs, int n_recs, int max_batch, int chunk,
+    int max_seqs, int kv_tokens)
+{
+	struct worker_params p;
+	struct cp_err e = { 0 };
+
+	tw_load(t);
+	tw_params(t, &p, max_batch, chunk, max_seqs, kv_tokens);
+	ck_assert_msg(worker_new(&p, t->port, &t->w, &e) == 0, "%s", e.msg);
+	t->recs = recs;
+	t->n_recs = n_recs;
+	memset(recs, 0, sizeof(*recs) * (size_t)n_recs);
+}
+
+/* tw_new(), then the worker's thread. */
+static void
+tw_open(struct tw *t, struct rec *recs, int n_recs, int max_batch, int chunk,
+    int max_seqs, int kv_tokens)
+{
+	tw_new(t, recs, n_recs, max_batch, chunk, max_seqs, kv_tokens);
+	ck_assert_int_eq(worker_start(t->w), 0);
+}
+
+static double
+now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static struct rec *
+rec_of(struct tw *t, uint64_t id)
+{
+	int i;
+
+	for (i = 0; i < t->n_recs; i++)
+		if (t->recs[i].id == id && id != 0)
+			return &t->recs[i];
+	return NULL;
+}
+
+/* Takes what the port holds and files each event; returns the event count. */
+static size_t
+tw_take(struct tw *t)
+{
+	size_t i, n;
+
+	n = ep_take_events(t->port, &t->b);
+	t->boundaries += t->b.steps;
+	for (i = 0; i < n; i++) {
+		const struct ep_event *ev = &t->b.ev[i];
+		struct rec *r = rec_of(t, ev->id);
+
+		ck_assert_msg(r != NULL, "event for id %llu never submitted",
+		    (unsigned long long)ev->id);
+		ck_assert_uint_le((uint64_t)ev->text_off + ev->text_len,
+		    t->b.text_len);
+		if (r->done) {
+			r->after++;
+			continue;
+		}
+		ck_assert_uint_le(r->text_len + ev->text_len, MAX_TEXT);
+		if (ev->text_len > 0)
+			memcpy(r->text + r->text_len,
+			    t->b.text + ev->text_off, ev->text_len);
+		r->text_len += ev->text_len;
+		switch (ev->type) {
+		case EP_EV_TOKEN:
+			r->n_token_ev++;
+			if (ev->token >= 0) {
+				ck_assert_int_lt(r->n_ids, MAX_IDS);
+				r->logprob[r->n_ids] = ev->logprob;
+				r->ids[r->n_ids++] = ev->token;
+			}
+			break;
+		case EP_EV_DONE:
+		case EP_EV_ERROR:
+			r->done = true;
+			r->type = ev->type;
+			r->finish = ev->finish;
+			r->error = ev->error;
+			r->n_prompt = ev->n_prompt;
+			r->n_gen = ev->n_gen;
+			break;
+		default:
+			ck_abort_msg("event type %u", ev->type);
+		}
+	}
+	return n;
+}
+
+/* Waits for events up to ms; returns 1 when some are ready. */
+static int
+tw_poll(struct tw *t, int ms)
+{
+	struct pollfd pfd = { .fd = ep_event_fd(t->port), .events = POLLIN };
+
+	return poll(&pfd, 1, ms) > 0;
+}
+
+/* Drains until recs[want] is done (want < 0: every rec with an id). */
+static void
+tw_drain(struct tw *t, int want, int timeout_ms)
+{
+	double end = now_ms() + timeout_ms;
+	int i, pending;
+
+	for (;;) {
+		pending = 0;
+		for (i = 0; i < t->n_recs; i++)
+			if (t->recs[i].id != 0 && !t->recs[i].done &&
+			    (want < 0 || want == i))
+				pending++;
+		if (pending == 0)
+			return;
+		ck_assert_msg(now_ms() < end, "%d requests still running "
+		    "after %d ms", pending, timeout_ms);
+		if (tw_poll(t, 20))
+			tw_take(t);
+	}
+}
+
+/* Nothing may arrive for ms milliseconds. */
+static void
+tw_quiet(struct tw *t, int ms)
+{
+	double end = now_ms() + ms;
+
+	while (now_ms() < end)
+		if (tw_poll(t, 5))
+			ck_assert_uint_eq(tw_take(t), 0);
+}
+
+/* Every request ended once, nothing followed, the KV pool is whole. */
+static void
+tw_check_clean(struct tw *t)
+{
+	struct worker_stats st;
+	int i;
+
+	tw_quiet(t, 20);
+	for (i = 0; i < t->n_recs; i++)
+		if (t->recs[i].id != 0) {
+			ck_assert_msg(t->recs[i].done, "request %d not ended",
+			    i);
+			ck_assert_int_eq(t->recs[i].after, 0);
+		}
+	worker_stats(t->w, &st);
+	ck_assert_int_eq(st.requests_live, 0);
+	ck_assert_int_eq(st.kv_seqs_live, 0);
+	ck_assert_int_eq(st.kv_blocks_used, 0);
+	ck_assert_int_gt(st.kv_blocks_total, 0);
+	/* engine_port.h promise 4: one boundary per step. */
+	ck_assert_uint_eq(t->boundaries, st.steps);
+}
+
+/* SHUTDOWN, join, then the cache's own invariants; frees everything. */
+static void
+tw_close(struct tw *t)
+{
+	struct cp_err e = { 0 };
+	struct kv_cache *kv;
+
+	ck_assert_int_eq(ep_push_simple(t->port, EP_CMD_SHUTDOWN, 0, 0), 0);
+	ck_assert_int_eq(worker_join(t->w), 0);
+	kv = be_kv(worker_backend(t->w));
+	ck_assert_msg(kv_check(kv, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(kv_seqs_live(kv), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), kv_blocks_total(kv));
+	worker_free(t->w);
+	ep_batch_fini(&t->b);
+	ep_free(t->port);
+	tok_free(t->tok);
+	model_free(t->m);
+}
+
+static struct ep_params
+greedy(uint32_t max_tokens)
+{
+	struct ep_params p;
+
+	memset(&p, 0, sizeof(p));
+	p.max_tokens = max_tokens;
+	p.temperature = 0;
+	p.top_p = 1;
+	p.min_p = 0;
+	p.repeat_penalty = 1;
+	p.top_k = 0;
+	p.repeat_last_n = 64;
+	return p;
+}
+
+static struct ep_params
+seeded(uint32_t max_tokens, uint64_t seed)
+{
+	struct ep_params p = greedy(max_tokens);
+
+	p.temperature = 0.8f;
+	p.seed = seed;
+	return p;
+}
+
+/* Queues a SUBMIT of text (or toks when text is NULL) as recs[i]. */
+static void
+tw_submit(struct tw *t, int i, uint64_t id, uint32_t client, const char *text,
+    const int32_t *toks, size_t n_toks, const struct ep_params *p,
+    uint32_t flags, const char *const *stops, int n_stop)
+{
+	size_t tl = text != NULL ? strlen(text) : 0, sl = 0, off, k;
+	struct ep_cmd *c;
+	char *d;
+	int s;
+
+	for (s = 0; s < n_stop; s++)
+		sl += strlen(stops[s]) + 1;
+	c = ep_cmd_new(EP_CMD_SUBMIT, n_toks * sizeof(int32_t) + tl + sl);
+	ck_assert_ptr_nonnull(c);
+	c->client = client;
+	c->id = id;
+	c->flags = flags | (text == NULL ? EP_SUBMIT_TOKENS : 0);
+	c->params = *p;
+	d = (char *)c->data;
+	if (text == NULL) {
+		int32_t *tp = (int32_t *)(void *)d;
+
+		for (k = 0; k < n_toks; k++)
+			tp[k] = toks[k];
+		c->tokens = tp;
+		c->n_tokens = n_toks;
+	}
+	off = n_toks * sizeof(int32_t);
+	if (text != NULL) {
+		memcpy(d + off, text, tl);
+		c->text = d + off;
+		c->text_len = tl;
+		off += tl;
+	}
+	for (s = 0; s < n_stop; s++) {
+		size_t l = strlen(stops[s]) + 1;
+
+		memcpy(d + off, stops[s], l);
+		c->stop[s] = d + off;
+		off += l;
+	}
+	c->n_stop = (uint32_t)n_stop;
+	ck_assert_int_lt(i, t->n_recs);
+	t->recs[i].id = id;
+	ck_assert_int_eq(ep_push(t->port, c), 0);
+}
+
+static void
+tw_text(struct tw *t, int i, const char *text, const struct ep_params *p)
+{
+	tw_submit(t, i, 100 + (uint64_t)i, (uint32_t)i, text, NULL, 0, p, 0,
+	    NULL, 0);
+}
+
+/* Waits until the worker has run at least n steps. */
+static void
+tw_wait_steps(struct tw *t, uint64_t n)
+{
+	struct worker_stats st;
+	double end = now_ms() + 20000;
+
+	for (;;) {
+		worker_stats(t->w, &st);
+		if (st.steps >= n)
+			return;
+		ck_assert_msg(now_ms() < end, "worker stuck at %llu steps",
+		    (unsigned long long)st.steps);
+		usleep(1000);
+	}
+}
+
+static void
+assert_ids_eq(const struct rec *a, const int32_t *ids, int n)
+{
+	int i;
+
+	ck_assert_int_eq(a->n_ids, n);
+	for (i = 0; i < n; i++)
+		ck_assert_msg(a->ids[i] == ids[i], "token %d: %d, expected "
+		    "%d", i, (int)a->ids[i], (int)ids[i]);
+}
+
+static void
+assert_same(const struct rec *a, const struct rec *b)
+{
+	assert_ids_eq(a, b->ids, b->n_ids);
+	ck_assert_uint_eq(a->text_len, b->text_len);
+	ck_assert(memcmp(a->text, b->text, a->text_len) == 0);
+	ck_assert_uint_eq(a->type, b->type);
+	ck_assert_uint_eq(a->finish, b->finish);
+	ck_assert_uint_eq(a->n_gen, b->n_gen);
+}
+
+static void
+assert_done(const struct rec *r, uint32_t finish)
+{
+	ck_assert(r->done);
+	ck_assert_msg(r->type == EP_EV_DONE, "request %llu: ERROR %d: %.*s",
+	    (unsigned long long)r->id, (int)r->error, (int)r->text_len,
+	    r->text);
+	ck_assert_uint_eq(r->finish, finish);
+	ck_assert_uint_eq(r->n_gen, (uint32_t)r->n_ids);
+	ck_assert_int_eq(r->n_token_ev, r->n_ids);
+}
+
+static void
+assert_error(const struct rec *r, int err, const char *word)
+{
+	ck_assert(r->done);
+	ck_assert_uint_eq(r->type, EP_EV_ERROR);
+	ck_assert_int_eq(r->error, err);
+	ck_assert_int_eq(r->n_token_ev, 0);
+	ck_assert_uint_eq(r->n_gen, 0);
+	ck_assert_msg(r->text_len > 0 && memmem(r->text, r->text_len, word,
+	    strlen(word)) != NULL, "message '%.*s' lacks '%s'",
+	    (int)r->text_len, r->text, word);
+}
+
+/* ---- the reference ----------------------------------------------------- */
+
+START_TEST(test_reference_greedy)
+{
+	struct rec recs[3];
+	struct ep_params p = greedy(64);
+	struct tw t;
+	int i;
+
+	tw_open(&t, recs, 3, 0, 0, 0, 0);
+	tw_submit(&t, 0, 7, 0, ref_prompt, NULL, 0, &p, EP_SUBMIT_LOGPROB,
+	    NULL, 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[0], CP_FINISH_LENGTH);
+	ck_assert_uint_eq(recs[0].n_prompt, REF_N_PROMPT);
+	assert_ids_eq(&recs[0], ref_ids, 64);
+	ck_assert_uint_eq(recs[0].text_len, strlen(ref_content));
+	ck_assert(memcmp(recs[0].text, ref_content, recs[0].text_len) == 0);
+	for (i = 0; i < recs[0].n_ids; i++)
+		ck_assert(isfinite(recs[0].logprob[i]) &&
+		    recs[0].logprob[i] <= 0);
+
+	/* The same prompt as token ids, without logprobs. */
+	tw_submit(&t, 1, 8, 3, NULL, ref_prompt_ids, REF_N_PROMPT, &p, 0,
+	    NULL, 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[1], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[1], ref_ids, 64);
+	for (i = 0; i < recs[1].n_ids; i++)
+		ck_assert(recs[1].logprob[i] == 0);
+	ck_assert_uint_eq(recs[1].text_len, strlen(ref_content));
+	ck_assert(memcmp(recs[1].text, ref_content, recs[1].text_len) == 0);
+
+	/* max_tokens 0: until the context is full, 128 - 13 tokens. */
+	p = greedy(0);
+	tw_submit(&t, 2, 9, 0, ref_prompt, NULL, 0, &p, 0, NULL, 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[2], CP_FINISH_CONTEXT);
+	ck_assert_int_eq(recs[2].n_ids, N_CTX - REF_N_PROMPT);
+	ck_assert(memcmp(recs[2].ids, ref_ids, sizeof(ref_ids)) == 0);
+	ck_assert_uint_gt(recs[2].text_len, strlen(ref_content));
+	ck_assert(memcmp(recs[2].text, ref_content, strlen(ref_content)) == 0);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+/* ---- batching, chunking, preemption ------------------------------------ */
+
+static const char *const prompts[8] = {
+	"Once upon a time",
+	"Classification",
+	"In the quiet hum of the machine, a dream",
+	"Pixels",
+	"The kaleidoscope of probability revealing hidden patterns whispers "
+	    "to the neural network about forgotten memories and electric "
+	    "sheep dreaming",
+	"Whispers of data",
+	"A network of light and shadow unfolds, layer by layer, until the "
+	    "patterns",
+	"Hello",
+};
+static const uint32_t prompt_max[8] = { 40, 48, 40, 56, 40, 30, 48, 20 };
+
+/* Runs prompts[0..n) one at a time into alone[], then all together. */
+static void
+alone_vs_together(struct tw *t, int n, const struct ep_params *ps,
+    struct rec *alone, struct rec *together)
+{
+	int i;
+
+	for (i = 0; i < n; i++) {
+		tw_submit(t, i, 100 + (uint64_t)i, (uint32_t)i, prompts[i],
+		    NULL, 0, &ps[i], 0, NULL, 0);
+		tw_drain(t, i, 30000);
+	}
+	memcpy(alone, t->recs, sizeof(*alone) * (size_t)n);
+	/* Clients past the default 256 share round-robin turns. */
+	for (i = 0; i < n; i++)
+		tw_submit(t, n + i, 200 + (uint64_t)i, (uint32_t)(i * 300),
+		    prompts[i], NULL, 0, &ps[i], 0, NULL, 0);
+	tw_drain(t, -1, 30000);
+	memcpy(together, t->recs + n, sizeof(*together) * (size_t)n);
+	for (i = 0; i < n; i++) {
+		assert_done(&alone[i], CP_FINISH_LENGTH);
+		ck_assert_uint_eq(alone[i].n_gen, ps[i].max_tokens);
+		assert_same(&together[i], &alone[i]);
+	}
+}
+
+START_TEST(test_batched_equals_alone)
+{
+	static struct rec recs[16], alone[8], together[8];
+	struct ep_params ps[8];
+	struct worker_stats st0;
+	struct tw t;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		ps[i] = greedy(prompt_max[i]);
+	/* 32 tokens a step, prefill chunks of 16: prompts of 23, 35 and 72
+	 * tokens are chunked, and chunks share steps with decodes. */
+	tw_open(&t, recs, 16, 32, 16, 8, 8 * N_CTX);
+	alone_vs_together(&t, 8, ps, alone, together);
+	/* The reference prompt alone is llama.cpp's. */
+	assert_ids_eq(&alone[0], ref_ids, 40);
+	tw_check_clean(&t);
+	worker_stats(t.w, &st0);
+	ck_assert_uint_eq(st0.preempted, 0);
+	ck_assert_uint_eq(st0.submitted, 16);
+	tw_close(&t);
+}
+END_TEST
+
+START_TEST(test_preempt_recompute)
+{
+	static struct rec recs[12], alone[6], together[6];
+	struct ep_params ps[6];
+	struct worker_stats st;
+	struct tw t;
+	int i;
+
+	for (i = 0; i < 6; i++)
+		ps[i] = greedy(prompt_max[i]);
+	/*
+	 * A pool of 6 blocks of 16 tokens: each request alone fits (at most
+	 * 23 + 40 tokens, 4 blocks), six together cannot, so decodes run out
+	 * of blocks and the newest requests are preempted and recomputed.
+	 */
+	ps[4] = greedy(16);	/* 72 + 16 tokens: 6 blocks */
+	tw_open(&t, recs, 12, 32, 16, 6, 96);
+	alone_vs_together(&t, 6, ps, alone, together);
+	tw_check_clean(&t);
+	worker_stats(t.w, &st);
+	ck_assert_uint_gt(st.preempted, 0);
+	ck_assert_int_eq(st.kv_blocks_total, 6);
+	tw_close(&t);
+}
+END_TEST
+
+/* ---- cancel ------------------------------------------------------------ */
+
+START_TEST(test_cancel_mid_prefill)
+{
+	struct rec recs[4];
+	struct ep_params p = greedy(8);
+	struct worker_stats st;
+	int32_t toks[120];
+	struct tw t;
+	int i;
+
+	for (i = 0; i < 120; i++)
+		toks[i] = (int32_t)(3 + (i * 37) % (N_VOCAB - 3));
+	/* One prompt token a step: 120 steps of prefill before a token. */
+	tw_open(&t, recs, 4, 16, 1, 4, 4 * N_CTX);
+	tw_submit(&t, 0, 1, 0, NULL, toks, 120, &p, 0, NULL, 0);
+	/* Not taking events: the worker stops EP_MAX_LAG steps ahead. */
+	tw_wait_steps(&t, 1);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 0, 1), 0);
+	/* A second cancel, and ones for unknown ids, are ignored. */
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 0, 1), 0);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 0, 999), 0);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_PAUSE, 0, 998), 0);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_RESUME, 0, 997), 0);
+	tw_drain(&t, -1, 20000);
+	ck_assert(recs[0].done);
+	ck_assert_uint_eq(recs[0].type, EP_EV_DONE);
+	ck_assert_uint_eq(recs[0].finish, CP_FINISH_CANCELLED);
+	ck_assert_int_eq(recs[0].n_token_ev, 0);
+	ck_assert_uint_eq(recs[0].n_gen, 0);
+	ck_assert_uint_eq(recs[0].n_prompt, 120);
+	worker_stats(t.w, &st);
+	ck_assert_uint_eq(st.cancelled, 1);
+	ck_assert_uint_lt(st.tokens_prompt, 120);
+	ck_assert_uint_gt(st.tokens_prompt, 0);
+
+	/*
+	 * A request cancelled before it ever ran, beside one that runs: the
+	 * worker is held in ep_post() while both commands are queued, so
+	 * it takes them in one go.
+	 */
+	worker_stats(t.w, &st);
+	p = greedy(100);
+	tw_text(&t, 1, ref_prompt, &p);
+	tw_wait_steps(&t, st.steps + EP_MAX_LAG);
+	p = greedy(20);
+	tw_text(&t, 2, "Pixels", &p);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 2, 102), 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[1], CP_FINISH_LENGTH);
+	ck_assert_int_eq(recs[1].n_ids, 100);
+	ck_assert(memcmp(recs[1].ids, ref_ids, sizeof(ref_ids)) == 0);
+	ck_assert_uint_eq(recs[2].type, EP_EV_DONE);
+	ck_assert_uint_eq(recs[2].finish, CP_FINISH_CANCELLED);
+	ck_assert_int_eq(recs[2].n_token_ev, 0);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+/* ---- pause ------------------------------------------------------------- */
+
+START_TEST(test_pause_resume)
+{
+	struct rec recs[4], alone;
+	struct ep_params p = greedy(100);
+	struct worker_stats st;
+	struct tw t;
+	int n_before;
+
+	tw_open(&t, recs, 4, 32, 32, 4, 4 * N_CTX);
+	tw_text(&t, 0, ref_prompt, &p);
+	tw_drain(&t, 0, 20000);
+	alone = recs[0];
+	assert_done(&alone, CP_FINISH_LENGTH);
+
+	worker_stats(t.w, &st);
+	tw_text(&t, 1, ref_prompt, &p);
+	tw_text(&t, 2, "Whispers of data", &p);
+	/*
+	 * Without a take the worker blocks in ep_post() after EP_MAX_LAG
+	 * steps (a prefill and decodes: both requests mid-generation).  The
+	 * PAUSE is queued before the take that releases it, so it applies
+	 * before the worker's next step: every event of request 1 is in the
+	 * first take.
+	 */
+	tw_wait_steps(&t, st.steps + EP_MAX_LAG);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_PAUSE, 1, 101), 0);
+	ck_assert_uint_gt(tw_take(&t), 0);
+	n_before = recs[1].n_token_ev;
+	ck_assert_int_gt(n_before, 0);
+	ck_assert_int_lt(n_before, 100);
+	ck_assert(!recs[1].done);
+	tw_drain(&t, 2, 20000);
+	assert_done(&recs[2], CP_FINISH_LENGTH);
+	ck_assert_int_eq(recs[2].n_ids, 100);
+	ck_assert_int_eq(recs[1].n_token_ev, n_before);
+	tw_quiet(&t, 50);
+	ck_assert_int_eq(recs[1].n_token_ev, n_before);
+	ck_assert(!recs[1].done);
+	/* Paused, it keeps its KV. */
+	worker_stats(t.w, &st);
+	ck_assert_int_eq(st.kv_seqs_live, 1);
+	ck_assert_int_eq(st.requests_live, 1);
+
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_RESUME, 1, 101), 0);
+	tw_drain(&t, -1, 20000);
+	assert_same(&recs[1], &alone);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+/* ---- stop strings, lengths, errors ------------------------------------- */
+
+/* recs[i] must end with STOP and the reference text before stop. */
+static void
+check_stop(struct tw *t, int i, const char *stop)
+{
+	const char *at = strstr(ref_content, stop);
+	size_t want;
+	int k;
+
+	ck_assert_ptr_nonnull(at);
+	want = (size_t)(at - ref_content);
+	assert_done(&t->recs[i], CP_FINISH_STOP);
+	ck_assert_msg(t->recs[i].text_len == want &&
+	    memcmp(t->recs[i].text, ref_content, want) == 0,
+	    "stop '%s': got '%.*s'", stop, (int)t->recs[i].text_len,
+	    t->recs[i].text);
+	/* The ids are the reference's up to the one completing the stop. */
+	ck_assert_int_lt(t->recs[i].n_ids, 64);
+	for (k = 0; k < t->recs[i].n_ids; k++)
+		ck_assert_int_eq(t->recs[i].ids[k], ref_ids[k]);
+}
+
+START_TEST(test_stop_strings)
+{
+	static const char *const s1[] = { "petals" };
+	static const char *const s2[] = { "zzz", "Classif", "kaleido" };
+	static const char *const s3[] = { "ls. C" };
+	static const char *const s4[] = { "secx", "whispers secre" };
+	struct rec recs[4];
+	struct ep_params p = greedy(64);
+	struct tw t;
+
+	tw_open(&t, recs, 4, 0, 0, 0, 4 * N_CTX);
+	tw_submit(&t, 0, 1, 0, ref_prompt, NULL, 0, &p, 0, s1, 1);
+	tw_submit(&t, 1, 2, 1, ref_prompt, NULL, 0, &p, 0, s2, 3);
+	tw_submit(&t, 2, 3, 2, ref_prompt, NULL, 0, &p, 0, s3, 1);
+	/* Never matched, but the output ends on a prefix of both: the held
+	 * bytes come out with DONE. */
+	tw_submit(&t, 3, 4, 3, ref_prompt, NULL, 0, &p, 0, s4, 2);
+	tw_drain(&t, -1, 20000);
+	check_stop(&t, 0, "petals");
+	check_stop(&t, 1, "Classif");
+	check_stop(&t, 2, "ls. C");
+	assert_done(&recs[3], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[3], ref_ids, 64);
+	ck_assert_uint_eq(recs[3].text_len, strlen(ref_content));
+	ck_assert(memcmp(recs[3].text, ref_content, recs[3].text_len) == 0);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+START_TEST(test_length_and_errors)
+{
+	struct rec recs[10];
+	struct ep_params p;
+	int32_t toks[2 * N_CTX];
+	const int32_t bad_hi[] = { 1, 429, N_VOCAB };
+	const int32_t bad_lo[] = { 1, -1, 429 };
+	struct tw t;
+	int i;
+
+	for (i = 0; i < 2 * N_CTX; i++)
+		toks[i] = 1 + i % 400;
+	/* A pool of 4 blocks (64 tokens) under a context of 128. */
+	tw_open(&t, recs, 10, 0, 0, 0, 64);
+	p = greedy(5);
+	tw_text(&t, 0, ref_prompt, &p);
+	/* 13 + 116 > 128. */
+	p = greedy(N_CTX - REF_N_PROMPT + 1);
+	tw_text(&t, 1, ref_prompt, &p);
+	/* A prompt longer than the context. */
+	p = greedy(4);
+	tw_submit(&t, 2, 102, 2, NULL, toks, N_CTX + 1, &p, 0, NULL, 0);
+	tw_submit(&t, 3, 103, 3, NULL, bad_hi, 3, &p, 0, NULL, 0);
+	tw_submit(&t, 4, 104, 4, NULL, bad_lo, 3, &p, 0, NULL, 0);
+	tw_submit(&t, 5, 105, 5, NULL, toks, 0, &p, 0, NULL, 0);
+	/* 13 + 100 tokens fit the context but not the pool. */
+	p = greedy(100);
+	tw_text(&t, 6, ref_prompt, &p);
+	/* A prompt filling the whole context leaves nothing to generate. */
+	p = greedy(0);
+	tw_submit(&t, 7, 107, 7, NULL, toks, N_CTX, &p, 0, NULL, 0);
+	/* Unlimited with a pool of 64 tokens: the pool is the context. */
+	tw_text(&t, 8, ref_prompt, &p);
+	tw_drain(&t, -1, 20000);
+
+	assert_done(&recs[0], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[0], ref_ids, 5);
+	ck_assert_uint_le(recs[0].text_len, strlen(ref_content));
+	ck_assert(memcmp(recs[0].text, ref_content, recs[0].text_len) == 0);
+	assert_error(&recs[1], -E2BIG, "context");
+	ck_assert_uint_eq(recs[1].n_prompt, REF_N_PROMPT);
+	assert_error(&recs[2], -E2BIG, "context");
+	assert_error(&recs[3], -EINVAL, "512");
+	assert_error(&recs[4], -EINVAL, "-1");
+	assert_error(&recs[5], -EINVAL, "empty");
+	assert_error(&recs[6], -E2BIG, "KV");
+	assert_error(&recs[7], -E2BIG, "context");
+	assert_done(&recs[8], CP_FINISH_CONTEXT);
+	ck_assert_int_eq(recs[8].n_ids, 64 - REF_N_PROMPT);
+	assert_ids_eq(&recs[8], ref_ids, 64 - REF_N_PROMPT);
+
+	/* The worker goes on serving after errors. */
+	p = greedy(40);
+	tw_text(&t, 9, ref_prompt, &p);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[9], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[9], ref_ids, 40);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+START_TEST(test_shutdown_in_flight)
+{
+	/* Prompts of at most 23 tokens: over 100 steps each to the end. */
+	static const int pick[8] = { 0, 1, 2, 3, 5, 7, 0, 1 };
+	struct rec recs[8];
+	struct ep_params p = greedy(0);
+	struct worker_stats st;
+	struct tw t;
+	double t0;
+	int i;
+
+	tw_open(&t, recs, 8, 32, 16, 8, 8 * N_CTX);
+	for (i = 0; i < 8; i++)
+		tw_text(&t, i, prompts[pick[i]], &p);
+	/* Blocked in ep_post() with every request in flight. */
+	tw_wait_steps(&t, EP_MAX_LAG);
+	worker_stats(t.w, &st);
+	ck_assert_int_eq(st.requests_live, 8);
+	t0 = now_ms();
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_SHUTDOWN, 0, 0), 0);
+	ck_assert_int_eq(worker_join(t.w), 0);
+	ck_assert_msg(now_ms() - t0 < 2000, "shutdown took %.0f ms",
+	    now_ms() - t0);
+	worker_stats(t.w, &st);
+	ck_assert_int_eq(st.requests_live, 0);
+	ck_assert_int_eq(st.kv_seqs_live, 0);
+	ck_assert_int_eq(st.kv_blocks_used, 0);
+	/* Dropped without terminal events. */
+	tw_take(&t);
+	for (i = 0; i < 8; i++)
+		ck_assert(!recs[i].done);
+	worker_free(t.w);
+	ep_batch_fini(&t.b);
+	ep_free(t.port);
+	tok_free(t.tok);
+	model_free(t.m);
+}
+END_TEST
+
+/* ---- a failing device -------------------------------------------------- */
+
+/*
+ * The worker's backend with its step_submit wrapped: the first batch of
+ * two or more sequences fails as a device would, every other batch runs.
+ */
+static const struct be_ops *real_ops;
+static struct be_ops faulty_ops;
+static int faults;		/* batches failed so far */
+
+static int
+faulty_submit(struct backend *be, const struct step_batch *b,
+    struct cp_err *e)
+{
+	if (b->n_seqs >= 2 && faults == 0) {
+		faults++;
+		return cp_err_set(e, -EIO, "injected device fault");
+	}
+	return real_ops->step_submit(be, b, e);
+}
+
+START_TEST(test_step_error)
+{
+	struct rec recs[3];
+	struct ep_params p = greedy(30);
+	struct worker_stats st;
+	struct backend *be;
+	struct tw t;
+	int i;
+
+	tw_new(&t, recs, 3, 32, 16, 4, 4 * N_CTX);
+	be = worker_backend(t.w);
+	real_ops = be->ops;
+	faulty_ops = *real_ops;
+	faulty_ops.step_submit = faulty_submit;
+	be->ops = &faulty_ops;
+	ck_assert_int_eq(worker_start(t.w), 0);
+
+	tw_text(&t, 0, ref_prompt, &p);
+	tw_text(&t, 1, "Pixels", &p);
+	tw_drain(&t, -1, 20000);
+	/* Both were in the failed batch: each ends with one ERROR, after
+	 * the tokens of the steps before it. */
+	for (i = 0; i < 2; i++) {
+		ck_assert_uint_eq(recs[i].type, EP_EV_ERROR);
+		ck_assert_int_eq(recs[i].error, -EIO);
+		ck_assert_msg(memmem(recs[i].text, recs[i].text_len,
+		    "injected device fault", 21) != NULL, "message '%.*s'",
+		    (int)recs[i].text_len, recs[i].text);
+		ck_assert_uint_eq(recs[i].n_gen, (uint32_t)recs[i].n_ids);
+		ck_assert_int_lt(recs[i].n_ids, 30);
+	}
+	ck_assert(memcmp(recs[0].ids, ref_ids, (size_t)recs[0].n_ids *
+	    sizeof(ref_ids[0])) == 0);
+	ck_assert_int_eq(faults, 1);
+
+	/* The worker goes on serving. */
+	tw_text(&t, 2, ref_prompt, &p);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[2], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[2], ref_ids, 30);
+	worker_stats(t.w, &st);
+	ck_assert_uint_eq(st.step_errors, 1);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+/* ---- seeded sampling --------------------------------------------------- */
+
+START_TEST(test_seeded_batch_invariance)
+{
+	static struct rec recs[12];
+	struct ep_params p42 = seeded(48, 42), p43 = seeded(48, 43), g;
+	struct tw t;
+	int i, diff = 0;
+
+	tw_open(&t, recs, 12, 32, 16, 8, 8 * N_CTX);
+	tw_submit(&t, 0, 1, 0, ref_prompt, NULL, 0, &p42, EP_SUBMIT_SEED,
+	    NULL, 0);
+	tw_drain(&t, -1, 20000);
+	tw_submit(&t, 1, 2, 0, ref_prompt, NULL, 0, &p42, EP_SUBMIT_SEED,
+	    NULL, 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[0], CP_FINISH_LENGTH);
+	assert_same(&recs[1], &recs[0]);
+	/* Another seed draws other tokens, so the seed is really used. */
+	tw_submit(&t, 2, 3, 0, ref_prompt, NULL, 0, &p43, EP_SUBMIT_SEED,
+	    NULL, 0);
+	tw_drain(&t, -1, 20000);
+	for (i = 0; i < 48; i++)
+		diff += recs[2].ids[i] != recs[0].ids[i];
+	ck_assert_int_gt(diff, 0);
+
+	/* Batched among greedy, seeded and unseeded neighbours, chunked. */
+	g = greedy(40);
+	tw_submit(&t, 3, 10, 1, prompts[4], NULL, 0, &g, 0, NULL, 0);
+	tw_submit(&t, 4, 11, 2, prompts[2], NULL, 0, &p43, EP_SUBMIT_SEED,
+	    NULL, 0);
+	tw_submit(&t, 5, 12, 3, prompts[6], NULL, 0, &p42, 0, NULL, 0);
+	tw_submit(&t, 6, 13, 4, ref_prompt, NULL, 0, &p42, EP_SUBMIT_SEED,
+	    NULL, 0);
+	tw_submit(&t, 7, 14, 5, prompts[1], NULL, 0, &g, 0, NULL, 0);
+	tw_drain(&t, -1, 30000);
+	assert_same(&recs[6], &recs[0]);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+Suite *
+worker_suite(void)
+{
+	Suite *s = suite_create("worker");
+	TCase *tc;
+
+	tc = tcase_create("reference");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_reference_greedy);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("batch");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_batched_equals_alone);
+	tcase_add_test(tc, test_preempt_recompute);
+	tcase_add_test(tc, test_seeded_batch_invariance);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("control");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_cancel_mid_prefill);
+	tcase_add_test(tc, test_pause_resume);
+	tcase_add_test(tc, test_shutdown_in_flight);
+	tcase_add_test(tc, test_step_error);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("output");
+	tcase_set_timeout(tc, 60);
+	tcase_add_test(tc, test_stop_strings);
+	tcase_add_test(tc, test_length_and_errors);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr;
+	char *p = fx_path("aidreams260K.gguf");
+	int failed;
+
+	if (p == NULL) {
+		printf("fixtures not found in %s\n", fx_dir());
+		return 77;
+	}
+	free(p);
+	sr = srunner_create(worker_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
+}
