@@ -12,7 +12,13 @@
  * (a device backend before the CPU).  A CUDA build adds its table here,
  * under CP_HAVE_CUDA, once backend_cuda.c provides be_cuda_ops.
  */
+#ifdef CP_HAVE_CUDA
+extern const struct be_ops be_cuda_ops;	/* backend_cuda.c */
+#endif
 static const struct be_ops *const be_table[] = {
+#ifdef CP_HAVE_CUDA
+	&be_cuda_ops,
+#endif
 	&be_cpu_ops,
 };
 #define BE_N (sizeof(be_table) / sizeof(be_table[0]))

@@ -1,0 +1,870 @@
+/*
+ * check_cuda_backend.c - the CUDA backend against the CPU backend and
+ * against itself.
+ *
+ * Golden values: the greedy ids of aidreams260K come from llama.cpp
+ * (REFERENCE.md).  Everything else compares the CUDA backend with the CPU
+ * backend (itself checked against llama.cpp in check_forward) within the
+ * tolerances that synth/README.md measured for engines that differ from
+ * llama.cpp's CPU numerics, or with itself where the design demands
+ * bit-identical results: a sequence alone or sharing its steps, a prompt
+ * whole or in chunks, any KV block size or step budget.
+ *
+ * Needs a usable CUDA device.  Without one the registry checks that do
+ * not need a device run, then the program prints why and exits 77.  The
+ * device is probed in a child process: CUDA cannot be used in a process
+ * forked after the parent initialized it, and every test runs in a fork.
+ */
+#include <check.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lib/fixtures.h"
+#include "backend.h"
+#include "cuda_probe.h"
+#include "kvcache.h"
+#include "model.h"
+#include "quant.h"
+#include "ttype.h"
+
+Suite *cuda_backend_suite(void);
+Suite *cuda_backend_nodev_suite(void);
+
+#define MAX_IDS 256
+
+/* ---- a model on a backend --------------------------------------------- */
+
+struct rig {
+	struct model *m;
+	struct backend *be;
+	int n_vocab;
+};
+
+static struct be_params
+params(int batch, int max_seqs)
+{
+	struct be_params p = { 0 };
+
+	p.n_threads = 2;
+	p.max_batch_tokens = batch;
+	p.max_seqs = max_seqs;
+	return p;
+}
+
+static void
+load(struct model **m, const char *rel)
+{
+	char *path = fx_path(rel);
+	struct cp_err e = { 0 };
+
+	ck_assert_msg(path != NULL, "fixture %s missing", rel);
+	ck_assert_msg(model_load(path, m, &e) == 0, "%s", e.msg);
+	free(path);
+}
+
+/* Open backend name on m (borrowed). */
+static void
+rig_on(struct rig *r, struct model *m, const char *name,
+    const struct be_params *p)
+{
+	struct cp_err e = { 0 };
+
+	memset(r, 0, sizeof(*r));
+	r->m = m;
+	r->n_vocab = m->hp.n_vocab;
+	ck_assert_msg(be_open(name, m, p, &r->be, &e) == 0, "%s: %s", name,
+	    e.msg);
+	if (strcmp(name, "auto") != 0)
+		ck_assert_str_eq(be_name(r->be), name);
+}
+
+/*
+ * Feed ids[0..n) to seq from position pos in steps of at most chunk tokens
+ * (0: one step); the last step's logits go to out.
+ */
+static void
+feed(struct rig *r, int seq, int pos, const int32_t *ids, int n, int chunk,
+    float *out)
+{
+	struct kv_cache *kv = be_kv(r->be);
+	struct cp_err e = { 0 };
+	const float *lg = NULL;
+	int done = 0, take, nl;
+
+	if (chunk <= 0)
+		chunk = n;
+	while (done < n) {
+		struct batch_seq bs;
+		struct step_batch b;
+
+		take = n - done < chunk ? n - done : chunk;
+		ck_assert_int_eq(kv_seq_append(kv, seq, take), 0);
+		bs.seq = seq;
+		bs.pos = pos + done;
+		bs.n_tokens = take;
+		bs.logits = done + take == n;
+		b.tokens = ids + done;
+		b.n_tokens = take;
+		b.seqs = &bs;
+		b.n_seqs = 1;
+		ck_assert_msg(be_step(r->be, &b, &lg, &nl, &e) == 0, "%s",
+		    e.msg);
+		ck_assert_int_eq(nl, bs.logits ? 1 : 0);
+		done += take;
+	}
+	ck_assert_ptr_nonnull(lg);
+	memcpy(out, lg, (size_t)r->n_vocab * sizeof(float));
+}
+
+static int
+argmax(const float *v, int n)
+{
+	int i, best = 0;
+
+	for (i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return best;
+}
+
+static void
+logsoftmax(const float *v, int n, double *lp)
+{
+	double mx = v[argmax(v, n)], sum = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		sum += exp((double)v[i] - mx);
+	for (i = 0; i < n; i++)
+		lp[i] = (double)v[i] - mx - log(sum);
+}
+
+/* A deterministic prompt of n ids in [3, n_vocab), BOS first. */
+static void
+make_prompt(int32_t *ids, int n, int n_vocab, unsigned seed)
+{
+	int i;
+
+	ids[0] = 1;
+	for (i = 1; i < n; i++) {
+		seed = seed * 1103515245u + 12345u;
+		ids[i] = 3 + (int32_t)((seed >> 8) % (unsigned)(n_vocab - 3));
+	}
+}
+
+/* Largest |a[i] - b[i]| of n floats. */
+static double
+max_abs_diff(const float *a, const float *b, int n)
+{
+	double d = 0;
+	int i;
+
+	for (i = 0; i < n; i++)
+		if (fabs((double)a[i] - (double)b[i]) > d)
+			d = fabs((double)a[i] - (double)b[i]);
+	return d;
+}
+
+/* ---- CUDA against the CPU backend ------------------------------------- */
+
+struct vs_case {
+	const char *file;
+	double tol;		/* logprob tolerance */
+	bool exact;		/* the argmax must be the CPU's */
+};
+
+/*
+ * Tolerances from synth/README.md, "Tolerances for synth-tiny": 1e-2 for
+ * F32, 2e-2 for F16, 0.1 for BF16, and 0.35 for quantized files run by an
+ * engine that dequantizes the weights and multiplies without quantizing
+ * the activations (its "B"), which is what this backend does while the
+ * CPU backend quantizes activations as llama.cpp does.  The 260K models
+ * are F32 files.
+ */
+static const struct vs_case vs_cases[] = {
+	{ "aidreams260K.gguf", 1e-2, true },
+	{ "stories260K-plctlab.gguf", 2e-2, true },
+	{ "synth/synth-tiny-F32.gguf", 1e-2, true },
+	{ "synth/synth-tiny-F16.gguf", 2e-2, false },
+	{ "synth/synth-tiny-BF16.gguf", 0.1, false },
+	{ "synth/synth-tiny-Q8_0.gguf", 0.35, false },
+	{ "synth/synth-tiny-Q4_0.gguf", 0.35, false },
+	{ "synth/synth-tiny-Q4_1.gguf", 0.35, false },
+	{ "synth/synth-tiny-Q5_0.gguf", 0.35, false },
+	{ "synth/synth-tiny-Q5_1.gguf", 0.35, false },
+	{ "synth/synth-tiny-Q2_K.gguf", 0.35, false },
+	{ "synth/synth-tiny-Q3_K_M.gguf", 0.35, false },
+	{ "synth/synth-tiny-Q4_K_M.gguf", 0.35, false },
+	{ "synth/synth-tiny-Q5_K_M.gguf", 0.35, false },
+	{ "synth/synth-tiny-Q6_K.gguf", 0.35, false },
+	{ "synth/synth-gqa-F16.gguf", 2e-2, false },
+	{ "synth/synth-gqa-Q8_0.gguf", 0.35, false },
+	{ "synth/synth-gqa-Q4_0.gguf", 0.35, false },
+};
+
+/*
+ * One comparison of a step's logits: the log-probabilities of the CPU's
+ * ten most likely tokens agree within tol, and the CUDA argmax is the
+ * CPU's, or (unless exact) one whose CPU log-probability is within tol of
+ * the best (the max-gap form of synth/README.md's greedy check).
+ */
+static void
+compare_step(const struct vs_case *vc, const float *cpu, const float *gpu,
+    int n, int step, double *lc, double *lg)
+{
+	int top[10], i, j, k, gc, gg;
+	double d;
+
+	logsoftmax(cpu, n, lc);
+	logsoftmax(gpu, n, lg);
+	for (k = 0; k < 10 && k < n; k++) {
+		top[k] = -1;
+		for (i = 0; i < n; i++) {
+			for (j = 0; j < k; j++)
+				if (top[j] == i)
+					break;
+			if (j == k && (top[k] < 0 || lc[i] > lc[top[k]]))
+				top[k] = i;
+		}
+		d = fabs(lc[top[k]] - lg[top[k]]);
+		ck_assert_msg(d <= vc->tol, "%s step %d: token %d logprob "
+		    "cpu %.5f cuda %.5f (tolerance %g)", vc->file, step, top[k],
+		    lc[top[k]], lg[top[k]], vc->tol);
+	}
+	gc = argmax(cpu, n);
+	gg = argmax(gpu, n);
+	if (vc->exact)
+		ck_assert_msg(gg == gc, "%s step %d: argmax cuda %d, cpu %d",
+		    vc->file, step, gg, gc);
+	else
+		ck_assert_msg(lc[gc] - lc[gg] <= vc->tol, "%s step %d: cuda's "
+		    "argmax %d is %.4f below the cpu's %d", vc->file, step, gg,
+		    lc[gc] - lc[gg], gc);
+}
+
+/*
+ * A prompt in chunks of 48 rows, then 8 decode steps fed with the CPU's
+ * argmax, on both backends; every step's logits compared.
+ */
+START_TEST(test_vs_cpu)
+{
+	const struct vs_case *vc = &vs_cases[_i];
+	struct be_params p = params(64, 1);
+	struct model *m;
+	struct rig rc, rg;
+	int32_t ids[MAX_IDS];
+	float *lc, *lg;
+	double *dc, *dg;
+	int np, step, seq_c, seq_g, nv;
+
+	load(&m, vc->file);
+	rig_on(&rc, m, "cpu", &p);
+	rig_on(&rg, m, "cuda", &p);
+	nv = rc.n_vocab;
+	np = m->hp.n_ctx_train - 16 < 100 ? m->hp.n_ctx_train - 16 : 100;
+	ck_assert_int_gt(np, 8);
+	make_prompt(ids, np, nv, 1234u + (unsigned)_i);
+	lc = malloc((size_t)nv * sizeof(float));
+	lg = malloc((size_t)nv * sizeof(float));
+	dc = malloc((size_t)nv * sizeof(double));
+	dg = malloc((size_t)nv * sizeof(double));
+	ck_assert(lc != NULL && lg != NULL && dc != NULL && dg != NULL);
+	seq_c = kv_seq_new(be_kv(rc.be));
+	seq_g = kv_seq_new(be_kv(rg.be));
+	ck_assert(seq_c >= 0 && seq_g >= 0);
+	feed(&rc, seq_c, 0, ids, np, 48, lc);
+	feed(&rg, seq_g, 0, ids, np, 48, lg);
+	for (step = 0; step <= 8; step++) {
+		compare_step(vc, lc, lg, nv, step, dc, dg);
+		if (step == 8)
+			break;
+		ids[np + step] = argmax(lc, nv);
+		feed(&rc, seq_c, np + step, &ids[np + step], 1, 0, lc);
+		feed(&rg, seq_g, np + step, &ids[np + step], 1, 0, lg);
+	}
+	free(dg);
+	free(dc);
+	free(lg);
+	free(lc);
+	be_close(rg.be);
+	be_close(rc.be);
+	model_free(m);
+}
+END_TEST
+
+/* The K/V a prompt leaves in the cache: same places, close values. */
+START_TEST(test_kv_vs_cpu)
+{
+	static const char *const files[] = {
+		"aidreams260K.gguf", "synth/synth-tiny-F16.gguf"
+	};
+	struct be_params p = params(64, 2);
+	struct model *m;
+	struct rig rc, rg;
+	int32_t ids[MAX_IDS];
+	unsigned char *bc, *bg;
+	float *lg, a, b;
+	size_t size, i, n_el, nz = 0;
+	int seq, k;
+
+	p.kv_tokens = 256;
+	load(&m, files[_i]);
+	rig_on(&rc, m, "cpu", &p);
+	rig_on(&rg, m, "cuda", &p);
+	size = kv_storage_bytes(be_kv(rc.be));
+	ck_assert_uint_eq(size, kv_storage_bytes(be_kv(rg.be)));
+	make_prompt(ids, 90, rc.n_vocab, 77u);
+	lg = malloc((size_t)rc.n_vocab * sizeof(float));
+	bc = malloc(size);
+	bg = malloc(size);
+	ck_assert(lg != NULL && bc != NULL && bg != NULL);
+	for (k = 0; k < 2; k++) {
+		struct rig *r = k ? &rg : &rc;
+
+		/* a first sequence of 20 so the second's blocks are not 0.. */
+		seq = kv_seq_new(be_kv(r->be));
+		feed(r, seq, 0, ids + 60, 20, 0, lg);
+		seq = kv_seq_new(be_kv(r->be));
+		feed(r, seq, 0, ids, 90, 32, lg);
+		ck_assert_int_eq(be_kv_read(r->be, 0, k ? bg : bc, size), 0);
+	}
+	n_el = size / 2;
+	for (i = 0; i < n_el; i++) {
+		a = fp16_to_fp32((uint16_t)(bc[2 * i] | bc[2 * i + 1] << 8));
+		b = fp16_to_fp32((uint16_t)(bg[2 * i] | bg[2 * i + 1] << 8));
+		ck_assert_msg(fabsf(a - b) <= 1e-2f * fmaxf(1.0f, fabsf(a)),
+		    "%s: KV element %zu: cpu %g cuda %g", files[_i], i,
+		    (double)a, (double)b);
+		nz += a != 0.0f;
+	}
+	ck_assert_uint_gt(nz, n_el / 4);
+	free(bg);
+	free(bc);
+	free(lg);
+	be_close(rg.be);
+	be_close(rc.be);
+	model_free(m);
+}
+END_TEST
+
+/* An F32 cache on both backends. */
+START_TEST(test_kv_f32_vs_cpu)
+{
+	static const struct vs_case vc = { "synth/synth-tiny-F16.gguf", 2e-2,
+	    false };
+	struct be_params p = params(64, 1);
+	struct model *m;
+	struct rig rc, rg;
+	int32_t ids[MAX_IDS];
+	float *lc, *lg;
+	double *dc, *dg;
+	int seq;
+
+	p.kv_f32 = true;
+	load(&m, vc.file);
+	rig_on(&rc, m, "cpu", &p);
+	rig_on(&rg, m, "cuda", &p);
+	make_prompt(ids, 150, rc.n_vocab, 5u);
+	lc = malloc((size_t)rc.n_vocab * sizeof(float));
+	lg = malloc((size_t)rc.n_vocab * sizeof(float));
+	dc = malloc((size_t)rc.n_vocab * sizeof(double));
+	dg = malloc((size_t)rc.n_vocab * sizeof(double));
+	ck_assert(lc != NULL && lg != NULL && dc != NULL && dg != NULL);
+	seq = kv_seq_new(be_kv(rc.be));
+	feed(&rc, seq, 0, ids, 150, 64, lc);
+	seq = kv_seq_new(be_kv(rg.be));
+	feed(&rg, seq, 0, ids, 150, 64, lg);
+	compare_step(&vc, lc, lg, rc.n_vocab, 0, dc, dg);
+	free(dg);
+	free(dc);
+	free(lg);
+	free(lc);
+	be_close(rg.be);
+	be_close(rc.be);
+	model_free(m);
+}
+END_TEST
+
+/* ---- llama.cpp's greedy ids (REFERENCE.md) ---------------------------- */
+
+static const int32_t aid_prompt[] = {
+	1, 429, 491, 433, 295, 429, 444, 445, 265, 262, 263, 342, 430
+};
+static const int32_t aid_gen[64] = {
+	446, 280, 432, 458, 375, 431, 422, 314, 280, 323, 290, 431, 448, 429,
+	465, 438, 340, 431, 338, 353, 341, 431, 327, 446, 262, 429, 453, 435,
+	285, 361, 437, 431, 440, 437, 445, 430, 275, 280, 302, 450, 405, 403,
+	399, 306, 339, 290, 264, 309, 361, 441, 267, 395, 448, 429, 465, 438,
+	340, 431, 338, 353, 341, 325, 266, 386
+};
+
+/* Greedy generation on CUDA, prompt whole (_i 0) or in chunks of 5. */
+START_TEST(test_aidreams_greedy)
+{
+	struct be_params p = params(16, 1);
+	struct model *m;
+	struct rig r;
+	int32_t ids[13 + 64];
+	float *lg;
+	int seq, i;
+
+	load(&m, "aidreams260K.gguf");
+	rig_on(&r, m, "cuda", &p);
+	lg = malloc((size_t)r.n_vocab * sizeof(float));
+	ck_assert_ptr_nonnull(lg);
+	memcpy(ids, aid_prompt, sizeof(aid_prompt));
+	seq = kv_seq_new(be_kv(r.be));
+	feed(&r, seq, 0, ids, 13, _i == 0 ? 0 : 5, lg);
+	for (i = 0; i < 64; i++) {
+		ids[13 + i] = argmax(lg, r.n_vocab);
+		ck_assert_msg(ids[13 + i] == aid_gen[i], "id %d: got %d, "
+		    "want %d", i, (int)ids[13 + i], (int)aid_gen[i]);
+		if (i < 63)
+			feed(&r, seq, 13 + i, &ids[13 + i], 1, 0, lg);
+	}
+	free(lg);
+	be_close(r.be);
+	model_free(m);
+}
+END_TEST
+
+/* ---- batch invariance on the device ----------------------------------- */
+
+static const char *const inv_models[] = {
+	"aidreams260K.gguf",
+	"synth/synth-tiny-Q4_0.gguf",
+	"synth/synth-gqa-F16.gguf",
+};
+
+/*
+ * The logits after a prompt of up to 150 ids are bit-identical whether it
+ * is fed whole or in chunks of 1, 7, 64 or 100 rows, with KV blocks of 16
+ * or 5 tokens, and with a step budget of 256 or 128 rows.
+ */
+START_TEST(test_chunked_equals_unchunked)
+{
+	static const int chunks[] = { 1, 7, 64, 100 };
+	struct be_params p = params(256, 1);
+	struct model *m;
+	struct rig r;
+	int32_t ids[MAX_IDS];
+	float *lg0, *lg;
+	int np, c, v, seq;
+
+	load(&m, inv_models[_i]);
+	np = m->hp.n_ctx_train - 1 < 150 ? m->hp.n_ctx_train - 1 : 150;
+	lg0 = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	lg = malloc((size_t)m->hp.n_vocab * sizeof(float));
+	ck_assert(lg0 != NULL && lg != NULL);
+	make_prompt(ids, np, m->hp.n_vocab, 7u);
+	for (v = 0; v < 3; v++) {
+		p.block_tokens = v == 1 ? 5 : 0;
+		p.max_batch_tokens = v == 2 ? 128 : 256;
+		rig_on(&r, m, "cuda", &p);
+		seq = kv_seq_new(be_kv(r.be));
+		if (v == 0)
+			feed(&r, seq, 0, ids, np, 0, lg0);
+		else
+			feed(&r, seq, 0, ids, np, 128, lg);
+		if (v > 0)
+			ck_assert_msg(memcmp(lg, lg0, (size_t)r.n_vocab *
+			    sizeof(float)) == 0, "%s: variant %d changes the "
+			    "logits (max diff %g)", inv_models[_i], v,
+			    max_abs_diff(lg, lg0, r.n_vocab));
+		ck_assert_int_eq(kv_seq_free(be_kv(r.be), seq), 0);
+		for (c = 0; v == 0 && c < 4; c++) {
+			seq = kv_seq_new(be_kv(r.be));
+			feed(&r, seq, 0, ids, np, chunks[c], lg);
+			ck_assert_msg(memcmp(lg, lg0, (size_t)r.n_vocab *
+			    sizeof(float)) == 0, "%s: chunks of %d change the "
+			    "logits (max diff %g)", inv_models[_i], chunks[c],
+			    max_abs_diff(lg, lg0, r.n_vocab));
+			ck_assert_int_eq(kv_seq_free(be_kv(r.be), seq), 0);
+		}
+		be_close(r.be);
+	}
+	free(lg);
+	free(lg0);
+	model_free(m);
+}
+END_TEST
+
+#define NSEQ 4
+#define NDEC 6
+
+/* One sequence of the mixed-step test: a prompt, then fixed decode ids. */
+struct mseq {
+	int32_t ids[MAX_IDS];	/* prompt then decode ids */
+	int np;			/* prompt length */
+	int chunk;		/* prefill rows per step when mixed */
+	int fed;		/* tokens fed so far */
+	int seq;		/* KV sequence */
+	float *want;		/* [NDEC + 1, n_vocab] logits alone */
+	int got;		/* logits rows compared so far */
+};
+
+/*
+ * All sequences together under a budget of `budget` rows per step, the
+ * entry order rotating every step; each step's logits compared with the
+ * sequence's logits alone, bit for bit.  Event 0 is the end of the
+ * prompt, event d + 1 the d-th decode id.
+ */
+static void
+run_mixed(struct rig *r, struct mseq *s, int budget, const char *file)
+{
+	struct kv_cache *kv = be_kv(r->be);
+	struct batch_seq bs[NSEQ];
+	int32_t toks[512];
+	struct cp_err e = { 0 };
+	const float *lg;
+	int idx[NSEQ], live = NSEQ, steps = 0, i, k, ne, nt, left, take, nl;
+	int ev;
+
+	while (live > 0) {
+		ck_assert_int_lt(++steps, 1000);
+		ne = nt = 0;
+		left = budget;
+		for (k = 0; k < NSEQ && left > 0; k++) {
+			struct mseq *q = &s[(k + steps) % NSEQ];
+
+			if (q->fed == q->np + NDEC)
+				continue;
+			take = q->fed < q->np ? q->np - q->fed : 1;
+			if (take > q->chunk)
+				take = q->chunk;
+			if (take > left)
+				take = left;
+			ck_assert_int_eq(kv_seq_append(kv, q->seq, take), 0);
+			bs[ne].seq = q->seq;
+			bs[ne].pos = q->fed;
+			bs[ne].n_tokens = take;
+			bs[ne].logits = q->fed + take >= q->np;
+			memcpy(toks + nt, q->ids + q->fed,
+			    (size_t)take * sizeof(int32_t));
+			idx[ne++] = (k + steps) % NSEQ;
+			nt += take;
+			left -= take;
+		}
+		{
+			struct step_batch b = { toks, nt, bs, ne };
+
+			ck_assert_msg(be_step(r->be, &b, &lg, &nl, &e) == 0,
+			    "%s", e.msg);
+		}
+		for (k = 0; k < ne; k++) {
+			struct mseq *q = &s[idx[k]];
+
+			q->fed += bs[k].n_tokens;
+			if (!bs[k].logits)
+				continue;
+			ev = q->fed - q->np;
+			ck_assert_int_eq(ev, q->got);
+			ck_assert_msg(memcmp(lg, q->want + (size_t)ev *
+			    (size_t)r->n_vocab, (size_t)r->n_vocab *
+			    sizeof(float)) == 0, "%s: sequence %d event %d "
+			    "differs with others in its step (max diff %g)",
+			    file, idx[k], ev, max_abs_diff(lg, q->want +
+			    (size_t)ev * (size_t)r->n_vocab, r->n_vocab));
+			q->got++;
+			lg += r->n_vocab;
+			if (q->fed == q->np + NDEC)
+				live--;
+		}
+	}
+	for (i = 0; i < NSEQ; i++)
+		ck_assert_int_eq(s[i].got, NDEC + 1);
+}
+
+/*
+ * Each sequence alone (prompt in chunks of 32, then its decode ids one
+ * step each), then all four together in mixed steps of prefill chunks and
+ * decode tokens under a budget of 48 rows: every logits row bit-identical.
+ */
+START_TEST(test_batched_equals_alone)
+{
+	static const int plen[NSEQ] = { 150, 37, 90, 5 };
+	static const int chunk[NSEQ] = { 29, 13, 48, 7 };
+	struct be_params p = params(256, NSEQ);
+	struct model *m;
+	struct mseq s[NSEQ];
+	struct rig r;
+	size_t row;
+	int i, d, seq, cap;
+
+	load(&m, inv_models[_i]);
+	cap = m->hp.n_ctx_train - NDEC - 1;
+	p.kv_tokens = 1024;
+	rig_on(&r, m, "cuda", &p);
+	row = (size_t)r.n_vocab * sizeof(float);
+	for (i = 0; i < NSEQ; i++) {
+		memset(&s[i], 0, sizeof(s[i]));
+		s[i].np = plen[i] < cap ? plen[i] : cap;
+		s[i].chunk = chunk[i];
+		make_prompt(s[i].ids, s[i].np + NDEC, r.n_vocab,
+		    300u + (unsigned)i);
+		s[i].want = malloc((NDEC + 1) * row);
+		ck_assert_ptr_nonnull(s[i].want);
+		seq = kv_seq_new(be_kv(r.be));
+		feed(&r, seq, 0, s[i].ids, s[i].np, 32, s[i].want);
+		for (d = 0; d < NDEC; d++)
+			feed(&r, seq, s[i].np + d, &s[i].ids[s[i].np + d], 1,
+			    0, s[i].want + (size_t)(d + 1) * (size_t)r.n_vocab);
+		ck_assert_int_eq(kv_seq_free(be_kv(r.be), seq), 0);
+	}
+	be_close(r.be);
+
+	p.max_batch_tokens = 48;
+	rig_on(&r, m, "cuda", &p);
+	for (i = 0; i < NSEQ; i++) {
+		s[i].seq = kv_seq_new(be_kv(r.be));
+		ck_assert_int_ge(s[i].seq, 0);
+	}
+	run_mixed(&r, s, 48, inv_models[_i]);
+	for (i = 0; i < NSEQ; i++)
+		free(s[i].want);
+	be_close(r.be);
+	model_free(m);
+}
+END_TEST
+
+/* ---- buffers, registry, errors ----------------------------------------- */
+
+/* The KV buffer on the device: copies in and out at offsets. */
+START_TEST(test_kv_buffer_copies)
+{
+	struct be_params p = params(16, 1);
+	struct model *m;
+	struct rig r;
+	unsigned char in[1000], out[1000];
+	size_t size;
+	int i;
+
+	load(&m, "synth/synth-tiny-F16.gguf");
+	rig_on(&r, m, "cuda", &p);
+	size = kv_storage_bytes(be_kv(r.be));
+	ck_assert_uint_gt(size, 2 * sizeof(in));
+	for (i = 0; i < (int)sizeof(in); i++)
+		in[i] = (unsigned char)(i * 7 + 3);
+	ck_assert_int_eq(be_kv_read(r.be, size - sizeof(out), out,
+	    sizeof(out)), 0);
+	for (i = 0; i < (int)sizeof(out); i++)
+		ck_assert_int_eq(out[i], 0);	/* zeroed at allocation */
+	ck_assert_int_eq(be_kv_write(r.be, 333, in, sizeof(in)), 0);
+	memset(out, 0, sizeof(out));
+	ck_assert_int_eq(be_kv_read(r.be, 333, out, sizeof(out)), 0);
+	ck_assert_int_eq(memcmp(in, out, sizeof(in)), 0);
+	ck_assert_int_eq(be_kv_read(r.be, 332, out, 1), 0);
+	ck_assert_int_eq(out[0], 0);
+	ck_assert_int_eq(be_kv_read(r.be, size, out, 1), -EINVAL);
+	ck_assert_int_eq(be_kv_write(r.be, size - 1, in, 2), -EINVAL);
+	be_close(r.be);
+	model_free(m);
+}
+END_TEST
+
+/* "auto" picks CUDA when a device is usable. */
+START_TEST(test_auto_picks_cuda)
+{
+	const char *const *names = be_names();
+	struct be_params p = params(16, 1);
+	struct model *m;
+	struct rig r;
+
+	ck_assert_str_eq(names[0], "cuda");
+	ck_assert_str_eq(names[1], "cpu");
+	load(&m, "aidreams260K.gguf");
+	rig_on(&r, m, "auto", &p);
+	ck_assert_str_eq(be_name(r.be), "cuda");
+	be_close(r.be);
+	model_free(m);
+}
+END_TEST
+
+/*
+ * A KV cache twice the device's memory: a clear -ENOMEM naming the size,
+ * and the device still usable afterwards.
+ */
+START_TEST(test_oom_kv)
+{
+	struct be_params p = params(16, 1);
+	struct cuda_device_info info;
+	struct kv_params kp = { 0 };
+	struct cp_err e = { 0 };
+	struct backend *be = NULL;
+	struct model *m;
+	struct rig r;
+	uint64_t tokens;
+	int rc;
+
+	load(&m, "synth/synth-tiny-F16.gguf");
+	ck_assert_int_eq(cuda_probe_device(0, &info), 0);
+	kp.n_layer = m->hp.n_layer;
+	kp.kv_dim = m->hp.n_head_kv * m->hp.head_dim;
+	kp.type = CP_T_F16;
+	ck_assert_uint_gt(kv_token_bytes(&kp), 0);
+	tokens = 2 * info.total_mem / kv_token_bytes(&kp) + 1;
+	ck_assert_uint_lt(tokens, INT_MAX);
+	p.kv_tokens = (int)tokens;
+	rc = be_open("cuda", m, &p, &be, &e);
+	ck_assert_int_eq(rc, -ENOMEM);
+	ck_assert_ptr_null(be);
+	ck_assert_msg(strstr(e.msg, "KV cache") != NULL, "%s", e.msg);
+	ck_assert_msg(strstr(e.msg, "bytes") != NULL, "%s", e.msg);
+	p.kv_tokens = 0;
+	rig_on(&r, m, "cuda", &p);
+	be_close(r.be);
+	model_free(m);
+}
+END_TEST
+
+/* Without a device: "cuda" says so, "auto" falls back to the CPU. */
+START_TEST(test_nodev_fallback)
+{
+	const char *const *names = be_names();
+	struct be_params p = params(16, 1);
+	struct cp_err e = { 0 };
+	struct backend *be = NULL;
+	struct model *m;
+	struct rig r;
+
+	ck_assert_str_eq(names[0], "cuda");
+	ck_assert_str_eq(names[1], "cpu");
+	ck_assert_ptr_null(names[2]);
+	load(&m, "aidreams260K.gguf");
+	ck_assert_int_eq(be_open("cuda", m, &p, &be, &e), -ENODEV);
+	ck_assert_ptr_null(be);
+	ck_assert_msg(strstr(e.msg, "cuda backend: no usable device") != NULL,
+	    "%s", e.msg);
+	rig_on(&r, m, "auto", &p);
+	ck_assert_str_eq(be_name(r.be), "cpu");
+	be_close(r.be);
+	r.be = NULL;
+	memset(&e, 0, sizeof(e));
+	ck_assert_int_eq(be_open("nosuch", m, &p, &be, &e), -ENOENT);
+	model_free(m);
+}
+END_TEST
+
+Suite *
+cuda_backend_suite(void)
+{
+	Suite *s = suite_create("cuda_backend");
+	TCase *vs = tcase_create("vs_cpu");
+	TCase *inv = tcase_create("invariance");
+	TCase *misc = tcase_create("misc");
+
+	tcase_add_loop_test(vs, test_vs_cpu, 0,
+	    (int)(sizeof(vs_cases) / sizeof(vs_cases[0])));
+	tcase_add_loop_test(vs, test_kv_vs_cpu, 0, 2);
+	tcase_add_test(vs, test_kv_f32_vs_cpu);
+	tcase_add_loop_test(vs, test_aidreams_greedy, 0, 2);
+	tcase_set_timeout(vs, 120);
+	suite_add_tcase(s, vs);
+	tcase_add_loop_test(inv, test_chunked_equals_unchunked, 0,
+	    (int)(sizeof(inv_models) / sizeof(inv_models[0])));
+	tcase_add_loop_test(inv, test_batched_equals_alone, 0,
+	    (int)(sizeof(inv_models) / sizeof(inv_models[0])));
+	tcase_set_timeout(inv, 120);
+	suite_add_tcase(s, inv);
+	tcase_add_test(misc, test_kv_buffer_copies);
+	tcase_add_test(misc, test_auto_picks_cuda);
+	tcase_add_test(misc, test_oom_kv);
+	tcase_set_timeout(misc, 120);
+	suite_add_tcase(s, misc);
+	return s;
+}
+
+Suite *
+cuda_backend_nodev_suite(void)
+{
+	Suite *s = suite_create("cuda_backend_nodev");
+	TCase *tc = tcase_create("registry");
+
+	tcase_add_test(tc, test_nodev_fallback);
+	tcase_set_timeout(tc, 60);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+/*
+ * Count the usable devices in a child process, so this one never
+ * initializes CUDA; the reason for none goes to why.
+ */
+static int
+probe_in_child(char *why, size_t len)
+{
+	int fd[2], st, n = 0;
+	ssize_t got;
+	pid_t pid;
+	char buf[300];
+
+	snprintf(why, len, "probe failed");
+	if (pipe(fd) != 0)
+		return 0;
+	if ((pid = fork()) < 0) {
+		close(fd[0]);
+		close(fd[1]);
+		return 0;
+	}
+	if (pid == 0) {
+		char w[256] = "";
+		int c = cuda_probe_count(w, sizeof(w));
+
+		if (c > 0 && cuda_probe_selftest(0) != 0) {
+			c = 0;
+			snprintf(w, sizeof(w), "device 0 fails the self-test");
+		}
+		snprintf(buf, sizeof(buf), "%d %s", c, w);
+		if (write(fd[1], buf, strlen(buf) + 1) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	close(fd[1]);
+	got = read(fd[0], buf, sizeof(buf) - 1);
+	close(fd[0]);
+	(void)waitpid(pid, &st, 0);
+	if (got <= 0)
+		return 0;
+	buf[got] = '\0';
+	if (sscanf(buf, "%d", &n) != 1)
+		n = 0;
+	snprintf(why, len, "%s", strchr(buf, ' ') != NULL ?
+	    strchr(buf, ' ') + 1 : "");
+	return n;
+}
+
+int
+main(void)
+{
+	char why[256], *p = fx_path("aidreams260K.gguf");
+	SRunner *sr;
+	int n_dev, failed;
+
+	if (p == NULL) {
+		printf("check_cuda_backend: skipped, fixtures not found in "
+		    "%s\n", fx_dir());
+		return 77;
+	}
+	free(p);
+	n_dev = probe_in_child(why, sizeof(why));
+	sr = srunner_create(n_dev > 0 ? cuda_backend_suite() :
+	    cuda_backend_nodev_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	if (failed != 0)
+		return EXIT_FAILURE;
+	if (n_dev <= 0) {
+		printf("check_cuda_backend: GPU tests skipped, no usable CUDA "
+		    "device: %s\n", why);
+		return 77;
+	}
+	return EXIT_SUCCESS;
+}
