@@ -672,6 +672,7 @@ START_TEST(test_pause_resume)
 	worker_stats(t.w, &st);
 	tw_text(&t, 1, ref_prompt, &p);
 	tw_text(&t, 2, "Whispers of data", &p);
+	tw_text(&t, 3, "Pixels", &p);
 	/*
 	 * Without a take the worker blocks in ep_post() after EP_MAX_LAG
 	 * steps (a prefill and decodes: both requests mid-generation).  The
@@ -681,6 +682,7 @@ START_TEST(test_pause_resume)
 	 */
 	tw_wait_steps(&t, st.steps + EP_MAX_LAG);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_PAUSE, 1, 101), 0);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_PAUSE, 3, 103), 0);
 	ck_assert_uint_gt(tw_take(&t), 0);
 	n_before = recs[1].n_token_ev;
 	ck_assert_int_gt(n_before, 0);
@@ -693,10 +695,24 @@ START_TEST(test_pause_resume)
 	tw_quiet(&t, 50);
 	ck_assert_int_eq(recs[1].n_token_ev, n_before);
 	ck_assert(!recs[1].done);
-	/* Paused, it keeps its KV. */
+	ck_assert(!recs[3].done);
+	/* Paused, they keep their KV. */
+	worker_stats(t.w, &st);
+	ck_assert_int_eq(st.kv_seqs_live, 2);
+	ck_assert_int_eq(st.requests_live, 2);
+
+	/* A paused request that is cancelled ends with its DONE. */
+	n_before = recs[3].n_token_ev;
+	ck_assert_int_gt(n_before, 0);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 3, 103), 0);
+	tw_drain(&t, 3, 20000);
+	ck_assert_uint_eq(recs[3].type, EP_EV_DONE);
+	ck_assert_uint_eq(recs[3].finish, CP_FINISH_CANCELLED);
+	ck_assert_int_eq(recs[3].n_token_ev, n_before);
+	ck_assert_uint_eq(recs[3].n_gen, (uint32_t)n_before);
 	worker_stats(t.w, &st);
 	ck_assert_int_eq(st.kv_seqs_live, 1);
-	ck_assert_int_eq(st.requests_live, 1);
+	ck_assert(!recs[1].done);
 
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_RESUME, 1, 101), 0);
 	tw_drain(&t, -1, 20000);
