@@ -16,3 +16,7 @@ CPBENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/bench/*.c))
 PROGRAMS += $(BUILD)/bin/cpbench
 $(BUILD)/bin/cpbench: $(CPBENCH_OBJS) $(LINK_LIBS)
 	$(call link)
+
+# check_cpd drives build/bin/cpd through the static client library.
+$(BUILD)/tests/check_cpd: $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_cpd: override LDLIBS += $(LIBCPCLIENT_A)

@@ -1,0 +1,412 @@
+/*
+ * main.c - cpd: arguments, configuration, signals, and the order in which
+ * the daemon's parts start and stop.
+ *
+ *	configuration:	defaults < -c FILE < command-line flags, then checks
+ *	start:		model -> tokenizer -> engine port -> worker thread
+ *			-> server (socket, io loop) -> srv_run() until a signal
+ *	stop:		srv_free (every client torn down, socket unlinked)
+ *			-> SHUTDOWN to the worker -> join -> free in reverse
+ *
+ * Every configuration key is also a flag: --max-batch-tokens 256 sets
+ * max_batch_tokens, the same way and with the same checks as the file.
+ * cpd stays in the foreground and logs to stderr, as systemd expects.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <limits.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "engine_port.h"
+#include "gguf.h"
+#include "log.h"
+#include "model.h"
+#include "server.h"
+#include "tokenizer.h"
+#include "worker.h"
+
+#define CPD_VERSION "0.1.0"
+
+/* The running server, for the signal handler (srv_stop is async-signal-safe). */
+static struct server *volatile running_srv;
+
+static void
+usage(FILE *f)
+{
+	fputs("usage: cpd [-c FILE] [-m MODEL] [-t THREADS] [-s SOCKET] "
+	    "[-v] [--KEY VALUE ...]\n"
+	    "       cpd --check-config FILE\n"
+	    "       cpd --help | --version\n"
+	    "Every key of cpd.yaml(5) is also a flag: --max-batch-tokens 256, "
+	    "--backend cpu ...\n", f);
+}
+
+static void
+on_signal(int sig)
+{
+	(void)sig;
+	if (running_srv != NULL)
+		srv_stop(running_srv);
+}
+
+/* "--max-batch-tokens" -> "max_batch_tokens" in buf; false if too long. */
+static bool
+flag_to_key(const char *flag, char *buf, size_t size)
+{
+	size_t n = strlen(flag);
+
+	if (n >= size)
+		return false;
+	for (size_t i = 0; i <= n; i++)
+		buf[i] = flag[i] == '-' ? '_' : flag[i];
+	return true;
+}
+
+/* Short flags and the keys they set. */
+static const char *
+short_key(char c)
+{
+	switch (c) {
+	case 'm': return "model";
+	case 't': return "threads";
+	case 's': return "socket_path";
+	default: return NULL;
+	}
+}
+
+/*
+ * Build the configuration: defaults, then -c FILE, then the flags in
+ * order.  Returns 0, 1 for --help/--version/--check-config done (exit 0),
+ * or -1 after printing the error (exit 1), -2 for a usage error (exit 2).
+ */
+static int
+load_config(int argc, char **argv, struct cpd_config *c)
+{
+	struct cp_err e = { 0 };
+	const char *file = NULL, *check = NULL;
+	char key[64];
+	int i;
+
+	config_defaults(c);
+	/* First pass: the file, and the flags that end at once. */
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			usage(stdout);
+			return 1;
+		}
+		if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+			printf("cpd %s\n", CPD_VERSION);
+			return 1;
+		}
+		if (strcmp(a, "-v") == 0)
+			continue;
+		if (a[0] != '-' || i + 1 >= argc) {
+			fprintf(stderr, "cpd: %s: expected a flag and its "
+			    "value\n", a);
+			usage(stderr);
+			return -2;
+		}
+		if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0)
+			file = argv[i + 1];
+		else if (strcmp(a, "--check-config") == 0)
+			check = argv[i + 1];
+		i++;
+	}
+	if (check != NULL)
+		file = check;
+	if (file != NULL && config_load(file, c, &e) < 0) {
+		fprintf(stderr, "cpd: %s\n", e.msg);
+		return -1;
+	}
+	/* Second pass: every other flag, in order, over the file. */
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i], *k;
+
+		if (strcmp(a, "-v") == 0) {
+			if (config_set(c, "log_level", "debug", &e) < 0)
+				goto bad;
+			continue;
+		}
+		if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0 ||
+		    strcmp(a, "--check-config") == 0) {
+			i++;
+			continue;
+		}
+		if (a[1] != '-' && a[1] != '\0' && a[2] == '\0' &&
+		    (k = short_key(a[1])) != NULL) {
+			snprintf(key, sizeof(key), "%s", k);
+		} else if (a[1] != '-' || !flag_to_key(a + 2, key,
+		    sizeof(key)) || config_key_find(key) < 0) {
+			fprintf(stderr, "cpd: unknown flag %s\n", a);
+			usage(stderr);
+			return -2;
+		}
+		if (config_set(c, key, argv[i + 1], &e) < 0)
+			goto bad;
+		i++;
+	}
+	if (config_validate(c, &e) < 0)
+		goto bad;
+	if (check != NULL) {
+		printf("%s: configuration ok\n", check);
+		return 1;
+	}
+	return 0;
+bad:
+	fprintf(stderr, "cpd: %s\n", e.msg);
+	return -1;
+}
+
+/* A user or group given as a name or a number; -1 when unknown. */
+static long
+resolve_id(const char *name, bool group)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(name, &end, 10);
+	if (*name != '\0' && *end == '\0' && errno == 0 && v >= 0)
+		return v;
+	if (group) {
+		struct group *g = getgrnam(name);
+
+		return g != NULL ? (long)g->gr_gid : -1;
+	}
+	struct passwd *p = getpwnam(name);
+
+	return p != NULL ? (long)p->pw_uid : -1;
+}
+
+static int
+server_config(const struct cpd_config *c, const struct model *m,
+    const struct tokenizer *tok, const char *backend, int n_ctx,
+    struct srv_config *sc)
+{
+	struct gguf_str name;
+	uint64_t params = 0;
+	long id;
+
+	sc->socket_path = c->socket_path[0] != '\0' ? c->socket_path : NULL;
+	sc->socket_mode = c->socket_mode;
+	if (c->socket_group[0] != '\0') {
+		if ((id = resolve_id(c->socket_group, true)) < 0) {
+			log_warnx("socket_group: no group '%s'",
+			    c->socket_group);
+			return -EINVAL;
+		}
+		sc->socket_gid = id;
+	}
+	for (int i = 0; i < c->n_allowed_users; i++) {
+		if ((id = resolve_id(c->allowed_users[i], false)) < 0) {
+			log_warnx("allowed_users: no user '%s'",
+			    c->allowed_users[i]);
+			return -EINVAL;
+		}
+		sc->allow_uids[sc->n_allow_uids++] = (uid_t)id;
+	}
+	for (int i = 0; i < c->n_allowed_groups; i++) {
+		if ((id = resolve_id(c->allowed_groups[i], true)) < 0) {
+			log_warnx("allowed_groups: no group '%s'",
+			    c->allowed_groups[i]);
+			return -EINVAL;
+		}
+		sc->allow_gids[sc->n_allow_gids++] = (gid_t)id;
+	}
+	/* Our own uid may always connect, as cpd.yaml(5) says. */
+	if (sc->n_allow_uids + sc->n_allow_gids > 0 &&
+	    sc->n_allow_uids < SRV_MAX_ALLOW)
+		sc->allow_uids[sc->n_allow_uids++] = getuid();
+	sc->per_uid_max_clients = (uint32_t)c->per_uid_max_clients;
+	sc->per_uid_max_requests = (uint32_t)c->per_uid_max_requests;
+	sc->sq_entries = (uint32_t)c->sq_entries;
+	sc->cq_entries = (uint32_t)c->cq_entries;
+	sc->arena_bytes = (uint32_t)c->arena_size;
+	sc->stall_timeout_ms = c->client_stall_timeout_ms;
+
+	if (gguf_get_str(m->gf, "general.name", &name, NULL) == 0 &&
+	    name.len > 0)
+		snprintf(sc->model.name, sizeof(sc->model.name), "%.*s",
+		    (int)(name.len < 63 ? name.len : 63), name.ptr);
+	else {
+		const char *base = strrchr(c->model, '/');
+
+		snprintf(sc->model.name, sizeof(sc->model.name), "%.63s",
+		    base != NULL ? base + 1 : c->model);
+	}
+	snprintf(sc->model.arch, sizeof(sc->model.arch), "llama");
+	snprintf(sc->model.backend, sizeof(sc->model.backend), "%s",
+	    backend);
+	sc->model.n_ctx = (uint32_t)n_ctx;
+	sc->model.n_vocab = (uint32_t)m->hp.n_vocab;
+	sc->model.n_embd = (uint32_t)m->hp.n_embd;
+	sc->model.n_layer = (uint32_t)m->hp.n_layer;
+	sc->model.n_head = (uint32_t)m->hp.n_head;
+	sc->model.n_head_kv = (uint32_t)m->hp.n_head_kv;
+	sc->model.bos = tok_bos(tok);
+	sc->model.eos = tok_eos(tok);
+	for (size_t i = 0; i < gguf_n_tensors(m->gf); i++)
+		params += gguf_tensor_at(m->gf, i)->n_elems;
+	sc->model.n_params = params;
+	return 0;
+}
+
+/* Requests the worker keeps at once: every client's quota, within reason. */
+#define CPD_MAX_REQUESTS 16384
+
+/*
+ * KV pool when the configuration says auto: room for 8 full contexts, at
+ * most a quarter of physical memory and at most 2 GiB, at least one context.
+ */
+static int
+auto_kv_tokens(const struct model *m, int context)
+{
+	const struct model_hparams *hp = &m->hp;
+	int n_ctx = context > 0 && context < hp->n_ctx_train ? context :
+	    hp->n_ctx_train;
+	/* F16 K and V of every layer. */
+	uint64_t per_tok = (uint64_t)hp->n_layer * 2 *
+	    (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * 2;
+	uint64_t cap = 2ull << 30, want = (uint64_t)n_ctx * 8;
+	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+
+	if (pages > 0 && psize > 0 && (uint64_t)pages * (uint64_t)psize / 4 <
+	    cap)
+		cap = (uint64_t)pages * (uint64_t)psize / 4;
+	if (want * per_tok > cap)
+		want = cap / per_tok;
+	if (want < (uint64_t)n_ctx)
+		want = (uint64_t)n_ctx;
+	return want > INT_MAX ? INT_MAX : (int)want;
+}
+
+static const char *
+backend_name(int b)
+{
+	switch (b) {
+	case CONFIG_BACKEND_CPU: return "cpu";
+	case CONFIG_BACKEND_CUDA: return "cuda";
+	default: return "auto";
+	}
+}
+
+int
+main(int argc, char **argv)
+{
+	struct cpd_config cfg;
+	struct cp_err e = { 0 };
+	struct model *m = NULL;
+	struct tokenizer *tok = NULL;
+	struct engine_port *port = NULL;
+	struct worker *w = NULL;
+	struct worker_params wp;
+	struct worker_stats ws;
+	struct server *srv = NULL;
+	struct srv_config sc;
+	struct sigaction sa;
+	int rc, status = 1;
+	bool started = false;
+
+	if ((rc = load_config(argc, argv, &cfg)) != 0)
+		return rc == 1 ? 0 : rc == -2 ? 2 : 1;
+	log_init(cfg.log_level, -1);
+	if (cfg.model[0] == '\0') {
+		log_warnx("no model: give -m MODEL.gguf or 'model:' in the "
+		    "configuration file");
+		return 1;
+	}
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, NULL);
+
+	log_info("loading %s", cfg.model);
+	if (model_load(cfg.model, &m, &e) < 0 ||
+	    tok_load(m->gf, &tok, &e) < 0) {
+		log_warnx("%s", e.msg);
+		goto out;
+	}
+
+	memset(&wp, 0, sizeof(wp));
+	wp.model = m;
+	wp.tok = tok;
+	wp.backend = backend_name(cfg.backend);
+	wp.be.n_threads = cfg.threads;
+	wp.be.max_batch_tokens = cfg.max_batch_tokens;
+	wp.be.max_seqs = cfg.max_seqs;
+	wp.be.n_ctx = cfg.context;
+	if (cfg.kv_cache_tokens > INT_MAX) {
+		log_warnx("kv_cache: %llu tokens is too many",
+		    (unsigned long long)cfg.kv_cache_tokens);
+		goto out;
+	}
+	wp.be.kv_tokens = (int)cfg.kv_cache_tokens;
+	wp.be.kv_mib = (cfg.kv_cache_bytes + (1u << 20) - 1) >> 20;
+	if (wp.be.kv_tokens == 0 && wp.be.kv_mib == 0)
+		wp.be.kv_tokens = auto_kv_tokens(m, cfg.context);
+	wp.max_prefill_chunk = cfg.max_prefill_chunk;
+	srv_config_defaults(&sc);
+	wp.max_clients = (int)sc.max_clients;
+	wp.max_requests = sc.max_clients * sc.max_reqs > CPD_MAX_REQUESTS ?
+	    CPD_MAX_REQUESTS : (int)(sc.max_clients * sc.max_reqs);
+	if ((port = ep_new()) == NULL) {
+		log_warn("engine port");
+		goto out;
+	}
+	if (worker_new(&wp, port, &w, &e) < 0) {
+		log_warnx("%s", e.msg);
+		goto out;
+	}
+	worker_stats(w, &ws);
+	if (server_config(&cfg, m, tok, be_name(worker_backend(w)), ws.n_ctx,
+	    &sc) < 0)
+		goto out;
+	if ((rc = worker_start(w)) < 0) {
+		errno = -rc;
+		log_warn("engine thread");
+		goto out;
+	}
+	started = true;
+	if (srv_new(&sc, port, &srv) < 0)
+		goto out;	/* srv_new() logged why */
+
+	running_srv = srv;
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+
+	log_info("serving %s (%s backend, %d threads, context %d, "
+	    "%d KV blocks of %d tokens) on %s", sc.model.name,
+	    be_name(worker_backend(w)), be_params(worker_backend(w))->n_threads,
+	    ws.n_ctx, ws.kv_blocks_total, ws.kv_block_tokens, srv_path(srv));
+	if ((rc = srv_run(srv)) < 0) {
+		errno = -rc;
+		log_warn("io loop");
+	} else {
+		status = 0;
+		log_info("shutting down");
+	}
+out:
+	running_srv = NULL;
+	srv_free(srv);
+	if (started) {
+		ep_push_simple(port, EP_CMD_SHUTDOWN, 0, 0);
+		worker_join(w);
+	}
+	worker_free(w);
+	ep_free(port);
+	tok_free(tok);
+	model_free(m);
+	return status;
+}

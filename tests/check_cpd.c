@@ -1,0 +1,310 @@
+/*
+ * check_cpd.c - the cpd program end to end: start build/bin/cpd on a real
+ * model, talk to it through libcpclient, stop it with a signal.
+ *
+ * Golden values are llama.cpp's (../shared/models/REFERENCE.md): greedy
+ * "Once upon a time" on aidreams260K.gguf, 64 tokens.
+ */
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpclient.h"
+#include "lib/fixtures.h"
+
+extern char **environ;
+
+static const int ref_ids[64] = {
+	446, 280, 432, 458, 375, 431, 422, 314, 280, 323, 290, 431, 448, 429,
+	465, 438, 340, 431, 338, 353, 341, 431, 327, 446, 262, 429, 453, 435,
+	285, 361, 437, 431, 440, 437, 445, 430, 275, 280, 302, 450, 405, 403,
+	399, 306, 339, 290, 264, 309, 361, 441, 267, 395, 448, 429, 465, 438,
+	340, 431, 338, 353, 341, 325, 266, 386,
+};
+static const char ref_text[] = ", pixels unfolding like petals. "
+    "Classifications unfold, a kaleidoscope of probability revealing hidden "
+    "patterns. Classification whispers sec";
+
+static char cpd_bin[512];
+static char sock[512];
+static char *model;
+
+static void
+paths(void)
+{
+	const char *build = getenv("BUILD");
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(cpd_bin, sizeof(cpd_bin), "%s/bin/cpd",
+	    build != NULL ? build : "build");
+	snprintf(sock, sizeof(sock), "%s/cpd-test-%d.sock",
+	    tmp != NULL ? tmp : "/tmp", (int)getpid());
+}
+
+/* Runs cpd with args (NULL-terminated, after argv[0]); returns its pid. */
+static pid_t
+spawn_cpd(const char *const *args, int quiet)
+{
+	const char *argv[32];
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int n = 0;
+
+	argv[n++] = cpd_bin;
+	while (*args != NULL && n < 31)
+		argv[n++] = *args++;
+	argv[n] = NULL;
+	posix_spawn_file_actions_init(&fa);
+	if (quiet)
+		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", 1, 0);
+	ck_assert_int_eq(posix_spawn(&pid, cpd_bin, &fa, NULL,
+	    (char *const *)argv, environ), 0);
+	posix_spawn_file_actions_destroy(&fa);
+	return pid;
+}
+
+static int
+wait_exit(pid_t pid)
+{
+	int st;
+
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert(WIFEXITED(st));
+	return WEXITSTATUS(st);
+}
+
+/* Connects, retrying while the daemon loads; the daemon must be up in 20 s. */
+static struct cp_client *
+connect_retry(void)
+{
+	struct cp_connect_opts o;
+	struct cp_client *c = NULL;
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+	cp_connect_opts_init(&o);
+	o.socket_path = sock;
+	for (int i = 0; i < 400; i++) {
+		if (cp_connect(&o, &c) == 0)
+			return c;
+		nanosleep(&ts, NULL);
+	}
+	ck_abort_msg("cpd did not come up on %s", sock);
+	return NULL;
+}
+
+static pid_t
+start_daemon(void)
+{
+	const char *args[] = { "-m", model, "-s", sock, "--threads", "1",
+	    "--max-batch-tokens", "32", NULL };
+
+	return spawn_cpd(args, 1);
+}
+
+static void
+stop_daemon(pid_t pid)
+{
+	struct stat sb;
+
+	ck_assert_int_eq(kill(pid, SIGTERM), 0);
+	ck_assert_int_eq(wait_exit(pid), 0);
+	/* A clean stop removes the socket. */
+	ck_assert_int_eq(stat(sock, &sb), -1);
+}
+
+START_TEST(test_greedy_reference)
+{
+	pid_t pid = start_daemon();
+	struct cp_client *c = connect_retry();
+	struct cp_model_info mi;
+	struct cp_params p;
+	struct cp_event ev;
+	char text[1024] = "";
+	size_t tl = 0;
+	int id, n = 0, r;
+
+	ck_assert_int_eq(cp_model_info(c, &mi), 0);
+	ck_assert_str_eq(mi.arch, "llama");
+	ck_assert_uint_eq(mi.n_vocab, 512);
+	ck_assert_uint_eq(mi.n_layer, 4);
+	ck_assert_uint_eq(mi.n_ctx, 128);
+	cp_params_init(&p);
+	p.temperature = 0;
+	p.max_tokens = 64;
+	id = cp_submit(c, "Once upon a time", 16, &p);
+	ck_assert_int_gt(id, 0);
+	while ((r = cp_next_event(c, &ev, 20000)) == 0) {
+		ck_assert_int_eq(ev.req_id, id);
+		if (ev.type == CP_EVENT_TOKEN) {
+			if (ev.token >= 0) {
+				ck_assert_int_lt(n, 64);
+				ck_assert_int_eq(ev.token, ref_ids[n]);
+				n++;
+			}
+			ck_assert_uint_lt(tl + ev.text_len, sizeof(text));
+			memcpy(text + tl, ev.text, ev.text_len);
+			tl += ev.text_len;
+			continue;
+		}
+		ck_assert_int_eq(ev.type, CP_EVENT_DONE);
+		ck_assert_int_eq(ev.finish, CP_DONE_LENGTH);
+		ck_assert_uint_eq(ev.n_prompt, 13);
+		ck_assert_uint_eq(ev.n_gen, 64);
+		memcpy(text + tl, ev.text, ev.text_len);
+		tl += ev.text_len;
+		break;
+	}
+	ck_assert_int_eq(r, 0);
+	ck_assert_int_eq(n, 64);
+	text[tl] = '\0';
+	ck_assert_str_eq(text, ref_text);
+	cp_close(c);
+	stop_daemon(pid);
+}
+END_TEST
+
+/* Three clients at once each get exactly the reference stream. */
+START_TEST(test_clients_share_model)
+{
+	pid_t pid = start_daemon();
+	struct cp_client *c[3];
+	struct cp_params p;
+	struct cp_event ev;
+	int id[3], n[3] = { 0 }, done = 0;
+
+	cp_params_init(&p);
+	p.temperature = 0;
+	p.max_tokens = 64;
+	for (int i = 0; i < 3; i++) {
+		c[i] = connect_retry();
+		id[i] = cp_submit(c[i], "Once upon a time", 16, &p);
+		ck_assert_int_gt(id[i], 0);
+	}
+	while (done < 3) {
+		for (int i = 0; i < 3; i++) {
+			if (n[i] < 0)
+				continue;
+			int r = cp_next_event(c[i], &ev, 20);
+
+			if (r == -ETIMEDOUT)
+				continue;
+			ck_assert_int_eq(r, 0);
+			ck_assert_int_eq(ev.req_id, id[i]);
+			if (ev.type == CP_EVENT_TOKEN && ev.token >= 0) {
+				ck_assert_int_eq(ev.token, ref_ids[n[i]]);
+				n[i]++;
+			} else if (ev.type != CP_EVENT_TOKEN) {
+				ck_assert_int_eq(ev.type, CP_EVENT_DONE);
+				ck_assert_int_eq(n[i], 64);
+				n[i] = -1;
+				done++;
+			}
+		}
+	}
+	for (int i = 0; i < 3; i++)
+		cp_close(c[i]);
+	stop_daemon(pid);
+}
+END_TEST
+
+START_TEST(test_check_config)
+{
+	char bad[600];
+	const char *ok_args[] = { "--check-config", NULL, NULL };
+	FILE *f;
+
+	snprintf(bad, sizeof(bad), "%s.yaml", sock);
+	f = fopen(bad, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("max_batch_tokens: 512\nthreads: many\n", f);
+	fclose(f);
+	ok_args[1] = bad;
+	ck_assert_int_eq(wait_exit(spawn_cpd(ok_args, 1)), 1);
+	f = fopen(bad, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("max_batch_tokens: 256\nmax_prefill_chunk: 128\n", f);
+	fclose(f);
+	ck_assert_int_eq(wait_exit(spawn_cpd(ok_args, 1)), 0);
+	unlink(bad);
+}
+END_TEST
+
+START_TEST(test_bad_invocations)
+{
+	const char *unknown[] = { "--no-such-flag", "1", NULL };
+	const char *range[] = { "--max-batch-tokens", "0", "-m", model, NULL };
+	const char *nomodel[] = { "-s", sock, NULL };
+	const char *missing[] = { "-m", "/nonexistent/model.gguf", "-s", sock,
+	    NULL };
+
+	ck_assert_int_eq(wait_exit(spawn_cpd(unknown, 1)), 2);
+	ck_assert_int_eq(wait_exit(spawn_cpd(range, 1)), 1);
+	ck_assert_int_eq(wait_exit(spawn_cpd(nomodel, 1)), 1);
+	ck_assert_int_eq(wait_exit(spawn_cpd(missing, 1)), 1);
+}
+END_TEST
+
+/* A second daemon on a live socket refuses to start; the first keeps serving. */
+START_TEST(test_socket_in_use)
+{
+	pid_t pid = start_daemon();
+	struct cp_client *c = connect_retry();
+	const char *args[] = { "-m", model, "-s", sock, NULL };
+	struct cp_model_info mi;
+
+	ck_assert_int_eq(wait_exit(spawn_cpd(args, 1)), 1);
+	ck_assert_int_eq(cp_model_info(c, &mi), 0);
+	cp_close(c);
+	c = connect_retry();
+	cp_close(c);
+	stop_daemon(pid);
+}
+END_TEST
+
+static Suite *
+cpd_suite(void)
+{
+	Suite *s = suite_create("cpd");
+	TCase *tc = tcase_create("program");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_greedy_reference);
+	tcase_add_test(tc, test_clients_share_model);
+	tcase_add_test(tc, test_check_config);
+	tcase_add_test(tc, test_bad_invocations);
+	tcase_add_test(tc, test_socket_in_use);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	SRunner *sr;
+	int nfail;
+
+	paths();
+	if (access(cpd_bin, X_OK) != 0) {
+		printf("check_cpd: skipped, %s is not built\n", cpd_bin);
+		return 77;
+	}
+	if ((model = fx_path("aidreams260K.gguf")) == NULL) {
+		printf("check_cpd: skipped, fixture aidreams260K.gguf not "
+		    "found in %s\n", fx_dir());
+		return 77;
+	}
+	sr = srunner_create(cpd_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	nfail = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	free(model);
+	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
