@@ -265,6 +265,7 @@ struct cp_wire_model {
 	int32_t bos;		/* -1 when none */
 	int32_t eos;		/* -1 when none */
 	uint64_t n_params;
+	char chat_template[32];	/* detected format's name (chat.h), "" = unknown */
 	uint32_t reserved[4];
 };
 
@@ -371,11 +372,13 @@ _Static_assert(sizeof(struct cp_msg_hdr) == 8, "cp_msg_hdr size");
 _Static_assert(sizeof(struct cp_hello) == 40, "cp_hello size");
 _Static_assert(offsetof(struct cp_hello, sq_entries) == 8, "hello.sq_entries");
 _Static_assert(offsetof(struct cp_hello, flags) == 20, "hello.flags");
-_Static_assert(sizeof(struct cp_wire_model) == 168, "cp_wire_model size");
+_Static_assert(sizeof(struct cp_wire_model) == 200, "cp_wire_model size");
 _Static_assert(offsetof(struct cp_wire_model, n_ctx) == 112, "model.n_ctx");
 _Static_assert(offsetof(struct cp_wire_model, n_params) == 144,
     "model.n_params");
-_Static_assert(sizeof(struct cp_welcome) == 232, "cp_welcome size");
+_Static_assert(offsetof(struct cp_wire_model, chat_template) == 152,
+    "model.chat_template");
+_Static_assert(sizeof(struct cp_welcome) == 264, "cp_welcome size");
 _Static_assert(offsetof(struct cp_welcome, status) == 8, "welcome.status");
 _Static_assert(offsetof(struct cp_welcome, seg_bytes) == 20,
     "welcome.seg_bytes");

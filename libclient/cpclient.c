@@ -419,6 +419,8 @@ cp_connect(const struct cp_connect_opts *o, struct cp_client **out)
 	c->info.bos = w.model.bos;
 	c->info.eos = w.model.eos;
 	c->info.n_params = w.model.n_params;
+	copy_str(c->info.chat_template, w.model.chat_template,
+	    sizeof(c->info.chat_template));
 	c->info.max_prompt_bytes = w.max_prompt_bytes;
 	c->info.max_requests = w.max_reqs;
 	*out = c;

@@ -121,6 +121,7 @@ struct cp_model_info {
 	int32_t bos;		/* -1 when none */
 	int32_t eos;
 	uint64_t n_params;
+	char chat_template[32];	/* chat format's name ("chatml", "llama3"...), "" = unknown */
 	uint32_t max_prompt_bytes;	/* longest prompt this client may send */
 	uint32_t max_requests;		/* requests in flight at once */
 };
