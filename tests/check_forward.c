@@ -504,6 +504,18 @@ static const char *const invariance_models[] = {
 	"synth/synth-tiny-Q4_0.gguf",
 };
 
+/* Models whose chunked prefill is checked too (the GQA ones, K-quants). */
+static const char *const chunk_models[] = {
+	"aidreams260K.gguf",
+	"stories260K-plctlab.gguf",
+	"synth/synth-tiny-F16.gguf",
+	"synth/synth-tiny-Q4_0.gguf",
+	"synth/synth-tiny-Q6_K.gguf",
+	"synth/synth-gqa-F16.gguf",
+	"synth/synth-gqa-Q8_0.gguf",
+	"synth/synth-gqa-Q4_K_M.gguf",
+};
+
 /* Prefill in chunks of 1, 7, 16, 64 gives the logits of one step. */
 START_TEST(test_chunked_equals_unchunked)
 {
@@ -515,7 +527,7 @@ START_TEST(test_chunked_equals_unchunked)
 	size_t nb;
 	int c;
 
-	rig_open(&r, invariance_models[_i], &p);
+	rig_open(&r, chunk_models[_i], &p);
 	nb = 4 * (size_t)r.n_vocab * sizeof(float);
 	lg0 = malloc(nb);
 	lg = malloc(nb);
@@ -526,12 +538,63 @@ START_TEST(test_chunked_equals_unchunked)
 		memset(lg, 0, nb);
 		greedy(&r, prompt, 100, chunks[c], 4, ids, lg);
 		ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: chunks of %d "
-		    "change the logits", invariance_models[_i], chunks[c]);
+		    "change the logits", chunk_models[_i], chunks[c]);
 		assert_ids(ids, ids0, 4);
 	}
 	free(lg);
 	free(lg0);
 	rig_close(&r);
+}
+END_TEST
+
+/*
+ * The 609-token prompt of synth/REFERENCE.json (llama.cpp's ids) through
+ * chunks of 1, 7, 16 and 64: the logits after the prompt and of two decode
+ * steps are those of the prompt in one step.
+ */
+START_TEST(test_chunked_long609)
+{
+	static const char *const files[] = { "synth-gqa-F16.gguf",
+	    "synth-gqa-Q4_K_M.gguf" };
+	static const int chunks[] = { 1, 7, 16, 64 };
+	struct be_params p = params(2, 640, 1);
+	const struct json *res = NULL, *f;
+	struct json *ref = load_reference();
+	int32_t prompt[640], ids0[3], ids[3];
+	char rel[128];
+	float *lg0, *lg;
+	struct rig r;
+	size_t nb;
+	int np = 0;
+
+	f = json_get(json_get(ref, "files"), files[_i]);
+	ck_assert_ptr_nonnull(f);
+	f = json_get(f, "results");
+	for (size_t i = 0; f != NULL && i < f->n; i++)
+		if (strcmp(json_get(json_at(f, i), "prompt")->str,
+		    "long609") == 0)
+			res = json_at(f, i);
+	ck_assert_ptr_nonnull(res);
+	np = json_ids(json_get(res, "prompt_ids"), prompt, 640);
+	ck_assert_int_eq(np, 609);
+	snprintf(rel, sizeof(rel), "synth/%s", files[_i]);
+	rig_open(&r, rel, &p);
+	nb = 3 * (size_t)r.n_vocab * sizeof(float);
+	lg0 = malloc(nb);
+	lg = malloc(nb);
+	ck_assert(lg0 != NULL && lg != NULL);
+	greedy(&r, prompt, np, 0, 3, ids0, lg0);
+	for (int c = 0; c < 4; c++) {
+		memset(lg, 0, nb);
+		greedy(&r, prompt, np, chunks[c], 3, ids, lg);
+		ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: chunks of %d "
+		    "change the logits", files[_i], chunks[c]);
+		assert_ids(ids, ids0, 3);
+	}
+	free(lg);
+	free(lg0);
+	rig_close(&r);
+	json_free(ref);
 }
 END_TEST
 
@@ -1455,7 +1518,9 @@ forward_suite(void)
 	    (int)(sizeof(synth_cases) / sizeof(synth_cases[0])));
 	tcase_set_timeout(ref, 120);
 	suite_add_tcase(s, ref);
-	tcase_add_loop_test(inv, test_chunked_equals_unchunked, 0, n_inv);
+	tcase_add_loop_test(inv, test_chunked_equals_unchunked, 0,
+	    (int)(sizeof(chunk_models) / sizeof(chunk_models[0])));
+	tcase_add_loop_test(inv, test_chunked_long609, 0, 2);
 	tcase_add_loop_test(inv, test_threads_blocks_invariant, 0, n_inv);
 	tcase_add_loop_test(inv, test_batched_equals_alone, 0, n_inv);
 	tcase_set_timeout(inv, 120);
