@@ -64,7 +64,7 @@ detect_inst(const struct tmpl *t)
 {
 	if (has(t, "[SYSTEM_PROMPT]"))
 		return CHAT_MISTRAL_V7;
-	/* Official v1 quotes the system message after " [INST] "; v3 has tools. */
+	/* Official v1 quotes the system message after " [INST] "; v3: tools. */
 	if (has(t, "' [INST] ' + system_message") ||
 	    has(t, "[AVAILABLE_TOOLS]")) {
 		if (has(t, " [INST]"))
@@ -304,7 +304,7 @@ chat_format(enum chat_kind kind, const char *system, size_t system_len,
 		put_str(&o, "<|endoftext|>\n<|assistant|>\n");
 		break;
 	case CHAT_GEMMA:
-		/* No system turn: a non-empty trimmed system text leads the user's. */
+		/* No system turn: a non-empty trimmed system text leads. */
 		put_str(&o, "<start_of_turn>user\n");
 		if (sys != NULL && trim(s).len > 0) {
 			put_msg(&o, trim(s));
@@ -315,7 +315,8 @@ chat_format(enum chat_kind kind, const char *system, size_t system_len,
 		break;
 	case CHAT_LLAMA3:
 		if (sys != NULL) {
-			put_str(&o, "<|start_header_id|>system<|end_header_id|>\n\n");
+			put_str(&o, "<|start_header_id|>system"
+			    "<|end_header_id|>\n\n");
 			put_msg(&o, trim(s));
 			put_str(&o, "<|eot_id|>");
 		}

@@ -27,7 +27,8 @@
  *	zephyr		<|system|>\nS<|endoftext|>\n<|user|>\nU<|endoftext|>\n
  *			<|assistant|>\n
  *	gemma		<start_of_turn>user\ntrim(S)\n\ntrim(U)<end_of_turn>\n
- *			<start_of_turn>model\n	(no "\n\n" part when trim(S) is "")
+ *			<start_of_turn>model\n
+ *			(without "trim(S)\n\n" when trim(S) is "")
  *	llama3		<|start_header_id|>system<|end_header_id|>\n\ntrim(S)
  *			<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n
  *			trim(U)<|eot_id|><|start_header_id|>assistant
@@ -73,7 +74,7 @@ enum chat_kind {
  */
 enum chat_kind chat_detect(const char *text, size_t len);
 
-/* The format's name ("chatml", "llama3", ...), static; "" for CHAT_UNKNOWN or out of range. */
+/* The format's name ("chatml"...), static; "" for CHAT_UNKNOWN and bad kinds. */
 const char *chat_name(enum chat_kind kind);
 
 /* The format called name (NUL-terminated; NULL accepted), or CHAT_UNKNOWN. */

@@ -852,16 +852,17 @@ START_TEST(test_detect_edges)
 	ck_assert_int_eq(chat_detect("chatml", 5), CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_detect(chatml_nul, sizeof(chatml_nul) - 1),
 	    CHAT_CHATML);
-	/* Names are exact; llama.cpp's names of formats missing here are unknown. */
+	/* Names are exact; names of formats missing here are unknown. */
 	ck_assert_int_eq(chat_detect("phi3", 4), CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_detect("glmedge", 7), CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_detect("llama3 ", 7), CHAT_UNKNOWN);
-	/* Any text starting "mistral" is Mistral's first format, as in llama.cpp. */
+	/* Text starting "mistral": Mistral's first format, as in llama.cpp. */
 	ck_assert_int_eq(chat_detect("mistral-instruct", 16), CHAT_MISTRAL);
-	/* Order: ChatML is tested first, so a ChatML text quoting [INST] stays ChatML. */
+	/* ChatML is tested first: a ChatML text quoting [INST] stays ChatML. */
 	ck_assert_int_eq(chat_detect("<|im_start|>[INST]<start_of_turn>", 33),
 	    CHAT_CHATML);
-	ck_assert_int_eq(chat_detect("<|im_start|><|im_sep|>", 22), CHAT_UNKNOWN);
+	ck_assert_int_eq(chat_detect("<|im_start|><|im_sep|>", 22),
+	    CHAT_UNKNOWN);
 	/* Llama 3 markers lose to earlier formats missing here (vicuna). */
 	ck_assert_int_eq(chat_detect("<|start_header_id|><|end_header_id|>"
 	    "USER: ASSISTANT: ", 53), CHAT_UNKNOWN);
