@@ -5,8 +5,9 @@
  * so every value comes out bit-identical to ggml's dequantize_row_*().
  * Quantization covers what cpd writes or feeds to the dot kernels: F32, F16,
  * BF16, the Q8_0 and Q4_0 weight formats (ggml's reference rounding, as
- * llama-quantize uses) and the activation formats Q8_0, Q8_1 and Q8_K
- * (quant_row_act(): rounded as ggml's x86 CPU backend rounds activations).
+ * llama-quantize uses), the other weight formats through quantize_k.c, and
+ * the activation formats Q8_0, Q8_1 and Q8_K (quant_row_act(): rounded as
+ * ggml's x86 CPU backend rounds activations).
  */
 #include "quant.h"
 
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "cpu_features.h"
+#include "quantize_k.h"
 #include "ttype.h"
 
 _Static_assert(sizeof(struct blk_q4_0) == 18, "q4_0 block");
@@ -672,8 +674,16 @@ static q_fn *const q_table[CP_T_COUNT] = {
 	[CP_T_F16] = q_f16,
 	[CP_T_BF16] = q_bf16,
 	[CP_T_Q4_0] = q_q4_0,
+	[CP_T_Q4_1] = quantize_k_q4_1,
+	[CP_T_Q5_0] = quantize_k_q5_0,
+	[CP_T_Q5_1] = quantize_k_q5_1,
 	[CP_T_Q8_0] = q_q8_0,
 	[CP_T_Q8_1] = q_q8_1,
+	[CP_T_Q2_K] = quantize_k_q2_K,
+	[CP_T_Q3_K] = quantize_k_q3_K,
+	[CP_T_Q4_K] = quantize_k_q4_K,
+	[CP_T_Q5_K] = quantize_k_q5_K,
+	[CP_T_Q6_K] = quantize_k_q6_K,
 	[CP_T_Q8_K] = q_q8_K,
 };
 
