@@ -87,7 +87,27 @@ static const struct {
 	{ "bf16", CP_T_BF16, 32 },
 	{ "q8_0", CP_T_Q8_0, 7 },
 	{ "q4_0", CP_T_Q4_0, 2 },
+	{ "q4_1", CP_T_Q4_1, 3 },
+	{ "q5_0", CP_T_Q5_0, 8 },
+	{ "q5_1", CP_T_Q5_1, 9 },
+	/* K-quants: every matrix one type, so the _S file types. */
+	{ "q2_k", CP_T_Q2_K, 10 },
+	{ "q3_k", CP_T_Q3_K, 11 },
+	{ "q4_k", CP_T_Q4_K, 14 },
+	{ "q5_k", CP_T_Q5_K, 16 },
+	{ "q6_k", CP_T_Q6_K, 18 },
 };
+
+/* The --type name of type t (t is in synth_types[]). */
+static const char *
+synth_type_name(uint32_t t)
+{
+	for (size_t i = 0; i < sizeof(synth_types) / sizeof(synth_types[0]);
+	    i++)
+		if (synth_types[i].type == t)
+			return synth_types[i].name;
+	return "f32";
+}
 
 static uint64_t
 splitmix64(uint64_t *x)
@@ -314,9 +334,12 @@ synth_usage(void)
 	    "--kv-heads N --ff N\n"
 	    "           --vocab N --ctx N [--rope-base F] [--rms-eps F] "
 	    "[--tied]\n"
-	    "           [--type f32|f16|bf16|q8_0|q4_0] [--vocab-from GGUF] "
-	    "[--seed N]\n"
-	    "           [--std F] [--name NAME]\n", stderr);
+	    "           [--type TYPE] [--vocab-from GGUF] [--seed N] "
+	    "[--std F] [--name NAME]\n"
+	    "       TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 (--embd, --ff "
+	    "multiples of 32)\n"
+	    "             q2_k q3_k q4_k q5_k q6_k (multiples of 256)\n",
+	    stderr);
 	return 2;
 }
 
@@ -427,7 +450,8 @@ synth_parse(int argc, char **argv, struct synth_opts *o)
 					break;
 			if (i == sizeof(synth_types) / sizeof(synth_types[0])) {
 				fprintf(stderr, "cpmodel synth: --type '%s': "
-				    "expected f32, f16, bf16, q8_0 or q4_0\n",
+				    "expected f32, f16, bf16, q8_0, q4_0, q4_1, "
+				    "q5_0, q5_1, q2_k, q3_k, q4_k, q5_k or q6_k\n",
 				    optarg);
 				return -EINVAL;
 			}
@@ -496,9 +520,10 @@ synth_check(const struct synth_opts *o)
 		return -EINVAL;
 	}
 	if (o->embd % ti->block != 0 || o->ff % ti->block != 0) {
-		fprintf(stderr, "cpmodel synth: --embd %" PRIu32 " and --ff %"
-		    PRIu32 " must be multiples of %" PRIu32 ", the %s block "
-		    "size\n", o->embd, o->ff, ti->block, ti->name);
+		fprintf(stderr, "cpmodel synth: --type '%s': --embd %" PRIu32
+		    " and --ff %" PRIu32 " must be multiples of %" PRIu32
+		    ", the %s block size\n", synth_type_name(o->type), o->embd,
+		    o->ff, ti->block, ti->name);
 		return -EINVAL;
 	}
 	return 0;
