@@ -1,0 +1,955 @@
+/*
+ * check_synth_types.c - the weight quantizers of every GGUF type cpd writes
+ * (Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) and models written by `cpmodel synth` in
+ * each type, run through the engine.
+ *
+ * Golden values: llama-quantize's synth/synth-tiny-<T>.gguf, made from the
+ * F32 master synth-tiny-F32.gguf.  quant_row() on the master's rows must
+ * give no more than 1.1x the RMS error llama.cpp's file has, tensor by
+ * tensor, and (as it does today) the file's bytes.  On random data every
+ * value must come back within one quantization step of its block.  The
+ * engine test writes a model of each type with cpmodel ($CPMODEL, else
+ * $BUILD/bin/cpmodel, else build/bin/cpmodel), checks its weights against
+ * the F32 file of the same seed, then runs it against an F32 copy of its own
+ * dequantized weights, with the tolerances of synth/README.md for a
+ * "dequantize, multiply in F32" engine.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lib/fixtures.h"
+#include "backend.h"
+#include "gguf.h"
+#include "gguf_write.h"
+#include "kvcache.h"
+#include "model.h"
+#include "quant.h"
+#include "ttype.h"
+
+extern char **environ;
+
+/*
+ * Inside long loops: Check records every passing ck_assert (a write to its
+ * pipe), so loops test by hand and only call Check on a failure.
+ */
+#define EXPECT(cond, ...) do {						\
+	if (!(cond))							\
+		ck_abort_msg(__VA_ARGS__);				\
+} while (0)
+
+/* Ends run()'s argument list (a null pointer of the type va_arg reads). */
+#define END ((char *)NULL)
+
+static char cpmodel[1024];
+
+/* The types quantize_k.c writes. */
+static const uint32_t qtypes[] = {
+	CP_T_Q4_1, CP_T_Q5_0, CP_T_Q5_1, CP_T_Q2_K, CP_T_Q3_K, CP_T_Q4_K,
+	CP_T_Q5_K, CP_T_Q6_K,
+};
+#define N_QTYPES (sizeof(qtypes) / sizeof(qtypes[0]))
+
+/* ---- error bounds ----------------------------------------------------- */
+
+/*
+ * Largest error of one value of a K-quant, as a fraction of the largest
+ * magnitude in its 256-value super-block: one step of the format's grid
+ * spanning that magnitude (2 amax over 2^bits - 1 levels with a min,
+ * amax over 2^(bits - 1) symmetric), with 25% room for the fitted (not
+ * min/max) scales and their 4-8 bit quantization.
+ */
+static double
+k_step(uint32_t t)
+{
+	switch (t) {
+	case CP_T_Q2_K: return 2.0 / 3 * 1.25;
+	case CP_T_Q3_K: return 1.0 / 4 * 1.25;
+	case CP_T_Q4_K: return 2.0 / 15 * 1.25;
+	case CP_T_Q5_K: return 2.0 / 31 * 1.25;
+	case CP_T_Q6_K: return 1.0 / 32 * 1.25;
+	default: return -1;
+	}
+}
+
+/*
+ * Largest error of value x[j] of a 32-value block x of a legacy type:
+ * Q4_1 / Q5_1 round to nearest on nmax steps over [min, max]; Q5_0 has
+ * steps of amax / 16 and clamps the end opposite the largest magnitude a
+ * whole step.  Plus the f16 rounding of d (times up to nmax levels) and m.
+ */
+static double
+legacy_bound(uint32_t t, const float *x)
+{
+	double lo = x[0], hi = x[0], amax = 0;
+	int nmax = t == CP_T_Q4_1 ? 15 : 31;
+
+	for (int j = 0; j < 32; j++) {
+		lo = fmin(lo, x[j]);
+		hi = fmax(hi, x[j]);
+		amax = fmax(amax, fabs(x[j]));
+	}
+	if (t == CP_T_Q5_0)
+		return amax / 16 + amax * ldexp(1, -10);
+	return (hi - lo) / nmax * 0.5 + (fabs(lo) + hi - lo) * ldexp(1, -10);
+}
+
+/*
+ * Largest relative RMS error (error RMS over the data's RMS) on N(0, s^2)
+ * data: N(0, 1) blocks of 32 have amax near 2.1, of 16 near 1.8, and a
+ * uniform quantizer with step D has error RMS D / sqrt(12).  The bounds
+ * are those step estimates with 50% room.
+ */
+static double
+gauss_rms_bound(uint32_t t)
+{
+	switch (t) {
+	case CP_T_F16: return ldexp(1, -11);
+	case CP_T_BF16: return ldexp(1, -8);
+	case CP_T_Q8_0: return 2.1 / 127 / sqrt(12) * 1.5;
+	case CP_T_Q4_0: return 2.1 / 8 / sqrt(12) * 1.5;
+	case CP_T_Q4_1: case CP_T_Q4_K: return 2.1 * 2 / 15 / sqrt(12) * 1.5;
+	case CP_T_Q5_0: return 2.1 / 16 / sqrt(12) * 1.5;
+	case CP_T_Q5_1: case CP_T_Q5_K: return 2.1 * 2 / 31 / sqrt(12) * 1.5;
+	case CP_T_Q6_K: return 1.8 / 32 / sqrt(12) * 1.5;
+	case CP_T_Q3_K: return 1.8 / 4 / sqrt(12) * 1.5;
+	case CP_T_Q2_K: return 1.8 * 2 / 3 / sqrt(12) * 1.5;
+	default: return -1;
+	}
+}
+
+/* ---- random data ------------------------------------------------------ */
+
+struct rng {
+	uint64_t s;
+};
+
+/* splitmix64: 64 random bits. */
+static uint64_t
+rng_u64(struct rng *r)
+{
+	uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in (0, 1). */
+static double
+rng_unit(struct rng *r)
+{
+	return ((double)(rng_u64(r) >> 11) + 0.5) * 0x1.0p-53;
+}
+
+/* Standard normal (Box-Muller, one of the pair). */
+static double
+rng_normal(struct rng *r)
+{
+	double u = rng_unit(r), v = rng_unit(r);
+
+	return sqrt(-2 * log(u)) * cos(2 * M_PI * v);
+}
+
+#define N_RAND 4096		/* values per random row: 16 super-blocks */
+#define N_PATTERNS 9
+
+/* Random row of pattern p (0: N(0, 1), the others shapes that stress fits). */
+static void
+fill_pattern(int p, float *x, int n, uint64_t seed)
+{
+	struct rng r = { seed * 1000 + (uint64_t)p };
+	double sub = 1;
+
+	for (int j = 0; j < n; j++) {
+		double g = rng_normal(&r);
+
+		switch (p) {
+		case 0:		/* N(0, 1) */
+			x[j] = (float)g;
+			break;
+		case 1:		/* uniform in [-1, 1) */
+			x[j] = (float)(2 * rng_unit(&r) - 1);
+			break;
+		case 2:		/* all positive, offset well away from 0 */
+			x[j] = (float)(3 + 0.3 * g);
+			break;
+		case 3:		/* all negative */
+			x[j] = (float)(-0.5 - fabs(g));
+			break;
+		case 4:		/* 1% outliers twenty times the rest */
+			x[j] = (float)(rng_unit(&r) < 0.01 ? 20 * g : g);
+			break;
+		case 5:		/* per 16 values a magnitude in 1e-3..1e3 */
+			if (j % 16 == 0)
+				sub = pow(10, -3 + 6 * rng_unit(&r));
+			x[j] = (float)(sub * g);
+			break;
+		case 6:		/* 90% zeros */
+			x[j] = rng_unit(&r) < 0.9 ? 0.0f : (float)g;
+			break;
+		case 7:		/* per 32 values a constant, every 4th 0 */
+			if (j % 32 == 0)
+				sub = j % 128 == 0 ? 0 : 2 * g;
+			x[j] = (float)sub;
+			break;
+		default:	/* +amax and -amax in every sub-block */
+			x[j] = (float)(j % 16 == 0 ? 4 : j % 16 == 1 ? -4 : g);
+			break;
+		}
+	}
+}
+
+/* Per-element bounds on every pattern; zeros stay exactly zero. */
+START_TEST(test_random_bounds)
+{
+	uint32_t t = qtypes[_i];
+	int bs = (int)ttype_info(t)->block;
+	static float x[N_RAND], y[N_RAND];
+	static uint8_t q[N_RAND * 2];
+	double worst = 0;
+
+	ck_assert(quant_can_quant(t));
+	for (int p = 0; p < N_PATTERNS; p++) {
+		fill_pattern(p, x, N_RAND, 1);
+		memset(y, 0xff, sizeof(y));
+		ck_assert_int_eq(quant_row(t, x, q, N_RAND), 0);
+		ck_assert_int_eq(dequant_row(t, q, y, N_RAND), 0);
+		for (int b = 0; b < N_RAND; b += bs) {
+			double amax = 0, bound;
+
+			for (int j = b; j < b + bs; j++)
+				amax = fmax(amax, fabs(x[j]));
+			for (int j = b; j < b + bs; j++) {
+				double e = fabs((double)y[j] - x[j]);
+
+				bound = bs == 32 ? legacy_bound(t, x + b) :
+				    k_step(t) * amax;
+				EXPECT(e <= bound, "%s pattern %d element %d: "
+				    "%.9g -> %.9g, error above %.4g",
+				    ttype_name(t), p, j, x[j], y[j], bound);
+				if (amax > 0 && e / amax > worst)
+					worst = e / amax;
+				if (amax == 0)
+					EXPECT(y[j] == 0.0f, "%s pattern %d "
+					    "element %d: zero block decodes "
+					    "to %g", ttype_name(t), p, j, y[j]);
+			}
+		}
+	}
+	fprintf(stderr, "%s: worst error / block amax on random data %.4g\n",
+	    ttype_name(t), worst);
+}
+END_TEST
+
+/* Relative RMS error on N(0, 1) data; values on the grid kept exactly. */
+START_TEST(test_random_rms)
+{
+	uint32_t t = qtypes[_i];
+	static float x[N_RAND], y[N_RAND];
+	static uint8_t q[N_RAND * 2];
+	double se = 0, ss = 0, rel;
+
+	for (uint64_t seed = 1; seed <= 4; seed++) {
+		fill_pattern(0, x, N_RAND, seed);
+		ck_assert_int_eq(quant_row(t, x, q, N_RAND), 0);
+		ck_assert_int_eq(dequant_row(t, q, y, N_RAND), 0);
+		for (int j = 0; j < N_RAND; j++) {
+			se += ((double)y[j] - x[j]) * ((double)y[j] - x[j]);
+			ss += (double)x[j] * x[j];
+		}
+	}
+	rel = sqrt(se / ss);
+	fprintf(stderr, "%s: relative RMS error on N(0, 1) %.4g (bound %.4g)\n",
+	    ttype_name(t), rel, gauss_rms_bound(t));
+	ck_assert_double_le(rel, gauss_rms_bound(t));
+
+	/*
+	 * Values on the format's grid, with scales exact in f16, come back
+	 * exactly: every level of Q4_1 (d 0.5, m -3) and Q5_1 (d 0.25, m -4);
+	 * Q5_0 with max -2 (d 1/8); Q3_K and Q6_K with -4 / -32 in every
+	 * sub-block (scale 1, super-block d -1/32 and -1/128).  The affine
+	 * K-quants' d = max scale / 63 or / 15 is not exact in f16.
+	 */
+	for (int j = 0; j < 256; j++) {
+		switch (t) {
+		case CP_T_Q4_1: x[j] = 0.5f * (float)(j % 16) - 3; break;
+		case CP_T_Q5_1: x[j] = 0.25f * (float)(j % 32) - 4; break;
+		case CP_T_Q5_0: x[j] = 0.125f * (float)(j % 32 - 16); break;
+		case CP_T_Q3_K: x[j] = (float)(j % 8 - 4); break;
+		case CP_T_Q6_K:
+			x[j] = j % 16 == 0 ? -32 : (float)(j * 7 % 64 - 32);
+			break;
+		default: return;
+		}
+	}
+	ck_assert_int_eq(quant_row(t, x, q, 256), 0);
+	ck_assert_int_eq(dequant_row(t, q, y, 256), 0);
+	for (int j = 0; j < 256; j++)
+		ck_assert_msg(y[j] == x[j], "%s grid element %d: %g -> %g",
+		    ttype_name(t), j, x[j], y[j]);
+}
+END_TEST
+
+/*
+ * Hostile values never trap (the sanitizer build checks the conversions),
+ * finite rows come back finite, and bad lengths are refused.
+ */
+START_TEST(test_random_hostile)
+{
+	uint32_t t = qtypes[_i];
+	int bs = (int)ttype_info(t)->block;
+	static float x[512], y[512];
+	static uint8_t q[1024];
+	static const float odd[] = {
+		NAN, INFINITY, -INFINITY, 3e38f, -3e38f, 1e-38f, 1e-45f, -0.0f,
+		65504.0f, 70000.0f,
+	};
+
+	for (int k = 0; k < 64; k++) {
+		for (int j = 0; j < 512; j++)
+			x[j] = (float)((j * 7 + k) % 11) - 5.0f;
+		for (int j = k % 5; j < 512; j += 37 + k)
+			x[j] = odd[(j + k) % (sizeof(odd) / sizeof(odd[0]))];
+		ck_assert_int_eq(quant_row(t, x, q, 512), 0);
+		ck_assert_int_eq(dequant_row(t, q, y, 512), 0);
+	}
+	/* tiny and large finite magnitudes, one per row */
+	for (int k = -40; k <= 4; k += 4) {
+		for (int j = 0; j < 512; j++)
+			x[j] = (float)(ldexp(1, k) * ((j % 9) - 4.5));
+		ck_assert_int_eq(quant_row(t, x, q, 512), 0);
+		ck_assert_int_eq(dequant_row(t, q, y, 512), 0);
+		for (int j = 0; j < 512; j++)
+			ck_assert_msg(isfinite(y[j]), "%s 2^%d row element "
+			    "%d: %g", ttype_name(t), k, j, y[j]);
+	}
+	ck_assert_int_eq(quant_row(t, x, q, (size_t)bs / 2), -EINVAL);
+	ck_assert_int_eq(quant_row(t, x, q, (size_t)bs + 16), -EINVAL);
+	ck_assert_int_eq(quant_row(t, x, q, 0), 0);
+}
+END_TEST
+
+/* ---- the synth-tiny fixtures ------------------------------------------ */
+
+/* The llama-quantize files holding the types of qtypes[] between them. */
+static const char *fixture_files[] = {
+	"Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
+};
+#define N_FIXTURES (sizeof(fixture_files) / sizeof(fixture_files[0]))
+
+static struct gguf_file *
+open_ok(const char *path)
+{
+	struct gguf_file *f = NULL;
+	struct cp_err e = { 0 };
+
+	ck_assert_msg(gguf_open(path, &f, &e) == 0, "%s", e.msg);
+	return f;
+}
+
+static struct gguf_file *
+open_fixture(const char *variant)
+{
+	char rel[64];
+	char *path;
+	struct gguf_file *f;
+
+	snprintf(rel, sizeof(rel), "synth/synth-tiny-%s.gguf", variant);
+	path = fx_path(rel);
+	ck_assert_msg(path != NULL, "%s missing under %s", rel, fx_dir());
+	f = open_ok(path);
+	free(path);
+	return f;
+}
+
+static bool
+is_qtype(uint32_t t)
+{
+	for (size_t i = 0; i < N_QTYPES; i++)
+		if (qtypes[i] == t)
+			return true;
+	return false;
+}
+
+/* Tensor name as a C string in buf (GGUF_MAX_NAME_LEN + 1 bytes). */
+static const char *
+tensor_name(const struct gguf_tensor *t, char *buf)
+{
+	ck_assert_uint_le(t->name.len, GGUF_MAX_NAME_LEN);
+	memcpy(buf, t->name.ptr, t->name.len);
+	buf[t->name.len] = '\0';
+	return buf;
+}
+
+/*
+ * One fixture file against the master: for each tensor of a type in
+ * qtypes[], the RMS error of quant_row() (decoded) and of llama-quantize's
+ * bytes against the master, and the rows whose bytes differ.  Returns the
+ * number of tensors compared.
+ */
+static int
+compare_fixture(const char *variant, bool bytes)
+{
+	struct gguf_file *fm = open_fixture("F32"), *fq = open_fixture(variant);
+	int n = 0;
+
+	for (size_t i = 0; i < gguf_n_tensors(fq); i++) {
+		const struct gguf_tensor *tq = gguf_tensor_at(fq, i), *tm;
+		char name[GGUF_MAX_NAME_LEN + 1];
+		uint64_t row = tq->ne[0], rows, rb, diff_rows = 0;
+		double se_ours = 0, se_theirs = 0, ratio;
+		float *ours, *theirs;
+		uint8_t *q;
+
+		if (!is_qtype(tq->type))
+			continue;
+		tm = gguf_find_tensor(fm, tensor_name(tq, name));
+		ck_assert_msg(tm != NULL, "%s: no %s in the master", variant,
+		    name);
+		ck_assert_uint_eq(tm->type, CP_T_F32);
+		ck_assert_uint_eq(tm->n_elems, tq->n_elems);
+		ck_assert_uint_eq(tm->ne[0], row);
+		ck_assert_int_eq(ttype_nbytes(tq->type, row, &rb), 0);
+		rows = tq->n_elems / row;
+		ck_assert_uint_eq(rb * rows, tq->nbytes);
+		ours = malloc(row * sizeof(float));
+		theirs = malloc(row * sizeof(float));
+		q = malloc(rb);
+		ck_assert(ours != NULL && theirs != NULL && q != NULL);
+		for (uint64_t r = 0; r < rows; r++) {
+			const float *m = (const float *)tm->data + r * row;
+			const uint8_t *file = (const uint8_t *)tq->data +
+			    r * rb;
+
+			EXPECT(quant_row(tq->type, m, q, row) == 0,
+			    "quant_row");
+			EXPECT(dequant_row(tq->type, q, ours, row) == 0,
+			    "dequant");
+			EXPECT(dequant_row(tq->type, file, theirs, row) == 0,
+			    "dequant");
+			for (uint64_t j = 0; j < row; j++) {
+				double a = (double)ours[j] - m[j];
+				double b = (double)theirs[j] - m[j];
+
+				se_ours += a * a;
+				se_theirs += b * b;
+			}
+			if (memcmp(q, file, rb) != 0)
+				diff_rows++;
+		}
+		ratio = sqrt(se_ours / se_theirs);
+		if (bytes)
+			ck_assert_msg(diff_rows == 0, "%s %s (%s): %llu of "
+			    "%llu rows differ from llama-quantize's bytes",
+			    variant, name, ttype_name(tq->type),
+			    (unsigned long long)diff_rows,
+			    (unsigned long long)rows);
+		else
+			ck_assert_msg(ratio <= 1.1, "%s %s (%s): RMS error "
+			    "%.4g x llama-quantize's", variant, name,
+			    ttype_name(tq->type), ratio);
+		free(q);
+		free(theirs);
+		free(ours);
+		n++;
+	}
+	gguf_close(fq);
+	gguf_close(fm);
+	return n;
+}
+
+/* RMS error per tensor no worse than 1.1x llama-quantize's. */
+START_TEST(test_fixture_error)
+{
+	ck_assert_int_gt(compare_fixture(fixture_files[_i], false), 0);
+}
+END_TEST
+
+/* The same bytes as llama-quantize (same method, same float operations). */
+START_TEST(test_fixture_bytes)
+{
+	ck_assert_int_gt(compare_fixture(fixture_files[_i], true), 0);
+}
+END_TEST
+
+/* Between them the files hold every type of qtypes[]. */
+START_TEST(test_fixture_types_covered)
+{
+	bool seen[CP_T_COUNT] = { false };
+
+	for (size_t v = 0; v < N_FIXTURES; v++) {
+		struct gguf_file *f = open_fixture(fixture_files[v]);
+
+		for (size_t i = 0; i < gguf_n_tensors(f); i++)
+			if (gguf_tensor_at(f, i)->type < CP_T_COUNT)
+				seen[gguf_tensor_at(f, i)->type] = true;
+		gguf_close(f);
+	}
+	for (size_t i = 0; i < N_QTYPES; i++)
+		ck_assert_msg(seen[qtypes[i]], "no %s tensor in the fixtures",
+		    ttype_name(qtypes[i]));
+}
+END_TEST
+
+/* ---- cpmodel synth models through the engine -------------------------- */
+
+static const char *
+tmp_dir(void)
+{
+	const char *t = getenv("TMPDIR");
+
+	if (t != NULL && t[0] != '\0')
+		return t;
+	mkdir("build", 0755);
+	mkdir("build/tmp", 0755);
+	return "build/tmp";
+}
+
+static void
+tmp_path(char *buf, size_t size, const char *name)
+{
+	snprintf(buf, size, "%s/check_synth_types-%ld-%s", tmp_dir(),
+	    (long)getpid(), name);
+}
+
+/*
+ * Run cpmodel with the NULL-terminated arguments, stdout and stderr into
+ * out (a path, or NULL for /dev/null); returns the exit status.
+ */
+static int
+run(const char *out, ...)
+{
+	char *argv[64];
+	posix_spawn_file_actions_t fa;
+	va_list ap;
+	pid_t pid;
+	int n = 0, st;
+
+	argv[n++] = cpmodel;
+	va_start(ap, out);
+	while (n < 63 && (argv[n] = va_arg(ap, char *)) != NULL)
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, out != NULL ? out :
+	    "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	ck_assert_int_eq(posix_spawn(&pid, cpmodel, &fa, NULL, argv, environ),
+	    0);
+	posix_spawn_file_actions_destroy(&fa);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st), "cpmodel died (signal %d)",
+	    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	return WEXITSTATUS(st);
+}
+
+/*
+ * The model: 2 layers, embd 256 (4 heads of 64, 2 KV heads), ff 512, so
+ * every row is a multiple of the 256-value K-quant super-block; std 0.1 as
+ * the synth-tiny fixtures, whose tolerances apply.
+ */
+#define M_ARGS "--layers", "2", "--embd", "256", "--heads", "4", \
+	"--kv-heads", "2", "--ff", "512", "--ctx", "128", "--vocab", "320", \
+	"--std", "0.1", "--seed", "11"
+#define M_VOCAB 320
+#define N_PROMPT 24
+#define N_GEN 16
+
+struct engine_case {
+	const char *name;	/* --type */
+	uint32_t type;
+	uint32_t file_type;	/* llama.cpp's enum llama_ftype */
+	double tol;		/* logprob tolerance (synth/README.md) */
+};
+
+/*
+ * Tolerances: synth/README.md's measurements of a "dequantize, multiply in
+ * F32" engine against llama.cpp (B), which rounds the activations to the
+ * weight's type before each product as this engine does: 2e-2 for F16,
+ * 0.1 for BF16, 0.35 for the quantized types.
+ */
+static const struct engine_case engine_cases[] = {
+	{ "f16", CP_T_F16, 1, 2e-2 },
+	{ "bf16", CP_T_BF16, 32, 0.1 },
+	{ "q8_0", CP_T_Q8_0, 7, 0.35 },
+	{ "q4_0", CP_T_Q4_0, 2, 0.35 },
+	{ "q4_1", CP_T_Q4_1, 3, 0.35 },
+	{ "q5_0", CP_T_Q5_0, 8, 0.35 },
+	{ "q5_1", CP_T_Q5_1, 9, 0.35 },
+	{ "q2_k", CP_T_Q2_K, 10, 0.35 },
+	{ "q3_k", CP_T_Q3_K, 11, 0.35 },
+	{ "q4_k", CP_T_Q4_K, 14, 0.35 },
+	{ "q5_k", CP_T_Q5_K, 16, 0.35 },
+	{ "q6_k", CP_T_Q6_K, 18, 0.35 },
+};
+#define N_ENGINE (sizeof(engine_cases) / sizeof(engine_cases[0]))
+
+/* Tensor t dequantized (malloc'd). */
+static float *
+floats(const struct gguf_tensor *t)
+{
+	float *v = malloc(t->n_elems * sizeof(float));
+
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(dequant_row(t->type, t->data, v, t->n_elems), 0);
+	return v;
+}
+
+/*
+ * The file written in type c->type against the F32 file of the same seed:
+ * every matrix in that type, norms F32, the file type key, and each
+ * matrix's values within the type's error (per 32 or 256 values, and RMS).
+ */
+static void
+check_weights(const struct engine_case *c, const char *pq, const char *pf)
+{
+	struct gguf_file *fq = open_ok(pq), *ff = open_ok(pf);
+	const struct gguf_kv *kv = gguf_find_kv(fq, "general.file_type");
+
+	ck_assert_ptr_nonnull(kv);
+	ck_assert_uint_eq(kv->val.v.u64, c->file_type);
+	ck_assert_uint_eq(gguf_n_tensors(fq), gguf_n_tensors(ff));
+	for (size_t i = 0; i < gguf_n_tensors(fq); i++) {
+		const struct gguf_tensor *tq = gguf_tensor_at(fq, i), *tf;
+		char name[GGUF_MAX_NAME_LEN + 1];
+		float *x, *y;
+		double se = 0, ss = 0;
+		int bs = c->type == CP_T_F16 || c->type == CP_T_BF16 ? 32 :
+		    (int)ttype_info(c->type)->block;
+
+		tf = gguf_find_tensor(ff, tensor_name(tq, name));
+		ck_assert_ptr_nonnull(tf);
+		ck_assert_uint_eq(tf->n_elems, tq->n_elems);
+		if (tq->n_dims == 1) {
+			ck_assert_msg(tq->type == CP_T_F32, "%s: %s", name,
+			    ttype_name(tq->type));
+			continue;
+		}
+		ck_assert_msg(tq->type == c->type, "%s: %s, want %s", name,
+		    ttype_name(tq->type), ttype_name(c->type));
+		x = floats(tf);
+		y = floats(tq);
+		for (uint64_t b = 0; b < tq->n_elems; b += (uint64_t)bs) {
+			double amax = 0, bound;
+
+			for (int j = 0; j < bs; j++)
+				amax = fmax(amax, fabs(x[b + j]));
+			for (int j = 0; j < bs; j++) {
+				double e = fabs((double)y[b + j] - x[b + j]);
+
+				switch (c->type) {
+				case CP_T_F16:
+					bound = amax * ldexp(1, -11);
+					break;
+				case CP_T_BF16:
+					bound = amax * ldexp(1, -8);
+					break;
+				case CP_T_Q8_0:
+					bound = amax / 127 * (0.5 + 127 *
+					    ldexp(1, -11));
+					break;
+				case CP_T_Q4_0:
+					bound = amax / 8 *
+					    (1 + 8 * ldexp(1, -10));
+					break;
+				default:
+					bound = bs == 32 ? legacy_bound(c->type,
+					    x + b) : k_step(c->type) * amax;
+					break;
+				}
+				EXPECT(e <= bound, "%s %s element %llu: %.9g "
+				    "vs %.9g (bound %.3g)", c->name, name,
+				    (unsigned long long)(b + (uint64_t)j),
+				    y[b + j], x[b + j], bound);
+				se += e * e;
+				ss += (double)x[b + j] * x[b + j];
+			}
+		}
+		ck_assert_msg(sqrt(se / ss) <= gauss_rms_bound(c->type),
+		    "%s %s: relative RMS error %.4g > %.4g", c->name, name,
+		    sqrt(se / ss), gauss_rms_bound(c->type));
+		free(y);
+		free(x);
+	}
+	gguf_close(ff);
+	gguf_close(fq);
+}
+
+/*
+ * An F32 copy of the GGUF at src at dst: every key (file type 0, no
+ * quantization version), every tensor dequantized.
+ */
+static void
+write_f32_copy(const char *src, const char *dst)
+{
+	struct gguf_file *f = open_ok(src);
+	struct gguf_writer *w = gguf_writer_new();
+	size_t nt = gguf_n_tensors(f);
+	float **data = calloc(nt, sizeof(*data));
+	struct cp_err e = { 0 };
+
+	ck_assert(w != NULL && data != NULL);
+	for (size_t i = 0; i < gguf_n_kv(f); i++) {
+		const struct gguf_kv *kv = gguf_kv_at(f, i);
+
+		if (gguf_str_eq(kv->key, "general.quantization_version"))
+			continue;
+		ck_assert_int_eq(gguf_writer_copy_kv(w, kv), 0);
+	}
+	ck_assert_int_eq(gguf_writer_set_u32(w, "general.file_type", 0), 0);
+	for (size_t i = 0; i < nt; i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(f, i);
+		char name[GGUF_MAX_NAME_LEN + 1];
+
+		data[i] = floats(t);
+		ck_assert_int_eq(gguf_writer_add_tensor(w, tensor_name(t, name),
+		    CP_T_F32, t->n_dims, t->ne, data[i]), 0);
+	}
+	ck_assert_msg(gguf_writer_write(w, dst, &e) == 0, "%s", e.msg);
+	gguf_writer_free(w);
+	for (size_t i = 0; i < nt; i++)
+		free(data[i]);
+	free(data);
+	gguf_close(f);
+}
+
+struct rig {
+	struct model *m;
+	struct backend *be;
+	int seq;
+};
+
+static void
+rig_open(struct rig *r, const char *path)
+{
+	struct be_params p = { 0 };
+	struct cp_err e = { 0 };
+
+	p.n_threads = 1;
+	memset(r, 0, sizeof(*r));
+	ck_assert_msg(model_load(path, &r->m, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(r->m->hp.n_vocab, M_VOCAB);
+	ck_assert_msg(be_open("cpu", r->m, &p, &r->be, &e) == 0, "%s", e.msg);
+	r->seq = kv_seq_new(be_kv(r->be));
+	ck_assert_int_ge(r->seq, 0);
+}
+
+static void
+rig_close(struct rig *r)
+{
+	be_close(r->be);
+	model_free(r->m);
+}
+
+/* Feed ids[0..n) at pos in one step; the last row's logits into out. */
+static void
+feed(struct rig *r, int pos, const int32_t *ids, int n, float *out)
+{
+	struct cp_err e = { 0 };
+	struct batch_seq bs = { r->seq, pos, n, true };
+	struct step_batch b = { ids, n, &bs, 1 };
+	const float *lg = NULL;
+	int nl = 0;
+
+	ck_assert_int_eq(kv_seq_append(be_kv(r->be), r->seq, n), 0);
+	ck_assert_msg(be_step(r->be, &b, &lg, &nl, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(nl, 1);
+	memcpy(out, lg, M_VOCAB * sizeof(float));
+}
+
+static int
+argmax(const float *v, int n)
+{
+	int best = 0;
+
+	for (int i = 1; i < n; i++)
+		if (v[i] > v[best])
+			best = i;
+	return best;
+}
+
+/* log-softmax of v[0..n) into lp, in double. */
+static void
+logsoftmax(const float *v, int n, double *lp)
+{
+	double mx = v[argmax(v, n)], sum = 0;
+
+	for (int i = 0; i < n; i++)
+		sum += exp((double)v[i] - mx);
+	for (int i = 0; i < n; i++)
+		lp[i] = (double)v[i] - mx - log(sum);
+}
+
+/* The k best ids of lp (k <= 16), best first. */
+static void
+top_k(const double *lp, int n, int k, int *ids)
+{
+	for (int a = 0; a < k; a++) {
+		int best = -1;
+
+		for (int i = 0; i < n; i++) {
+			bool taken = false;
+
+			for (int b = 0; b < a; b++)
+				taken |= ids[b] == i;
+			if (!taken && (best < 0 || lp[i] > lp[best]))
+				best = i;
+		}
+		ids[a] = best;
+	}
+}
+
+/*
+ * A synth model of the case's type against the F32 copy of its own
+ * dequantized weights.  The F32 copy runs greedy from the prompt; the
+ * model is teacher-forced on those ids.  After the prompt its logprobs of
+ * the copy's top 10 are within tol; at every step the copy's top1 is
+ * within tol of the model's best, and the top1 and top2 logprobs within
+ * tol of the copy's (synth/README.md, "Greedy check for synth-tiny").
+ */
+START_TEST(test_engine)
+{
+	const struct engine_case *c = &engine_cases[_i];
+	char pq[512], pf[512], pd[512], log[512];
+	int32_t prompt[N_PROMPT], gen[N_GEN];
+	static float ref[N_GEN][M_VOCAB], got[N_GEN][M_VOCAB];
+	double lr[M_VOCAB], lq[M_VOCAB], worst = 0;
+	int top[10];
+	struct rig r;
+
+	tmp_path(pq, sizeof(pq), "q.gguf");
+	tmp_path(pf, sizeof(pf), "f32.gguf");
+	tmp_path(pd, sizeof(pd), "deq.gguf");
+	tmp_path(log, sizeof(log), "log");
+	ck_assert_msg(run(log, "synth", "-o", pq, M_ARGS, "--type", c->name,
+	    END) == 0, "cpmodel synth --type %s failed (see %s)", c->name, log);
+	ck_assert_int_eq(run(log, "synth", "-o", pf, M_ARGS, END), 0);
+	check_weights(c, pq, pf);
+	write_f32_copy(pq, pd);
+
+	prompt[0] = 1;
+	for (int i = 1; i < N_PROMPT; i++)
+		prompt[i] = 3 + (37 * i + 11) % (M_VOCAB - 3);
+	rig_open(&r, pd);
+	feed(&r, 0, prompt, N_PROMPT, ref[0]);
+	for (int i = 0; i < N_GEN; i++) {
+		gen[i] = argmax(ref[i], M_VOCAB);
+		if (i + 1 < N_GEN)
+			feed(&r, N_PROMPT + i, &gen[i], 1, ref[i + 1]);
+	}
+	rig_close(&r);
+	rig_open(&r, pq);
+	feed(&r, 0, prompt, N_PROMPT, got[0]);
+	for (int i = 1; i < N_GEN; i++)
+		feed(&r, N_PROMPT + i - 1, &gen[i - 1], 1, got[i]);
+	rig_close(&r);
+
+	logsoftmax(ref[0], M_VOCAB, lr);
+	logsoftmax(got[0], M_VOCAB, lq);
+	top_k(lr, M_VOCAB, 10, top);
+	for (int k = 0; k < 10; k++) {
+		double d = fabs(lq[top[k]] - lr[top[k]]);
+
+		ck_assert_msg(d <= c->tol, "%s: top-10 token %d logprob %g vs "
+		    "%g, tolerance %g", c->name, top[k], lq[top[k]],
+		    lr[top[k]], c->tol);
+	}
+	for (int i = 0; i < N_GEN; i++) {
+		double gap, e1, e2;
+
+		logsoftmax(ref[i], M_VOCAB, lr);
+		logsoftmax(got[i], M_VOCAB, lq);
+		top_k(lr, M_VOCAB, 2, top);
+		ck_assert_int_eq(top[0], gen[i]);
+		gap = lq[argmax(got[i], M_VOCAB)] - lq[top[0]];
+		e1 = fabs(lq[top[0]] - lr[top[0]]);
+		e2 = fabs(lq[top[1]] - lr[top[1]]);
+		ck_assert_msg(gap <= c->tol && e1 <= c->tol && e2 <= c->tol,
+		    "%s step %d: gap %g, top1 error %g, top2 error %g, "
+		    "tolerance %g", c->name, i, gap, e1, e2, c->tol);
+		worst = fmax(worst, fmax(gap, fmax(e1, e2)));
+	}
+	fprintf(stderr, "%s: worst teacher-forced logprob difference %.4g "
+	    "(tolerance %g)\n", c->name, worst, c->tol);
+	unlink(pq);
+	unlink(pf);
+	unlink(pd);
+	unlink(log);
+}
+END_TEST
+
+static Suite *
+synth_types_suite(bool fixtures, bool engine)
+{
+	Suite *s = suite_create("synth_types");
+	TCase *tr = tcase_create("random");
+	TCase *tf = tcase_create("fixtures");
+	TCase *te = tcase_create("engine");
+
+	tcase_set_timeout(tr, 60);
+	tcase_add_loop_test(tr, test_random_bounds, 0, (int)N_QTYPES);
+	tcase_add_loop_test(tr, test_random_rms, 0, (int)N_QTYPES);
+	tcase_add_loop_test(tr, test_random_hostile, 0, (int)N_QTYPES);
+	suite_add_tcase(s, tr);
+	if (fixtures) {
+		tcase_set_timeout(tf, 60);
+		tcase_add_loop_test(tf, test_fixture_error, 0, (int)N_FIXTURES);
+		tcase_add_loop_test(tf, test_fixture_bytes, 0, (int)N_FIXTURES);
+		tcase_add_test(tf, test_fixture_types_covered);
+		suite_add_tcase(s, tf);
+	}
+	if (engine) {
+		tcase_set_timeout(te, 120);
+		tcase_add_loop_test(te, test_engine, 0, (int)N_ENGINE);
+		suite_add_tcase(s, te);
+	}
+	return s;
+}
+
+int
+main(void)
+{
+	const char *env = getenv("CPMODEL"), *build = getenv("BUILD");
+	char *master = fx_path("synth/synth-tiny-F32.gguf");
+	bool fixtures = master != NULL, engine;
+	SRunner *sr;
+	int failed;
+
+	free(master);
+	if (env != NULL && env[0] != '\0')
+		snprintf(cpmodel, sizeof(cpmodel), "%s", env);
+	else
+		snprintf(cpmodel, sizeof(cpmodel), "%s/bin/cpmodel",
+		    build != NULL && build[0] != '\0' ? build : "build");
+	engine = access(cpmodel, X_OK) == 0;
+	sr = srunner_create(synth_types_suite(fixtures, engine));
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	if (failed != 0)
+		return 1;
+	if (!fixtures || !engine) {
+		/* What could run passed; the rest needs what is missing. */
+		if (!fixtures)
+			printf("synth fixtures not found under %s\n", fx_dir());
+		if (!engine)
+			printf("%s not built (make it, or set CPMODEL)\n",
+			    cpmodel);
+		printf("skipping the tests that need them\n");
+		return 77;
+	}
+	return 0;
+}
