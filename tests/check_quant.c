@@ -616,7 +616,7 @@ START_TEST(test_quant_act)
 	ck_assert_int_eq(memcmp(b, r, 64), 0);
 	ck_assert_int_eq(quant_row_act(CP_T_Q8_0, x, b, 48), -EINVAL);
 	ck_assert_int_eq(quant_row_act(CP_T_Q8_1, x, b, 33), -EINVAL);
-	ck_assert_int_eq(quant_row_act(CP_T_Q4_K, x, b, 256), -EINVAL);
+	ck_assert_int_eq(quant_row_act(CP_T_IQ2_XXS, x, b, 256), -EINVAL);
 	ck_assert_int_eq(quant_row_act(999, x, b, 32), -EINVAL);
 }
 END_TEST
@@ -854,14 +854,15 @@ START_TEST(test_errors)
 	ck_assert_int_eq(dequant_row(0xffffffffu, b, y, 4), -EINVAL);
 	ck_assert_int_eq(dequant_row(CP_T_Q4_0, b, y, 33), -EINVAL);
 	ck_assert_int_eq(dequant_row(CP_T_Q4_K, b, y, 128), -EINVAL);
-	ck_assert_int_eq(quant_row(CP_T_Q4_K, x, b, 256), -EINVAL);
-	ck_assert_int_eq(quant_row(CP_T_Q6_K, x, b, 256), -EINVAL);
+	ck_assert_int_eq(quant_row(CP_T_IQ2_XXS, x, b, 256), -EINVAL);
+	ck_assert_int_eq(quant_row(CP_T_Q6_K, x, b, 128), -EINVAL);
 	ck_assert_int_eq(quant_row(CP_T_Q8_0, x, b, 48), -EINVAL);
 	ck_assert_int_eq(quant_row(CP_T_Q8_K, x, b, 32), -EINVAL);
 	ck_assert_int_eq(quant_row(CP_T_IQ4_NL, x, b, 32), -EINVAL);
 	ck_assert_int_eq(quant_row(77, x, b, 32), -EINVAL);
-	ck_assert(!quant_can_quant(CP_T_Q5_K));
-	ck_assert(!quant_can_quant(CP_T_Q4_1));
+	ck_assert(quant_can_quant(CP_T_Q5_K));
+	ck_assert(quant_can_quant(CP_T_Q4_1));
+	ck_assert(!quant_can_quant(CP_T_IQ4_XS));
 	ck_assert(!quant_can_dequant(CP_T_IQ1_S));
 	ck_assert(!quant_can_dequant(CP_T_COUNT));
 	ck_assert(quant_can_dequant(CP_T_Q3_K));

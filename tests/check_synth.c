@@ -483,9 +483,15 @@ START_TEST(test_synth_bad_args)
 	ck_assert_ptr_nonnull(strstr(msg, "--embd 64 must be --heads 3"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab", "300",
+	    "--type", "iq2_xxs", END), 2);
+	msg = slurp(log, NULL);
+	ck_assert_ptr_nonnull(strstr(msg, "--type 'iq2_xxs'"));
+	free(msg);
+	/* a K-quant needs rows that are a multiple of 256 elements */
+	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab", "300",
 	    "--type", "q4_k", END), 2);
 	msg = slurp(log, NULL);
-	ck_assert_ptr_nonnull(strstr(msg, "--type 'q4_k'"));
+	ck_assert_ptr_nonnull(strstr(msg, "must be multiples of 256"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, "--layers", "1",
 	    "--embd", "48", "--heads", "3", "--kv-heads", "1", "--ff", "64",
