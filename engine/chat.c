@@ -159,6 +159,8 @@ struct out {
 static void
 put(struct out *o, const char *s, size_t n)
 {
+	if (n == 0)
+		return;		/* s may be NULL then */
 	if (o->size > 0 && o->len < o->size - 1) {
 		size_t room = o->size - 1 - (size_t)o->len;
 

@@ -74,7 +74,7 @@ enum chat_kind {
  */
 enum chat_kind chat_detect(const char *text, size_t len);
 
-/* The format's name ("chatml"...), static; "" for CHAT_UNKNOWN and bad kinds. */
+/* The format's name ("chatml"...), static; "" if unknown or out of range. */
 const char *chat_name(enum chat_kind kind);
 
 /* The format called name (NUL-terminated; NULL accepted), or CHAT_UNKNOWN. */
