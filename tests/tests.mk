@@ -20,3 +20,10 @@ $(BUILD)/bin/cpbench: $(CPBENCH_OBJS) $(LINK_LIBS)
 # check_cpd drives build/bin/cpd through the static client library.
 $(BUILD)/tests/check_cpd: $(LIBCPCLIENT_A)
 $(BUILD)/tests/check_cpd: override LDLIBS += $(LIBCPCLIENT_A)
+
+# check_install: make install / uninstall into a scratch DESTDIR, and the
+# example program built against it; it needs the tree, this build
+# directory, and the compiler and sanitizer flags of this build.
+$(BUILD)/tests/check_install.o: override XCFLAGS += \
+	-DCP_SRCDIR='"$(abspath .)"' -DCP_BUILD='"$(BUILD)"' \
+	-DCP_CC='"$(CC)"' -DCP_SANFLAGS='"$(SANFLAGS)"'
