@@ -21,7 +21,8 @@ BINDIR ?= $(PREFIX)/bin
 LIBDIR ?= $(PREFIX)/lib
 INCDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
-SYSCONFDIR ?= $(PREFIX)/etc
+# /usr installs keep their configuration in /etc, as packages do.
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 DESTDIR ?=
 
 SAN ?= 0
@@ -140,6 +141,19 @@ include tests/tests.mk
 include man/man.mk
 include etc/etc.mk
 
+# Built files that name install directories (cpclient.pc, the units) are
+# remade whenever those directories change, so that `make install
+# PREFIX=/usr` after a plain `make` installs /usr paths.
+DIRS_STAMP := $(BUILD)/install-dirs
+DIRS_NOW := $(PREFIX):$(BINDIR):$(LIBDIR):$(INCDIR):$(SYSCONFDIR)
+ifeq ($(filter clean distclean help,$(MAKECMDGOALS)),)
+ifneq ($(file <$(DIRS_STAMP)),$(DIRS_NOW))
+$(shell mkdir -p $(BUILD))
+$(file >$(DIRS_STAMP),$(DIRS_NOW))
+endif
+endif
+$(LIBCPCLIENT_PC) $(ETC_BUILT): $(DIRS_STAMP)
+
 $(ENGINE_LIB): $(ENGINE_OBJS)
 $(DAEMON_LIB): $(DAEMON_OBJS)
 $(BUILD)/lib/libcpcuda.a: $(CUDA_OBJS)
@@ -253,4 +267,4 @@ uninstall:
 clean:
 	rm -rf build
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' -type f 2>/dev/null)

@@ -18,4 +18,9 @@ all: $(ETC_BUILT)
 INSTALL_FILES += 644:etc/cpd.yaml:$(SYSCONFDIR)/cpd
 INSTALL_FILES += 644:$(BUILD)/etc/cpd.service:$(SYSTEMD_UNITDIR)
 INSTALL_FILES += 644:$(BUILD)/etc/user/cpd.service:$(SYSTEMD_USERUNITDIR)
-INSTALL_FILES += 644:etc/cpd.sysusers.conf:$(SYSUSERSDIR)
+# sysusers.d(5) files are named after the package.
+$(BUILD)/etc/sysusers/cpd.conf: etc/cpd.sysusers.conf
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
+all: $(BUILD)/etc/sysusers/cpd.conf
+INSTALL_FILES += 644:$(BUILD)/etc/sysusers/cpd.conf:$(SYSUSERSDIR)

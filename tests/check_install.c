@@ -13,7 +13,7 @@
  *
  * What must be installed is written out here, from the Makefile's
  * documented layout (BINDIR = PREFIX/bin, LIBDIR = PREFIX/lib,
- * SYSCONFDIR = PREFIX/etc...), never read back from the Makefile.
+ * SYSCONFDIR = /etc for PREFIX /usr...), never read back from the Makefile.
  */
 #include <check.h>
 #include <dirent.h>
@@ -949,10 +949,10 @@ exec_start(const char *unit, char *arg_c, size_t size)
 
 START_TEST(test_etc)
 {
-	char *conf = dest(PREFIX "/etc/cpd/cpd.yaml");
+	char *conf = dest("/etc/cpd/cpd.yaml");	/* PREFIX /usr: SYSCONFDIR /etc */
 	char *sys = dest(PREFIX "/lib/systemd/system/cpd.service");
 	char *user = dest(PREFIX "/lib/systemd/user/cpd.service");
-	char *sysusers = dest(PREFIX "/lib/sysusers.d/cpd.sysusers.conf");
+	char *sysusers = dest(PREFIX "/lib/sysusers.d/cpd.conf");
 	char *text, cfg[PATH_MAX], *cfg_path;
 
 	need_install();
@@ -971,7 +971,7 @@ START_TEST(test_etc)
 	ck_assert_str_eq(exec_start(text, cfg, sizeof(cfg)),
 	    PREFIX "/bin/cpd");
 	/* The configuration it names is the one installed. */
-	ck_assert_str_eq(cfg, PREFIX "/etc/cpd/cpd.yaml");
+	ck_assert_str_eq(cfg, "/etc/cpd/cpd.yaml");
 	cfg_path = dest(cfg);
 	ck_assert_msg(access(cfg_path, R_OK) == 0, "%s: not installed",
 	    cfg_path);
