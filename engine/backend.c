@@ -15,11 +15,13 @@
 #ifdef CP_HAVE_CUDA
 extern const struct be_ops be_cuda_ops;	/* backend_cuda.c */
 #endif
+extern const struct be_ops be_null_ops;	/* backend_null.c */
 static const struct be_ops *const be_table[] = {
 #ifdef CP_HAVE_CUDA
 	&be_cuda_ops,
 #endif
 	&be_cpu_ops,
+	&be_null_ops,	/* by name only: "auto" stops at the CPU */
 };
 #define BE_N (sizeof(be_table) / sizeof(be_table[0]))
 
