@@ -59,7 +59,8 @@ struct cfg_key {
 #define KV_MIB_MAX (1ULL << 20)	/* 1 TiB */
 #define SHOW_MAX 40		/* bytes of a hostile value quoted in a message */
 
-static const char *const backend_values[] = { "auto", "cpu", "cuda", NULL };
+static const char *const backend_values[] = { "auto", "cpu", "cuda", "null",
+    NULL };
 static const char *const log_values[] = { "error", "warn", "info", "debug",
     NULL };
 
@@ -72,7 +73,7 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	[CONFIG_BACKEND] = { "backend", T_ENUM, F(backend), 0,
 	    0, 0, 0, backend_values, "auto",
 	    "compute backend; auto is CUDA when a usable GPU is present, "
-	    "else the CPU" },
+	    "else the CPU; null runs no model (benchmarks)" },
 	[CONFIG_THREADS] = { "threads", T_INT, F(threads), 0,
 	    0, 1024, 0, NULL, "0",
 	    "CPU worker threads; 0 is one per physical core" },
@@ -422,6 +423,21 @@ parse_number(const struct cfg_key *k, const char *s, size_t len,
 	return 0;
 }
 
+/* 1 when s[0..len) is one of k's values (index into *idx if not NULL). */
+static int
+enum_find(const struct cfg_key *k, const char *s, size_t len, long long *idx)
+{
+	for (size_t i = 0; k->values[i] != NULL; i++) {
+		if (strlen(k->values[i]) == len &&
+		    memcmp(k->values[i], s, len) == 0) {
+			if (idx != NULL)
+				*idx = (long long)i;
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /*
  * Parse the scalar s[0..len) as key k's value (every type but T_NAMES);
  * plain says it was unquoted.  Returns 0 or -EINVAL/-ERANGE with a reason
@@ -432,9 +448,10 @@ parse_scalar(const struct cfg_key *k, const char *s, size_t len, int plain,
     struct cfg_val *v, char *w, size_t wsize)
 {
 	char sh[SHOW_MAX + 8];
-	size_t i;
 
-	if (is_null(s, len, plain)) {
+	/* A plain "null" may still name a value: backend: null. */
+	if (is_null(s, len, plain) && (k->type != T_ENUM ||
+	    !enum_find(k, s, len, NULL))) {
 		if (k->type == T_PATH || k->type == T_NAME) {
 			v->s[0] = '\0';
 			return 0;
@@ -451,13 +468,8 @@ parse_scalar(const struct cfg_key *k, const char *s, size_t len, int plain,
 		}
 		return parse_name(s, len, v->s, w, wsize);
 	case T_ENUM:
-		for (i = 0; k->values[i] != NULL; i++) {
-			if (strlen(k->values[i]) == len &&
-			    memcmp(k->values[i], s, len) == 0) {
-				v->i = (long long)i;
-				return 0;
-			}
-		}
+		if (enum_find(k, s, len, &v->i))
+			return 0;
 		return why(w, wsize, -EINVAL, "'%s' is not a known value",
 		    show(s, len, sh, sizeof(sh)));
 	case T_MODE:
