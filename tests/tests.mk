@@ -16,6 +16,9 @@ CPBENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/bench/*.c))
 PROGRAMS += $(BUILD)/bin/cpbench
 $(BUILD)/bin/cpbench: $(CPBENCH_OBJS) $(LINK_LIBS)
 	$(call link)
+# serve and ipc are clients of a running cpd, through the static library.
+$(BUILD)/bin/cpbench: $(LIBCPCLIENT_A)
+$(BUILD)/bin/cpbench: override LDLIBS += $(LIBCPCLIENT_A)
 
 # check_cpd drives build/bin/cpd through the static client library.
 $(BUILD)/tests/check_cpd: $(LIBCPCLIENT_A)

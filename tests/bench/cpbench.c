@@ -35,7 +35,12 @@ static void
 usage(void)
 {
 	fputs("usage: cpbench engine -m FILE [-p N] [-n N] [-r N] [-t N] "
-	    "[-b BACKEND] [-o md|json]\n", stderr);
+	    "[-b BACKEND] [-o md|json]\n"
+	    "       cpbench serve [--socket S] [-c N] [--prompt-len P] "
+	    "[--gen-len G] [-r R]\n"
+	    "           [--long-prompt L --long-every MS] [-o md|json]\n"
+	    "       cpbench ipc [--socket S] [-c N,...] [-r R] [-g G] [-n N] "
+	    "[-o md|json]\n", stderr);
 }
 
 int
@@ -43,6 +48,10 @@ main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "engine") == 0)
 		return bench_engine(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "serve") == 0)
+		return bench_serve(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "ipc") == 0)
+		return bench_ipc(argc - 1, argv + 1);
 	usage();
 	return 2;
 }

@@ -9,6 +9,12 @@
 /* `cpbench engine ...`: prompt processing and generation throughput. */
 int bench_engine(int argc, char **argv);
 
+/* `cpbench serve ...`: clients streaming through the daemon (bench_serve.c). */
+int bench_serve(int argc, char **argv);
+
+/* `cpbench ipc ...`: ring round trip and token delivery (bench_ipc.c). */
+int bench_ipc(int argc, char **argv);
+
 /* Monotonic time in seconds. */
 double bench_now(void);
 
