@@ -49,6 +49,7 @@
 #include <stdint.h>
 
 #include "cp_proto.h"
+#include "stats.h"
 
 #define EP_MAX_CLIENTS	65536
 #define EP_MAX_LAG	64	/* steps the engine may post ahead of the io loop */
@@ -83,6 +84,9 @@ struct ep_cmd {
 	uint32_t client;	/* < EP_MAX_CLIENTS */
 	uint64_t id;		/* request id (not for SHUTDOWN) */
 	/* SUBMIT only; the pointers point into data[] */
+	uint64_t t_recv_ns;	/* stats_now_ns() when the io loop took it
+				   from the ring; 0 = unknown (the engine's
+				   arrival time stands in) */
 	uint32_t flags;		/* EP_SUBMIT_* */
 	struct ep_params params;
 	const char *text;	/* prompt bytes (not NUL-terminated) */
@@ -110,6 +114,9 @@ struct ep_event {
 	uint32_t n_gen;		/* DONE/ERROR: generated tokens */
 	uint32_t text_off;	/* text is batch->text + text_off ... */
 	uint32_t text_len;	/* ... for text_len bytes */
+	uint64_t step;		/* the step that sampled the token or ended
+				   the request (ep_stats.steps after it), 0
+				   when none did */
 };
 
 /* A growable list of events and their text bytes. */
@@ -121,13 +128,28 @@ struct ep_batch {
 	uint64_t steps;		/* step boundaries folded into this batch */
 };
 
-/* Counters the engine publishes for cp_stats(). */
+/*
+ * Counters the engine publishes for cp_stats() (stats.h).  Steps are
+ * numbered from 1; steps counts those run so far, and every event a step
+ * produces carries its number.  The per-step histograms count the steps
+ * that ran a batch (a step may only release KV).
+ */
 struct ep_stats {
 	uint64_t steps;
 	uint64_t tokens_prompt;
 	uint64_t tokens_generated;
 	uint64_t kv_blocks_used;
 	uint64_t kv_blocks_total;
+	uint64_t requests_waiting;	/* queued, holding no KV */
+	uint64_t requests_running;	/* holding KV */
+	uint64_t preemptions;
+	struct stats_hist step_prefill;	/* STATS_COUNT: prompt tokens */
+	struct stats_hist step_decode;	/* STATS_COUNT: decode tokens */
+	struct stats_hist step_seqs;	/* STATS_COUNT: sequences */
+	struct stats_hist ttft_us;	/* STATS_LAT_US: t_recv_ns to the
+					   first TOKEN event */
+	struct stats_hist itl_us;	/* STATS_LAT_US: between TOKEN events
+					   of one request */
 };
 
 struct engine_port;

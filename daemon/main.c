@@ -8,13 +8,23 @@
  *	stop:		srv_free (every client torn down, socket unlinked)
  *			-> SHUTDOWN to the worker -> join -> free in reverse
  *
+ * Signals: the first SIGTERM, SIGINT or SIGHUP drains (srv_drain(): no new
+ * clients or requests, requests in flight finish, what is left after
+ * drain_timeout is cancelled and its DONE delivered), then cpd exits 0; a
+ * second one stops at once (srv_stop()), also with status 0.  They are
+ * blocked until the handlers are in place, so every thread but this one
+ * (the io loop's) starts with them blocked.
+ *
  * Every configuration key is also a flag: --max-batch-tokens 256 sets
  * max_batch_tokens, the same way and with the same checks as the file.
+ * One flag has no key yet: --drain-timeout DURATION (500ms, 10s; at most
+ * 3600s, default 10s), how long a drain lets requests run.
  * cpd stays in the foreground and logs to stderr, as systemd expects.
  */
 #include <errno.h>
 #include <grp.h>
 #include <limits.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -33,15 +43,22 @@
 #include "worker.h"
 
 #define CPD_VERSION "0.1.0"
+#define CPD_DRAIN_MS_DEFAULT	10000
+#define CPD_DRAIN_MS_MAX	(3600 * 1000)
 
-/* The running server, for the signal handler (srv_stop is async-signal-safe). */
+/* --drain-timeout, in ms. */
+static int drain_timeout_ms = CPD_DRAIN_MS_DEFAULT;
+
+/* The running server, for the signal handler (srv_drain and srv_stop are async-signal-safe). */
 static struct server *volatile running_srv;
+static volatile sig_atomic_t signals_seen;
 
 static void
 usage(FILE *f)
 {
 	fputs("usage: cpd [-c FILE] [-m MODEL] [-t THREADS] [-s SOCKET] "
 	    "[-v] [--KEY VALUE ...]\n"
+	    "           [--drain-timeout DURATION]\n"
 	    "       cpd --check-config FILE\n"
 	    "       cpd --help | --version\n"
 	    "Every key of cpd.yaml(5) is also a flag: --max-batch-tokens 256, "
@@ -52,7 +69,11 @@ static void
 on_signal(int sig)
 {
 	(void)sig;
-	if (running_srv != NULL)
+	if (running_srv == NULL)
+		return;
+	if (signals_seen++ == 0)
+		srv_drain(running_srv);
+	else
 		srv_stop(running_srv);
 }
 
@@ -67,6 +88,30 @@ flag_to_key(const char *flag, char *buf, size_t size)
 	for (size_t i = 0; i <= n; i++)
 		buf[i] = flag[i] == '-' ? '_' : flag[i];
 	return true;
+}
+
+/* "250ms" or "10s" (a unit required, as cpd.yaml's durations) into *ms; 0 or -1. */
+static int
+parse_duration(const char *s, int *ms)
+{
+	unsigned long long v = 0;
+	const char *p = s;
+
+	if (*p < '0' || *p > '9')
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		v = v * 10 + (unsigned long long)(*p - '0');
+		if (v > CPD_DRAIN_MS_MAX)
+			return -1;
+	}
+	if (strcmp(p, "s") == 0)
+		v *= 1000;
+	else if (strcmp(p, "ms") != 0)
+		return -1;
+	if (v > CPD_DRAIN_MS_MAX)
+		return -1;
+	*ms = (int)v;
+	return 0;
 }
 
 /* Short flags and the keys they set. */
@@ -139,6 +184,15 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0 ||
 		    strcmp(a, "--check-config") == 0) {
 			i++;
+			continue;
+		}
+		if (strcmp(a, "--drain-timeout") == 0) {
+			if (parse_duration(argv[++i], &drain_timeout_ms) < 0) {
+				fprintf(stderr, "cpd: --drain-timeout: '%s' is "
+				    "not a duration of 0ms..3600s (with a ms or "
+				    "s unit)\n", argv[i]);
+				return -1;
+			}
 			continue;
 		}
 		if (a[1] != '-' && a[1] != '\0' && a[2] == '\0' &&
@@ -232,6 +286,7 @@ server_config(const struct cpd_config *c, const struct model *m,
 	sc->cq_entries = (uint32_t)c->cq_entries;
 	sc->arena_bytes = (uint32_t)c->arena_size;
 	sc->stall_timeout_ms = c->client_stall_timeout_ms;
+	sc->drain_timeout_ms = drain_timeout_ms;
 
 	if (gguf_get_str(m->gf, "general.name", &name, NULL) == 0 &&
 	    name.len > 0)
@@ -313,6 +368,7 @@ main(int argc, char **argv)
 	struct server *srv = NULL;
 	struct srv_config sc;
 	struct sigaction sa;
+	sigset_t stop_sigs;
 	int rc, status = 1;
 	bool started = false;
 
@@ -328,6 +384,12 @@ main(int argc, char **argv)
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, NULL);
+	/* Until the handlers are set; threads started meanwhile keep them blocked. */
+	sigemptyset(&stop_sigs);
+	sigaddset(&stop_sigs, SIGTERM);
+	sigaddset(&stop_sigs, SIGINT);
+	sigaddset(&stop_sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 
 	log_info("loading %s", cfg.model);
 	if (model_load(cfg.model, &m, &e) < 0 ||
@@ -385,6 +447,8 @@ main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);
+	/* A signal that came while loading is delivered here, and drains. */
+	pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
 
 	log_info("serving %s (%s backend, %d threads, context %d, "
 	    "%d KV blocks of %d tokens) on %s", sc.model.name,
@@ -398,6 +462,7 @@ main(int argc, char **argv)
 		log_info("shutting down");
 	}
 out:
+	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 	running_srv = NULL;
 	srv_free(srv);
 	if (started) {

@@ -16,7 +16,18 @@
  *		deadlines, a safety drain of every SQ while the engine runs;
  *	idle	with no runnable request in the engine, each client's
  *		daemon_idle is set and a wait armed on its sq_tail (futex
- *		mode) or its SQ pipe (pipe modes).
+ *		mode) or its SQ pipe (pipe modes);
+ *	drain	while draining, cancel at the drain deadline, and end the
+ *		loop once drain_done() or at the grace deadline.
+ *
+ * STATES OF THE SERVER.
+ *
+ *	SERVING	 accepting clients and requests.
+ *	DRAINING srv_drain(): drain_start() has closed the listener; SUBMITs
+ *		 get an ERROR (-ESHUTDOWN), a HELLO a refusal; requests in
+ *		 flight go on until drain_cancel_ms, then are cancelled.
+ *	STOPPING srv_stop(), or drain_check() found everything ended and
+ *		 delivered (or drain_end_ms passed): srv_run() returns.
  *
  * INVARIANTS.
  *
@@ -32,6 +43,9 @@
  *     requests in their tables; both fall in srv_drop() at the latest.
  *  5. A client's CQ is written only from the loop thread, its wakes are
  *     queued after the cq_tail store that they announce.
+ *  6. clients_total == n_sessions + the sum of disconnects[]: a session is
+ *     counted once when accepted and once, under one CP_END_* reason, by
+ *     srv_drop().
  */
 #include "server.h"
 
@@ -53,6 +67,7 @@
 #include "ioloop.h"
 #include "log.h"
 #include "session.h"
+#include "stats.h"
 
 #define TAG_LISTEN	1
 #define TAG_STOP	2
@@ -68,6 +83,7 @@
 #define TICK_BUSY_MS	100	/* drain every SQ while the engine runs */
 #define TICK_MAX_MS	1000	/* no wait is longer */
 #define PEER_GROUPS	64
+#define DRAIN_GRACE_MS	2000	/* after the drain's cancel, for the DONEs */
 
 struct slot {
 	struct session *s;
@@ -106,11 +122,20 @@ struct server {
 	uint32_t next_client_id;
 	uint64_t t_start_ms;
 
+	/* Asked for by srv_stop() / srv_drain(), maybe from a signal handler. */
+	int stop_req, drain_req;	/* atomic */
+	int draining;			/* DRAINING below */
+	int drain_cancelled;		/* what was left has been cancelled */
+	uint64_t drain_cancel_ms;	/* cancel what is left then */
+	uint64_t drain_end_ms;		/* stop then, delivered or not */
+
 	uint64_t clients_total;
 	uint64_t clients_rejected;
 	uint64_t protocol_errors;
 	uint64_t requests_total;
+	uint64_t requests_refused;
 	uint64_t cq_stalls;
+	uint64_t disconnects[CP_END_REASONS];	/* invariant 6 */
 };
 
 static uint64_t
@@ -169,6 +194,7 @@ srv_config_defaults(struct srv_config *c)
 	c->max_prompt_bytes = 4u << 20;
 	c->stall_timeout_ms = 30000;
 	c->handshake_timeout_ms = 5000;
+	c->drain_timeout_ms = 10000;
 	c->ioloop = 0;
 	c->model.bos = -1;
 	c->model.eos = -1;
@@ -364,14 +390,28 @@ err:
 	return r;
 }
 
-void
-srv_stop(struct server *srv)
+/* Async-signal-safe: an atomic store and a write(2). */
+static void
+srv_signal(struct server *srv, int *flag)
 {
 	uint64_t one = 1;
 	ssize_t n;
 
+	__atomic_store_n(flag, 1, __ATOMIC_SEQ_CST);
 	n = write(srv->stop_efd, &one, sizeof(one));
 	(void)n;
+}
+
+void
+srv_stop(struct server *srv)
+{
+	srv_signal(srv, &srv->stop_req);
+}
+
+void
+srv_drain(struct server *srv)
+{
+	srv_signal(srv, &srv->drain_req);
 }
 
 int
@@ -386,26 +426,34 @@ srv_path(const struct server *srv)
 	return srv->path;
 }
 
+int
+srv_draining(const struct server *srv)
+{
+	return srv->draining;
+}
+
 void
 srv_stats(struct server *srv, struct cp_wire_stats *st)
 {
 	struct ep_stats es;
+	struct stats_io io;
+	unsigned i;
 
 	ep_stats_get(srv->port, &es);
-	memset(st, 0, sizeof(*st));
-	st->uptime_ms = now_ms() - srv->t_start_ms;
-	st->clients = srv->n_sessions;
-	st->clients_total = srv->clients_total;
-	st->clients_rejected = srv->clients_rejected;
-	st->protocol_errors = srv->protocol_errors;
-	st->requests_total = srv->requests_total;
-	st->requests_active = srv->inflight;
-	st->tokens_prompt = es.tokens_prompt;
-	st->tokens_generated = es.tokens_generated;
-	st->steps = es.steps;
-	st->cq_stalls = srv->cq_stalls;
-	st->kv_blocks_used = es.kv_blocks_used;
-	st->kv_blocks_total = es.kv_blocks_total;
+	memset(&io, 0, sizeof(io));
+	io.uptime_ms = now_ms() - srv->t_start_ms;
+	io.clients = srv->n_sessions;
+	io.clients_total = srv->clients_total;
+	io.clients_rejected = srv->clients_rejected;
+	io.protocol_errors = srv->protocol_errors;
+	io.requests_total = srv->requests_total;
+	io.requests_active = srv->inflight;
+	io.requests_refused = srv->requests_refused;
+	io.cq_stalls = srv->cq_stalls;
+	for (i = 0; i < CP_END_REASONS; i++)
+		io.disconnects[i] = srv->disconnects[i];
+	io.draining = srv->draining;
+	stats_wire(&io, &es, st);
 }
 
 /* ---- per-uid accounting ------------------------------------------- */
@@ -452,17 +500,33 @@ uid_put(struct server *srv, uid_t uid, uint32_t reqs)
 
 /* ---- teardown ------------------------------------------------------ */
 
+/* The CP_END_* reason for a session error r (-EPROTO, -ENOBUFS, else). */
+static int
+end_reason(int r)
+{
+	if (r == -EPROTO)
+		return CP_END_PROTOCOL;
+	if (r == -ENOBUFS)
+		return CP_END_OVERFLOW;
+	return CP_END_ERROR;
+}
+
 /*
- * Ends session s, whatever the reason (invariant 2).  violation != 0
- * counts a protocol error and logs s->why as a warning.
+ * Ends session s, whatever the reason (invariant 2), counted under reason
+ * (CP_END_*).  A violation (PROTOCOL, TIMEOUT, OVERFLOW) counts a protocol
+ * error and logs s->why as a warning.
  */
 static void
-srv_drop(struct server *srv, struct session *s, int violation,
-    const char *why)
+srv_drop(struct server *srv, struct session *s, int reason, const char *why)
 {
 	struct session *last;
 	uint32_t i, n_paused = 0, n_pushed = 0, slot = s->slot;
+	int violation = reason == CP_END_PROTOCOL ||
+	    reason == CP_END_TIMEOUT || reason == CP_END_OVERFLOW;
 
+	if (reason < 0 || reason >= (int)CP_END_REASONS)
+		reason = CP_END_ERROR;
+	srv->disconnects[reason]++;
 	if (violation) {
 		srv->protocol_errors++;
 		log_warnx("client %u (pid %ld, uid %lu): %s; disconnected",
@@ -679,14 +743,14 @@ handshake(struct server *srv, struct session *s)
 	if (r == -EAGAIN)
 		return;
 	if (r == -EPIPE) {
-		srv_drop(srv, s, 0, "hung up before HELLO");
+		srv_drop(srv, s, CP_END_CLOSED, "hung up before HELLO");
 		return;
 	}
 	if (r < 0) {
 		snprintf(s->why, sizeof(s->why), "handshake: %s",
 		    r == -EPROTO ? "descriptors or truncated record" :
 		    strerror(-r));
-		srv_drop(srv, s, 1, "bad handshake");
+		srv_drop(srv, s, CP_END_PROTOCOL, "bad handshake");
 		return;
 	}
 	r = sess_hello_check(buf, len, &hello);
@@ -694,19 +758,24 @@ handshake(struct server *srv, struct session *s)
 		send_status(s->fd, -EPROTONOSUPPORT);
 		snprintf(s->why, sizeof(s->why), "protocol version %u",
 		    ((const struct cp_hello *)(const void *)buf)->hdr.version);
-		srv_drop(srv, s, 1, "version");
+		srv_drop(srv, s, CP_END_PROTOCOL, "version");
 		return;
 	}
 	if (r < 0) {
 		snprintf(s->why, sizeof(s->why), "malformed HELLO (%zu bytes)",
 		    len);
-		srv_drop(srv, s, 1, "bad hello");
+		srv_drop(srv, s, CP_END_PROTOCOL, "bad hello");
+		return;
+	}
+	if (srv->draining) {
+		send_status(s->fd, -ESHUTDOWN);
+		srv_drop(srv, s, CP_END_SHUTDOWN, "refused: draining");
 		return;
 	}
 	if ((r = sess_setup(s, &hello, &srv->lim, &w, fds, &nfds)) < 0) {
 		log_warnx("client %u: segment: %s", s->client_id, strerror(-r));
 		send_status(s->fd, r);
-		srv_drop(srv, s, 0, "segment set-up failed");
+		srv_drop(srv, s, CP_END_ERROR, "segment set-up failed");
 		return;
 	}
 	w.client_id = s->client_id;
@@ -715,12 +784,12 @@ handshake(struct server *srv, struct session *s)
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
 	if (r < 0) {
-		srv_drop(srv, s, 0, "welcome not sent");
+		srv_drop(srv, s, CP_END_ERROR, "welcome not sent");
 		return;
 	}
 	if (s->sq_rfd >= 0 && ioloop_watch(srv->loop, s->sq_rfd, POLLIN,
 	    tag_make(TAG_SQPIPE, s->slot, s->gen)) < 0) {
-		srv_drop(srv, s, 0, "cannot watch the SQ pipe");
+		srv_drop(srv, s, CP_END_ERROR, "cannot watch the SQ pipe");
 		return;
 	}
 	log_debug("client %u: segment %u bytes, sq %u cq %u arena %u",
@@ -743,14 +812,14 @@ on_message(struct server *srv, struct session *s)
 		if (r == -EAGAIN)
 			return;
 		if (r == -EPIPE) {
-			srv_drop(srv, s, 0, "hung up");
+			srv_drop(srv, s, CP_END_CLOSED, "hung up");
 			return;
 		}
 		if (r < 0) {
 			snprintf(s->why, sizeof(s->why), "socket record: %s",
 			    r == -EPROTO ? "descriptors or truncated record" :
 			    strerror(-r));
-			srv_drop(srv, s, 1, "bad record");
+			srv_drop(srv, s, CP_END_PROTOCOL, "bad record");
 			return;
 		}
 		memcpy(&req, buf, len < sizeof(req) ? len : sizeof(req));
@@ -760,16 +829,18 @@ on_message(struct server *srv, struct session *s)
 		    req.reserved[0] != 0 || req.reserved[1] != 0) {
 			snprintf(s->why, sizeof(s->why), "unexpected record "
 			    "of %zu bytes", len);
-			srv_drop(srv, s, 1, "bad record");
+			srv_drop(srv, s, CP_END_PROTOCOL, "bad record");
 			return;
 		}
 		memset(&msg, 0, sizeof(msg));
 		msg.hdr.magic = CP_PROTO_MAGIC;
 		msg.hdr.type = CP_MSG_STATS;
 		msg.hdr.version = CP_PROTO_VERSION;
+		msg.stats_version = CP_STATS_VERSION;
+		msg.stats_bytes = sizeof(msg.stats);
 		srv_stats(srv, &msg.stats);
 		if (sess_send(s->fd, &msg, sizeof(msg), NULL, 0) < 0) {
-			srv_drop(srv, s, 0, "stats reply not sent");
+			srv_drop(srv, s, CP_END_ERROR, "stats reply not sent");
 			return;
 		}
 	}
@@ -790,7 +861,7 @@ on_socket(struct server *srv, struct session *s, const struct ioloop_ev *ev)
 			return;
 	}
 	if (ev->res & (POLLRDHUP | POLLHUP | POLLERR)) {
-		srv_drop(srv, s, 0, "hung up");
+		srv_drop(srv, s, CP_END_CLOSED, "hung up");
 		return;
 	}
 	if (ev->flags & IOLOOP_F_ENDED)
@@ -816,7 +887,7 @@ reject_request(struct server *srv, struct session *s, uint32_t req_id,
 	ev.text_len = (uint32_t)strlen(msg);
 	r = sess_post(s, req_id, &ev, msg);
 	if (r < 0) {
-		srv_drop(srv, s, r == -EPROTO, "completion overflow");
+		srv_drop(srv, s, end_reason(r), "completion overflow");
 		return -1;
 	}
 	return 0;
@@ -830,16 +901,17 @@ drain_sq(struct server *srv, struct session *s)
 	struct ep_cmd *c, *next;
 	struct uid_count *u;
 	struct sess_req *rq;
-	uint64_t id;
+	uint64_t id, t_recv;
 	int r;
 
 	sess_out_init(&out);
 	r = sess_consume(s, &out);
+	t_recv = stats_now_ns();
 	if (r < 0) {
 		ep_cmd_free_list(out.head);
 		if (r == -ENOMEM)
 			snprintf(s->why, sizeof(s->why), "out of memory");
-		srv_drop(srv, s, r == -EPROTO, "SQ");
+		srv_drop(srv, s, end_reason(r), "SQ");
 		return -1;
 	}
 	u = uid_get(srv, s->uid, 0);
@@ -852,10 +924,15 @@ drain_sq(struct server *srv, struct session *s)
 				ep_cmd_free(c);
 			continue;
 		}
-		if (u == NULL || u->reqs >= srv->cfg.per_uid_max_requests) {
+		if (srv->draining || u == NULL ||
+		    u->reqs >= srv->cfg.per_uid_max_requests) {
 			ep_cmd_free(c);
-			if (reject_request(srv, s, req_id, -EUSERS,
-			    "too many requests in flight for this user") < 0) {
+			srv->requests_refused++;
+			r = srv->draining ? reject_request(srv, s, req_id,
+			    -ESHUTDOWN, "cpd is shutting down: no new requests") :
+			    reject_request(srv, s, req_id, -EUSERS,
+			    "too many requests in flight for this user");
+			if (r < 0) {
 				ep_cmd_free_list(next);
 				return -1;
 			}
@@ -866,6 +943,7 @@ drain_sq(struct server *srv, struct session *s)
 			continue;
 		}
 		id = c->id;
+		c->t_recv_ns = t_recv;
 		u->reqs++;
 		srv->inflight++;
 		srv->requests_total++;
@@ -962,7 +1040,7 @@ flush_session(struct server *srv, struct session *s)
 	int w = sess_flush(s);
 
 	if (w < 0) {
-		srv_drop(srv, s, 1, "CQ");
+		srv_drop(srv, s, CP_END_PROTOCOL, "CQ");
 		return;
 	}
 	if ((w & SESS_WAKE_FUTEX) &&
@@ -1020,7 +1098,7 @@ on_engine(struct server *srv)
 			if (rc == -ENOBUFS)
 				snprintf(s->why, sizeof(s->why), "completion "
 				    "overflow past %zu events", s->ovf_max);
-			srv_drop(srv, s, 1, "CQ");
+			srv_drop(srv, s, end_reason(rc), "CQ");
 			continue;
 		}
 		if (rc == 1)
@@ -1048,7 +1126,7 @@ timers(struct server *srv)
 				snprintf(s->why, sizeof(s->why),
 				    "no HELLO within %d ms",
 				    srv->cfg.handshake_timeout_ms);
-				srv_drop(srv, s, 1, "handshake timeout");
+				srv_drop(srv, s, CP_END_TIMEOUT, "handshake timeout");
 				continue;
 			}
 			if (s->deadline_ms < next)
@@ -1086,6 +1164,13 @@ timers(struct server *srv)
 	}
 	if (srv->inflight > srv->paused && now + TICK_BUSY_MS < next)
 		next = now + TICK_BUSY_MS;
+	if (srv->draining) {
+		uint64_t d = srv->drain_cancelled ? srv->drain_end_ms :
+		    srv->drain_cancel_ms;
+
+		if (d < next)
+			next = d;
+	}
 	return next > now ? (int)(next - now) : 0;
 }
 
@@ -1126,6 +1211,90 @@ idle_pass(struct server *srv)
 	return pending;
 }
 
+/* ---- draining ------------------------------------------------------- */
+
+/* Stops accepting clients and requests; in-flight work goes on. */
+static void
+drain_start(struct server *srv)
+{
+	uint64_t now = now_ms();
+
+	srv->draining = 1;
+	if (srv->lfd >= 0) {
+		/* The removal reaches the kernel first: a poll pins the socket. */
+		ioloop_unwatch(srv->loop, srv->lfd, tag_make(TAG_LISTEN, 0, 0));
+		ioloop_flush(srv->loop);
+		close(srv->lfd);
+		srv->lfd = -1;
+		unlink(srv->path);
+	}
+	srv->drain_cancel_ms = now + (uint64_t)srv->cfg.drain_timeout_ms;
+	srv->drain_end_ms = srv->drain_cancel_ms + DRAIN_GRACE_MS;
+	log_info("draining: %llu requests in flight, %u clients; what is "
+	    "left after %d ms is cancelled", (unsigned long long)srv->inflight,
+	    srv->n_sessions, srv->cfg.drain_timeout_ms);
+}
+
+/* The drain timeout passed: cancel every request still in the engine. */
+static void
+drain_cancel(struct server *srv)
+{
+	uint32_t i, j, n = 0;
+
+	for (i = 0; i < srv->n_sessions; i++) {
+		struct session *s = srv->live[i];
+
+		for (j = 0; j < s->n_reqs; j++) {
+			struct sess_req *r = &s->reqs[j];
+
+			if (!r->pushed || r->cancelled)
+				continue;
+			if (ep_push_simple(srv->port, EP_CMD_CANCEL, s->slot,
+			    sess_port_id(s->slot, s->gen, r->req_id)) < 0)
+				continue;
+			r->cancelled = 1;
+			n++;
+		}
+	}
+	srv->drain_cancelled = 1;
+	log_info("draining: %d ms passed, %u requests cancelled",
+	    srv->cfg.drain_timeout_ms, n);
+}
+
+/* 1 when no request is in flight and every event is in its client's CQ. */
+static int
+drain_done(const struct server *srv)
+{
+	uint32_t i;
+
+	if (srv->inflight > 0)
+		return 0;
+	for (i = 0; i < srv->n_sessions; i++)
+		if (srv->live[i]->state == SESS_ACTIVE &&
+		    srv->live[i]->ovf_n > 0)
+			return 0;
+	return 1;
+}
+
+/* After each pass while draining: cancel at the deadline, stop when done. */
+static void
+drain_check(struct server *srv)
+{
+	uint64_t now = now_ms();
+
+	if (!srv->drain_cancelled && now >= srv->drain_cancel_ms)
+		drain_cancel(srv);
+	if (drain_done(srv)) {
+		log_info("drained: every request ended and delivered");
+		srv->stopping = 1;
+	} else if (now >= srv->drain_end_ms) {
+		log_warnx("draining: %llu requests still in flight or events "
+		    "unread %d ms after the cancel; stopping anyway",
+		    (unsigned long long)srv->inflight, DRAIN_GRACE_MS);
+		srv->stopping = 1;
+	}
+}
+
 static void
 dispatch(struct server *srv, const struct ioloop_ev *ev)
 {
@@ -1135,6 +1304,8 @@ dispatch(struct server *srv, const struct ioloop_ev *ev)
 
 	switch (tag_kind(ev->tag)) {
 	case TAG_LISTEN:
+		if (srv->lfd < 0)
+			break;		/* closed by drain_start() */
 		on_listen(srv);
 		if (ev->flags & IOLOOP_F_ENDED)
 			ioloop_watch(srv->loop, srv->lfd, POLLIN, ev->tag);
@@ -1142,7 +1313,13 @@ dispatch(struct server *srv, const struct ioloop_ev *ev)
 	case TAG_STOP:
 		n = read(srv->stop_efd, &v, sizeof(v));
 		(void)n;
-		srv->stopping = 1;
+		if (__atomic_load_n(&srv->stop_req, __ATOMIC_SEQ_CST))
+			srv->stopping = 1;
+		else if (__atomic_load_n(&srv->drain_req, __ATOMIC_SEQ_CST) &&
+		    !srv->draining)
+			drain_start(srv);
+		if (ev->flags & IOLOOP_F_ENDED)
+			ioloop_watch(srv->loop, srv->stop_efd, POLLIN, ev->tag);
 		break;
 	case TAG_ENGINE:
 		on_engine(srv);
@@ -1171,7 +1348,7 @@ dispatch(struct server *srv, const struct ioloop_ev *ev)
 		break;
 	case TAG_PIDFD:
 		if ((s = tag_session(srv, ev->tag)) != NULL && ev->res > 0)
-			srv_drop(srv, s, 0, "process exited");
+			srv_drop(srv, s, CP_END_EXITED, "process exited");
 		break;
 	}
 }
@@ -1200,6 +1377,8 @@ srv_run(struct server *srv)
 		if (pending)
 			drain_all(srv);
 		flush_all(srv);
+		if (srv->draining && !srv->stopping)
+			drain_check(srv);
 	}
 	return rc;
 }
@@ -1213,7 +1392,8 @@ srv_free(struct server *srv)
 		return;
 	if (srv->live != NULL) {
 		for (i = srv->n_sessions; i-- > 0;)
-			srv_drop(srv, srv->live[i], 0, "daemon shutting down");
+			srv_drop(srv, srv->live[i], CP_END_SHUTDOWN,
+			    "daemon shutting down");
 	}
 	if (srv->lfd >= 0) {
 		if (srv->loop != NULL)

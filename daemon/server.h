@@ -12,8 +12,16 @@
  * Start-up (main.c):
  *	srv_config_defaults(&sc); ... fill from cpd_config ...
  *	srv_new(&sc, port, &srv);	binds the socket, picks the io loop
- *	srv_run(srv);			until srv_stop()
+ *	srv_run(srv);			until srv_stop(), or a drain ends
  *	srv_free(srv);			tears every client down, unlinks
+ *
+ * Stopping: srv_stop() makes srv_run() return at once.  srv_drain() (the
+ * first SIGTERM) closes and removes the listening socket, answers every
+ * new request with an ERROR event (-ESHUTDOWN) and lets the requests in
+ * flight finish; after drain_timeout_ms it cancels what is left.  srv_run()
+ * returns once every request has ended and its events are in the client's
+ * completion ring (clients read them even after the daemon has gone), or
+ * two seconds after the cancel whatever is left.
  */
 #ifndef CP_SERVER_H
 #define CP_SERVER_H
@@ -47,6 +55,7 @@ struct srv_config {
 	uint32_t max_prompt_bytes;	/* one prompt, all fragments */
 	int stall_timeout_ms;		/* full CQ: cancel the client's work */
 	int handshake_timeout_ms;	/* HELLO must come within */
+	int drain_timeout_ms;		/* srv_drain(): cancel what is left */
 	int ioloop;			/* IOLOOP_*; AUTO reads $CPD_IOLOOP */
 	struct cp_wire_model model;	/* sent in every welcome */
 };
@@ -77,6 +86,12 @@ int srv_run(struct server *srv);
 /* Asks srv_run() to return; async-signal-safe, callable from any thread. */
 void srv_stop(struct server *srv);
 
+/* Asks srv_run() to drain, then return (see above); async-signal-safe. */
+void srv_drain(struct server *srv);
+
+/* 1 once a drain has started (io loop thread). */
+int srv_draining(const struct server *srv);
+
 /* Tears down every client, closes and unlinks the socket, frees (NULL accepted). */
 void srv_free(struct server *srv);
 
@@ -86,7 +101,7 @@ int srv_ioloop(const struct server *srv);
 /* The bound socket path (valid while srv lives). */
 const char *srv_path(const struct server *srv);
 
-/* Current counters. */
+/* Current counters in the wire layout (every byte written); io loop thread. */
 void srv_stats(struct server *srv, struct cp_wire_stats *st);
 
 #endif

@@ -859,6 +859,7 @@ sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
 		q.req_id = req_id;
 		q.type = CP_EV_TOKEN;
 		q.token = -1;
+		q.step = (uint32_t)ev->step;
 		if ((rc = emit_group(s, &q, text, chunk)) < 0)
 			return rc;
 		any_ovf |= rc;
@@ -868,6 +869,8 @@ sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
 	memset(&q, 0, sizeof(q));
 	q.req_id = req_id;
 	q.token = -1;
+	/* The wire carries the step counter's low 32 bits (cp_proto.h). */
+	q.step = (uint32_t)ev->step;
 	switch (ev->type) {
 	case EP_EV_TOKEN:
 		q.type = CP_EV_TOKEN;

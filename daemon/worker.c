@@ -17,11 +17,18 @@
  *      order.
  *   5. Step: be_step().  Per logits row, in entry order: sample, accept,
  *      detokenize (streaming), match stop strings, TOKEN event with the
- *      text that is safe to send.
+ *      text that is safe to send.  Steps are numbered from 1 (the count
+ *      of steps run, st.steps, after them); every event emitted during
+ *      a step carries its number, other events (a refused SUBMIT) 0.
  *   6. Commit: sched_commit(); each item that ended its request gets its
  *      terminal event (DONE with the held-back text; an ERROR was sent
  *      when the failure was found), its KV freed and its slot freed.
- *   7. Publish the counters, then ep_post() the turn's events.
+ *   7. Publish the counters, then ep_post() the turn's events.  Besides
+ *      counts, the port's ep_stats holds histograms (stats.h): prompt
+ *      and decode tokens and sequences of each step that ran a batch,
+ *      time to first token from the io loop's receipt of the SUBMIT
+ *      (ep_cmd.t_recv_ns) to the step that sampled it, and the time
+ *      between the steps that sampled a request's consecutive tokens.
  *
  * A request lives in a slot of w->req from its SUBMIT to its terminal
  * event; its slot number is the req_id the scheduler carries, so plans
@@ -76,6 +83,7 @@
 #include "log.h"
 #include "sampler.h"
 #include "sched.h"
+#include "stats.h"
 #include "stopstr.h"
 
 #define WK_DEF_REQUESTS	1024
@@ -96,6 +104,8 @@ struct wreq {
 	struct sampler *smp;
 	struct stopstr *ss;	/* NULL without stop strings */
 	struct detok dt;
+	uint64_t t_recv_ns;	/* the io loop took its SUBMIT (stats.h) */
+	uint64_t t_last_ns;	/* its last TOKEN event; 0 before the first */
 };
 
 struct worker {
@@ -130,6 +140,9 @@ struct worker {
 	size_t scap;
 
 	struct ep_batch out;		/* events of the turn being built */
+	uint64_t cur_step;		/* number of the step running, else 0 */
+	uint64_t t_step_ns;		/* when its batch came back */
+	struct ep_stats es;		/* histograms, the worker thread's */
 	struct worker_stats st;		/* the worker thread's counters */
 	pthread_mutex_t pub_lock;
 	struct worker_stats pub;	/* published copy, pub_lock */
@@ -139,21 +152,25 @@ struct worker {
 
 /* ---- events ------------------------------------------------------------ */
 
+/* Queues one event, stamped with the number of the step running (or 0). */
 static void
-emit(struct worker *w, const struct ep_event *ev, const void *text,
+emit(struct worker *w, const struct ep_event *evp, const void *text,
     size_t len)
 {
-	if (ep_batch_add(&w->out, ev, text, len) == 0)
+	struct ep_event ev = *evp;
+
+	ev.step = w->cur_step;
+	if (ep_batch_add(&w->out, &ev, text, len) == 0)
 		return;
 	/*
 	 * Out of memory: hand the events built so far to the io loop, which
 	 * gives an empty buffer back, and try once more in that one.
 	 */
 	if (ep_post(w->port, &w->out, 0) == 0 &&
-	    ep_batch_add(&w->out, ev, text, len) == 0)
+	    ep_batch_add(&w->out, &ev, text, len) == 0)
 		return;
 	log_warnx("worker: request %llu: event %u lost: out of memory",
-	    (unsigned long long)ev->id, ev->type);
+	    (unsigned long long)ev.id, ev.type);
 }
 
 static void
@@ -383,6 +400,7 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 		return rc;
 	r->handle = rc;
 	r->id = c->id;
+	r->t_recv_ns = c->t_recv_ns != 0 ? c->t_recv_ns : stats_now_ns();
 	return 0;
 }
 
@@ -515,6 +533,21 @@ item_kv(struct worker *w, struct wreq *r, const struct sched_item *it)
 	return 0;
 }
 
+/* Time to first token, or since the last one, of r's TOKEN just sent. */
+static void
+token_times(struct worker *w, struct wreq *r)
+{
+	uint64_t now = w->t_step_ns;
+
+	if (r->t_last_ns == 0)
+		stats_hist_add(&w->es.ttft_us, STATS_LAT_US,
+		    now > r->t_recv_ns ? (now - r->t_recv_ns) / 1000 : 0);
+	else
+		stats_hist_add(&w->es.itl_us, STATS_LAT_US,
+		    now > r->t_last_ns ? (now - r->t_last_ns) / 1000 : 0);
+	r->t_last_ns = now != 0 ? now : 1;
+}
+
 /* Samples r's next token from row; sets it->finish when r ends. */
 static void
 item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
@@ -566,6 +599,7 @@ item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
 	ev.logprob = r->logprob ? so.logprob : 0;
 	emit(w, &ev, text, len);
 	w->st.tokens_generated++;
+	token_times(w, r);
 }
 
 /* DONE for r, ended by finish (EOS, STOP, LENGTH), with the held text. */
@@ -613,6 +647,7 @@ step_run(struct worker *w, struct sched_plan *plan, int n_ent, int n_tok)
 	for (i = 0; i < n_ent; i++)
 		want += w->bseq[i].logits;
 	rc = be_step(w->be, &b, &logits, &n_logits, &e);
+	w->t_step_ns = stats_now_ns();
 	if (rc == 0 && n_logits != want)
 		rc = cp_err_set(&e, -EFAULT, "backend: %d logits rows for %d "
 		    "requests", n_logits, want);
@@ -649,8 +684,10 @@ step(struct worker *w)
 	struct sched_plan plan;
 	struct sched_item *it;
 	struct wreq *r;
-	int k, rc, n_ent = 0, n_tok = 0;
+	int k, rc, n_ent = 0, n_tok = 0, n_dec = 0;
 
+	/* Events of this step carry its number (emit()). */
+	w->cur_step = w->st.steps + 1;
 	if ((rc = sched_step(w->sched, &plan)) < 0)
 		fatalx("worker: sched_step: %s", strerror(-rc));
 	for (k = 0; k < plan.n_rel; k++)
@@ -680,9 +717,17 @@ step(struct worker *w)
 		w->bseq[n_ent].logits = it->logits;
 		w->bitem[n_ent++] = k;
 		n_tok += it->n;
+		if (k < plan.n_decode)
+			n_dec += it->n;
 	}
-	if (n_ent > 0)
+	if (n_ent > 0) {
 		step_run(w, &plan, n_ent, n_tok);
+		stats_hist_add(&w->es.step_prefill, STATS_COUNT,
+		    (uint64_t)(n_tok - n_dec));
+		stats_hist_add(&w->es.step_decode, STATS_COUNT,
+		    (uint64_t)n_dec);
+		stats_hist_add(&w->es.step_seqs, STATS_COUNT, (uint64_t)n_ent);
+	}
 	if ((rc = sched_commit(w->sched, &plan)) < 0)
 		fatalx("worker: sched_commit: %s", strerror(-rc));
 	for (k = 0; k < plan.n_items; k++) {
@@ -694,6 +739,7 @@ step(struct worker *w)
 			req_done(w, r, it->finish);
 		req_end(w, r);
 	}
+	w->cur_step = 0;
 	if (plan.n_items == 0 && plan.n_rel == 0)
 		return 0;
 	w->st.steps++;
@@ -704,7 +750,8 @@ step(struct worker *w)
 static void
 publish(struct worker *w)
 {
-	struct ep_stats es;
+	struct ep_stats *es = &w->es;
+	struct sched_stats ss;
 
 	w->st.requests_live = w->max_requests - w->n_free;
 	w->st.kv_seqs_live = kv_seqs_live(w->kv);
@@ -713,13 +760,16 @@ publish(struct worker *w)
 	pthread_mutex_lock(&w->pub_lock);
 	w->pub = w->st;
 	pthread_mutex_unlock(&w->pub_lock);
-	memset(&es, 0, sizeof(es));
-	es.steps = w->st.steps;
-	es.tokens_prompt = w->st.tokens_prompt;
-	es.tokens_generated = w->st.tokens_generated;
-	es.kv_blocks_used = (uint64_t)w->st.kv_blocks_used;
-	es.kv_blocks_total = (uint64_t)w->st.kv_blocks_total;
-	ep_stats_set(w->port, &es);
+	sched_stats(w->sched, &ss);
+	es->steps = w->st.steps;
+	es->tokens_prompt = w->st.tokens_prompt;
+	es->tokens_generated = w->st.tokens_generated;
+	es->kv_blocks_used = (uint64_t)w->st.kv_blocks_used;
+	es->kv_blocks_total = (uint64_t)w->st.kv_blocks_total;
+	es->requests_waiting = (uint64_t)ss.n_waiting;
+	es->requests_running = (uint64_t)ss.n_running;
+	es->preemptions = w->st.preempted;
+	ep_stats_set(w->port, es);
 }
 
 /* SHUTDOWN: every request goes, without events. */

@@ -20,8 +20,12 @@
  * A refused client gets a welcome with a negative status and no
  * descriptors, then the socket closes.  After the handshake the socket
  * carries only CP_MSG_STATS_REQ / CP_MSG_STATS and its hangup means death
- * of either side (the daemon also watches the client's pidfd).  Any descriptor sent by a client,
- * any message of the wrong size, type, magic or version closes it.
+ * of either side (the daemon also watches the client's pidfd).  Any
+ * descriptor sent by a client, any message of the wrong size, type, magic
+ * or version closes it.  The statistics inside CP_MSG_STATS carry a layout
+ * version and size of their own (CP_STATS_VERSION), so that they can grow
+ * without a new protocol version: a client that meets another stats
+ * version only loses cp_stats().
  *
  * SEGMENT (all offsets page aligned, all regions disjoint):
  *
@@ -70,7 +74,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CP_PROTO_VERSION	1
+#define CP_PROTO_VERSION	2	/* 2: cp_cqe.step, stats version 2 */
 #define CP_PROTO_MAGIC		0x31445043u	/* "CPD1": socket messages */
 #define CP_SEG_MAGIC		0x47455343u	/* "CSEG": segment header */
 
@@ -209,9 +213,15 @@ struct cp_sqe {
 #define CP_FINISH_STALLED	5u	/* cancelled: the client left its CQ full */
 #define CP_FINISH_MAX		5u
 
-#define CP_CQE_TEXT		36u
+#define CP_CQE_TEXT		32u
 
-/* One completion event. */
+/*
+ * One completion event.  step numbers the engine's steps from 1 (the step
+ * counter of the statistics, low 32 bits: compare with unsigned
+ * subtraction); a TOKEN carries the step that sampled it, a DONE or ERROR
+ * the step that ended the request, or 0 when no step did (a request
+ * refused before it ran).  Continuations (CP_EV_TEXT) carry 0.
+ */
 struct cp_cqe {
 	uint32_t req_id;
 	uint8_t type;		/* CP_EV_* */
@@ -223,6 +233,7 @@ struct cp_cqe {
 	int32_t error;		/* ERROR: negative errno or CP_E* code; else 0 */
 	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens processed */
 	uint32_t n_gen;		/* DONE/ERROR: tokens generated */
+	uint32_t step;		/* engine step of the event, see above */
 	uint8_t text[CP_CQE_TEXT];
 };
 
@@ -296,26 +307,77 @@ struct cp_stats_req {
 	uint32_t reserved[2];	/* zero */
 };
 
+/*
+ * Statistics, layout version CP_STATS_VERSION.  Counters run from the
+ * daemon's start; "now" values are a snapshot.  Invariants a reader may
+ * check (libcpclient does):
+ *  - clients + sum(disconnects[]) == clients_total: every accepted client
+ *    is connected or ended for exactly one CP_END_* reason;
+ *  - kv_blocks_used + kv_blocks_free == kv_blocks_total;
+ *  - requests_active <= requests_total;
+ *  - each histogram: le[] strictly increasing up to le[CP_STATS_BUCKETS -
+ *    1] == UINT64_MAX, sum(n[]) == count, max in the last bucket holding
+ *    samples (0 with no samples).
+ */
+#define CP_STATS_VERSION	2u
+#define CP_STATS_BUCKETS	20u	/* histogram buckets */
+
+/* Why a session ended (disconnects[]). */
+#define CP_END_CLOSED		0u	/* the client closed its socket */
+#define CP_END_EXITED		1u	/* the client process exited (pidfd) */
+#define CP_END_PROTOCOL		2u	/* a protocol violation (logged) */
+#define CP_END_TIMEOUT		3u	/* no HELLO within the handshake timeout */
+#define CP_END_OVERFLOW		4u	/* events left unread past the limit */
+#define CP_END_ERROR		5u	/* a failure inside the daemon */
+#define CP_END_SHUTDOWN		6u	/* the daemon stopped */
+#define CP_END_REASONS		8u	/* entries of disconnects[] */
+
+/* Stats flags. */
+#define CP_STATS_DRAINING	0x1u	/* stopping: no new clients or requests */
+
+/* A histogram: bucket i counts samples v with le[i - 1] < v <= le[i]. */
+struct cp_wire_hist {
+	uint64_t count;			/* samples */
+	uint64_t sum;			/* of the samples (wraps) */
+	uint64_t max;			/* largest sample, 0 when none */
+	uint64_t reserved;		/* zero */
+	uint64_t le[CP_STATS_BUCKETS];	/* upper bounds, inclusive */
+	uint64_t n[CP_STATS_BUCKETS];
+};
+
 struct cp_wire_stats {
 	uint64_t uptime_ms;
 	uint64_t clients;		/* connected now */
 	uint64_t clients_total;		/* accepted since start */
 	uint64_t clients_rejected;	/* refused at the handshake */
 	uint64_t protocol_errors;	/* sessions closed for a violation */
-	uint64_t requests_total;
-	uint64_t requests_active;
-	uint64_t tokens_prompt;
+	uint64_t requests_total;	/* handed to the engine */
+	uint64_t requests_active;	/* handed over, not yet ended */
+	uint64_t tokens_prompt;		/* prompt positions computed */
 	uint64_t tokens_generated;
-	uint64_t steps;
+	uint64_t steps;			/* engine steps */
 	uint64_t cq_stalls;		/* requests cancelled for a full CQ */
 	uint64_t kv_blocks_used;
 	uint64_t kv_blocks_total;
-	uint64_t reserved[3];
+	uint64_t kv_blocks_free;
+	uint64_t requests_waiting;	/* engine: queued, holding no KV */
+	uint64_t requests_running;	/* engine: holding KV */
+	uint64_t requests_refused;	/* answered ERROR by the io loop */
+	uint64_t preemptions;		/* sequences preempted by recompute */
+	uint64_t flags;			/* CP_STATS_* */
+	uint64_t disconnects[CP_END_REASONS];	/* ended sessions by reason */
+	uint64_t reserved[5];		/* zero */
+	struct cp_wire_hist step_prefill;	/* prompt tokens per step */
+	struct cp_wire_hist step_decode;	/* decode tokens per step */
+	struct cp_wire_hist step_seqs;		/* sequences per step */
+	struct cp_wire_hist ttft_us;	/* SUBMIT received to first TOKEN */
+	struct cp_wire_hist itl_us;	/* between TOKENs of one request */
 };
 
 struct cp_stats_msg {
 	struct cp_msg_hdr hdr;
-	uint32_t reserved[2];
+	uint32_t stats_version;		/* CP_STATS_VERSION */
+	uint32_t stats_bytes;		/* sizeof(struct cp_wire_stats) */
 	struct cp_wire_stats stats;
 };
 
@@ -365,7 +427,8 @@ _Static_assert(offsetof(struct cp_cqe, token) == 8, "cqe.token");
 _Static_assert(offsetof(struct cp_cqe, logprob) == 12, "cqe.logprob");
 _Static_assert(offsetof(struct cp_cqe, error) == 16, "cqe.error");
 _Static_assert(offsetof(struct cp_cqe, n_gen) == 24, "cqe.n_gen");
-_Static_assert(offsetof(struct cp_cqe, text) == 28, "cqe.text");
+_Static_assert(offsetof(struct cp_cqe, step) == 28, "cqe.step");
+_Static_assert(offsetof(struct cp_cqe, text) == 32, "cqe.text");
 _Static_assert(CP_CQE_TEXT <= UINT8_MAX, "text_len fits a byte");
 
 _Static_assert(sizeof(struct cp_msg_hdr) == 8, "cp_msg_hdr size");
@@ -385,8 +448,19 @@ _Static_assert(offsetof(struct cp_welcome, seg_bytes) == 20,
 _Static_assert(offsetof(struct cp_welcome, max_reqs) == 40, "welcome.max_reqs");
 _Static_assert(offsetof(struct cp_welcome, model) == 64, "welcome.model");
 _Static_assert(sizeof(struct cp_stats_req) == 16, "cp_stats_req size");
-_Static_assert(sizeof(struct cp_wire_stats) == 128, "cp_wire_stats size");
-_Static_assert(sizeof(struct cp_stats_msg) == 144, "cp_stats_msg size");
+_Static_assert(sizeof(struct cp_wire_hist) == 32 + 16 * CP_STATS_BUCKETS,
+    "cp_wire_hist size");
+_Static_assert(offsetof(struct cp_wire_stats, kv_blocks_free) == 104,
+    "stats.kv_blocks_free");
+_Static_assert(offsetof(struct cp_wire_stats, disconnects) == 152,
+    "stats.disconnects");
+_Static_assert(offsetof(struct cp_wire_stats, step_prefill) == 256,
+    "stats.step_prefill");
+_Static_assert(sizeof(struct cp_wire_stats) == 256 + 5 * 352,
+    "cp_wire_stats size");
+_Static_assert(sizeof(struct cp_stats_msg) == 16 + 2016, "cp_stats_msg size");
+_Static_assert(offsetof(struct cp_stats_msg, stats_bytes) == 12,
+    "stats_msg.stats_bytes");
 _Static_assert(offsetof(struct cp_stats_msg, stats) == 16, "stats_msg.stats");
 
 /*

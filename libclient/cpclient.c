@@ -461,11 +461,105 @@ cp_model_info(struct cp_client *c, struct cp_model_info *out)
 	return 0;
 }
 
+_Static_assert(CP_HIST_BUCKETS == CP_STATS_BUCKETS, "histogram buckets");
+_Static_assert(CP_DISC_REASONS == CP_END_REASONS &&
+    CP_DISC_CLOSED == CP_END_CLOSED && CP_DISC_EXITED == CP_END_EXITED &&
+    CP_DISC_PROTOCOL == CP_END_PROTOCOL && CP_DISC_TIMEOUT == CP_END_TIMEOUT &&
+    CP_DISC_OVERFLOW == CP_END_OVERFLOW && CP_DISC_ERROR == CP_END_ERROR &&
+    CP_DISC_SHUTDOWN == CP_END_SHUTDOWN, "disconnect reasons");
+
+/* Checks one histogram (cp_proto.h's rules) and copies it; 0 or CP_EPROTO. */
+static int
+hist_copy(const struct cp_wire_hist *w, struct cp_histogram *h)
+{
+	uint64_t total = 0;
+	int i, top = -1;
+
+	if (w->reserved != 0 || w->le[CP_STATS_BUCKETS - 1] != UINT64_MAX)
+		return CP_EPROTO;
+	for (i = 0; i < (int)CP_STATS_BUCKETS; i++) {
+		if (i > 0 && w->le[i] <= w->le[i - 1])
+			return CP_EPROTO;
+		if (w->n[i] > UINT64_MAX - total)
+			return CP_EPROTO;
+		total += w->n[i];
+		if (w->n[i] > 0)
+			top = i;
+		h->le[i] = w->le[i];
+		h->n[i] = w->n[i];
+	}
+	if (total != w->count)
+		return CP_EPROTO;
+	if (top < 0 && w->max != 0)
+		return CP_EPROTO;
+	if (top >= 0 && (w->max > w->le[top] ||
+	    (top > 0 && w->max <= w->le[top - 1])))
+		return CP_EPROTO;
+	h->count = w->count;
+	h->sum = w->sum;
+	h->max = w->max;
+	return 0;
+}
+
+/* Checks the invariants of cp_proto.h's cp_wire_stats and fills out; 0 or CP_EPROTO. */
+static int
+stats_copy(const struct cp_wire_stats *w, struct cp_stats *out)
+{
+	uint64_t ended = 0;
+	unsigned i;
+
+	for (i = 0; i < CP_END_REASONS; i++) {
+		if (w->disconnects[i] > UINT64_MAX - ended)
+			return CP_EPROTO;
+		ended += w->disconnects[i];
+		out->disconnects[i] = w->disconnects[i];
+	}
+	if (w->clients > w->clients_total ||
+	    ended != w->clients_total - w->clients)
+		return CP_EPROTO;
+	if (w->kv_blocks_used > w->kv_blocks_total ||
+	    w->kv_blocks_free != w->kv_blocks_total - w->kv_blocks_used)
+		return CP_EPROTO;
+	if (w->requests_active > w->requests_total ||
+	    (w->flags & ~(uint64_t)CP_STATS_DRAINING))
+		return CP_EPROTO;
+	for (i = 0; i < sizeof(w->reserved) / sizeof(w->reserved[0]); i++)
+		if (w->reserved[i] != 0)
+			return CP_EPROTO;
+	if (hist_copy(&w->step_prefill, &out->step_prefill) < 0 ||
+	    hist_copy(&w->step_decode, &out->step_decode) < 0 ||
+	    hist_copy(&w->step_seqs, &out->step_seqs) < 0 ||
+	    hist_copy(&w->ttft_us, &out->ttft_us) < 0 ||
+	    hist_copy(&w->itl_us, &out->itl_us) < 0)
+		return CP_EPROTO;
+	out->uptime_ms = w->uptime_ms;
+	out->clients = w->clients;
+	out->clients_total = w->clients_total;
+	out->clients_rejected = w->clients_rejected;
+	out->protocol_errors = w->protocol_errors;
+	out->requests_total = w->requests_total;
+	out->requests_active = w->requests_active;
+	out->tokens_prompt = w->tokens_prompt;
+	out->tokens_generated = w->tokens_generated;
+	out->steps = w->steps;
+	out->cq_stalls = w->cq_stalls;
+	out->kv_blocks_used = w->kv_blocks_used;
+	out->kv_blocks_total = w->kv_blocks_total;
+	out->kv_blocks_free = w->kv_blocks_free;
+	out->requests_waiting = w->requests_waiting;
+	out->requests_running = w->requests_running;
+	out->requests_refused = w->requests_refused;
+	out->preemptions = w->preemptions;
+	out->draining = (w->flags & CP_STATS_DRAINING) != 0;
+	return 0;
+}
+
 int
 cp_stats(struct cp_client *c, struct cp_stats *out)
 {
 	struct cp_stats_req q;
-	struct cp_stats_msg m;
+	struct cp_stats_msg *m;
+	struct cp_stats st;
 	struct pollfd p;
 	uint64_t end;
 	ssize_t n;
@@ -473,6 +567,9 @@ cp_stats(struct cp_client *c, struct cp_stats *out)
 
 	if ((r = cpc_broken(c)) < 0)
 		return r;
+	/* About 2 KiB: off the stack of callers with small ones. */
+	if ((m = malloc(sizeof(*m))) == NULL)
+		return -ENOMEM;
 	memset(&q, 0, sizeof(q));
 	q.hdr.magic = CP_PROTO_MAGIC;
 	q.hdr.type = CP_MSG_STATS_REQ;
@@ -505,8 +602,9 @@ cp_stats(struct cp_client *c, struct cp_stats *out)
 		if (r > 0)
 			break;
 	}
+	memset(m, 0, sizeof(*m));
 	do
-		n = recv(c->sock, &m, sizeof(m), MSG_DONTWAIT | MSG_TRUNC);
+		n = recv(c->sock, m, sizeof(*m), MSG_DONTWAIT | MSG_TRUNC);
 	while (n < 0 && errno == EINTR);
 	if (n == 0 || (n < 0 && errno == ECONNRESET)) {
 		r = CP_EDEAD;
@@ -516,27 +614,28 @@ cp_stats(struct cp_client *c, struct cp_stats *out)
 		r = -errno;
 		goto out;
 	}
-	if ((size_t)n != sizeof(m) || m.hdr.magic != CP_PROTO_MAGIC ||
-	    m.hdr.type != CP_MSG_STATS || m.hdr.version != CP_PROTO_VERSION) {
+	if ((size_t)n < offsetof(struct cp_stats_msg, stats) ||
+	    m->hdr.magic != CP_PROTO_MAGIC || m->hdr.type != CP_MSG_STATS ||
+	    m->hdr.version != CP_PROTO_VERSION) {
 		r = cpc_fail(c, CP_EPROTO);
 		goto out;
 	}
-	out->uptime_ms = m.stats.uptime_ms;
-	out->clients = m.stats.clients;
-	out->clients_total = m.stats.clients_total;
-	out->clients_rejected = m.stats.clients_rejected;
-	out->protocol_errors = m.stats.protocol_errors;
-	out->requests_total = m.stats.requests_total;
-	out->requests_active = m.stats.requests_active;
-	out->tokens_prompt = m.stats.tokens_prompt;
-	out->tokens_generated = m.stats.tokens_generated;
-	out->steps = m.stats.steps;
-	out->cq_stalls = m.stats.cq_stalls;
-	out->kv_blocks_used = m.stats.kv_blocks_used;
-	out->kv_blocks_total = m.stats.kv_blocks_total;
+	/* Another layout of the counters: this call fails, nothing else. */
+	if (m->stats_version != CP_STATS_VERSION) {
+		r = -EPROTONOSUPPORT;
+		goto out;
+	}
+	if ((size_t)n != sizeof(*m) ||
+	    m->stats_bytes != sizeof(struct cp_wire_stats) ||
+	    stats_copy(&m->stats, &st) < 0) {
+		r = cpc_fail(c, CP_EPROTO);
+		goto out;
+	}
+	*out = st;
 	r = 0;
 out:
 	pthread_mutex_unlock(&c->sock_lock);
+	free(m);
 	return r;
 }
 
@@ -567,6 +666,8 @@ cp_strerror(int err)
 	case -ENOENT:
 	case -ECONNREFUSED:
 		return "no daemon listening on the socket";
+	case -ESHUTDOWN:
+		return "the daemon is shutting down";
 	case -ETIMEDOUT:
 		return "timed out";
 	}

@@ -67,6 +67,18 @@ extern "C" {
 #define CP_DONE_CONTEXT		4	/* the context window is full */
 #define CP_DONE_STALLED		5	/* cancelled: events were not read in time */
 
+/* Why the daemon ended a client's connection (cp_stats.disconnects[]). */
+#define CP_DISC_CLOSED		0	/* the client closed it */
+#define CP_DISC_EXITED		1	/* the client process exited */
+#define CP_DISC_PROTOCOL	2	/* the client broke the protocol */
+#define CP_DISC_TIMEOUT		3	/* no handshake in time */
+#define CP_DISC_OVERFLOW	4	/* too many events left unread */
+#define CP_DISC_ERROR		5	/* a failure inside the daemon */
+#define CP_DISC_SHUTDOWN	6	/* the daemon stopped */
+#define CP_DISC_REASONS		8	/* entries of disconnects[] */
+
+#define CP_HIST_BUCKETS		20	/* buckets of a cp_histogram */
+
 struct cp_client;
 
 struct cp_connect_opts {
@@ -103,9 +115,14 @@ struct cp_event {
 	const char *text;	/* bytes (NUL-terminated too), see THREADS */
 	size_t text_len;
 	int finish;		/* DONE: CP_DONE_* */
-	int error;		/* ERROR: negative errno or CP_E* */
+	int error;		/* ERROR: negative errno or CP_E*; -EUSERS:
+				   the user's quota, -ESHUTDOWN: the daemon
+				   is stopping */
 	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens */
 	uint32_t n_gen;		/* DONE/ERROR: generated tokens */
+	uint32_t step;		/* the daemon's engine step (counted from 1,
+				   wraps at 2^32) that sampled the token or
+				   ended the request; 0 when none did */
 };
 
 struct cp_model_info {
@@ -126,20 +143,48 @@ struct cp_model_info {
 	uint32_t max_requests;		/* requests in flight at once */
 };
 
+/*
+ * A histogram of samples: bucket i counts samples v with
+ * le[i - 1] < v <= le[i] (le[-1] taken as 0, inclusive); le[] increases
+ * and its last entry is UINT64_MAX.
+ */
+struct cp_histogram {
+	uint64_t count;			/* samples */
+	uint64_t sum;			/* of all samples */
+	uint64_t max;			/* largest sample; 0 when none */
+	uint64_t le[CP_HIST_BUCKETS];	/* upper bounds, inclusive */
+	uint64_t n[CP_HIST_BUCKETS];	/* samples per bucket */
+};
+
+/* The daemon's counters since it started, and a snapshot of its load. */
 struct cp_stats {
 	uint64_t uptime_ms;
 	uint64_t clients;		/* connected now */
-	uint64_t clients_total;
-	uint64_t clients_rejected;
-	uint64_t protocol_errors;
-	uint64_t requests_total;
-	uint64_t requests_active;
-	uint64_t tokens_prompt;
+	uint64_t clients_total;		/* accepted since start */
+	uint64_t clients_rejected;	/* refused when connecting */
+	uint64_t protocol_errors;	/* connections closed for a violation */
+	uint64_t requests_total;	/* accepted for generation */
+	uint64_t requests_active;	/* accepted and not ended */
+	uint64_t tokens_prompt;		/* prompt positions computed */
 	uint64_t tokens_generated;
-	uint64_t steps;
-	uint64_t cq_stalls;
-	uint64_t kv_blocks_used;
+	uint64_t steps;			/* engine steps (see cp_event.step) */
+	uint64_t cq_stalls;		/* requests ended CP_DONE_STALLED */
+	uint64_t kv_blocks_used;	/* KV cache blocks held by requests */
 	uint64_t kv_blocks_total;
+	uint64_t kv_blocks_free;	/* total - used */
+	uint64_t requests_waiting;	/* queued in the engine, no KV yet */
+	uint64_t requests_running;	/* holding KV (prefill or decode) */
+	uint64_t requests_refused;	/* answered ERROR at once (limits,
+					   shutdown) */
+	uint64_t preemptions;		/* requests set back for KV space */
+	int draining;			/* nonzero: the daemon is stopping */
+	uint64_t disconnects[CP_DISC_REASONS];	/* ended connections, by
+						   CP_DISC_* reason */
+	struct cp_histogram step_prefill;	/* prompt tokens per step */
+	struct cp_histogram step_decode;	/* generated tokens per step */
+	struct cp_histogram step_seqs;		/* requests per step */
+	struct cp_histogram ttft_us;	/* request received to first token */
+	struct cp_histogram itl_us;	/* between two tokens of a request */
 };
 
 /* Fills o with defaults: path from the environment, daemon's sizes, 5 s timeout. */
@@ -203,7 +248,11 @@ CP_API int cp_event_fd(struct cp_client *c);
 /* Copies the served model's description and this client's limits; 0. */
 CP_API int cp_model_info(struct cp_client *c, struct cp_model_info *out);
 
-/* Asks the daemon for its counters; 0, -ETIMEDOUT, CP_EDEAD, CP_EPROTO. */
+/*
+ * Asks the daemon for its counters (checked for consistency); 0,
+ * -ETIMEDOUT, -EPROTONOSUPPORT (the daemon's statistics have another
+ * layout; the connection stays usable), CP_EDEAD, CP_EPROTO.
+ */
 CP_API int cp_stats(struct cp_client *c, struct cp_stats *out);
 
 /* Static English message for err (negative errno or CP_E*); never NULL. */

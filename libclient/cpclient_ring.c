@@ -378,6 +378,7 @@ take_event(struct cp_client *c, struct cp_event *ev)
 	ev->text = c->text;
 	ev->text_len = used;
 	ev->token = -1;
+	ev->step = first.step;
 	switch (first.type) {
 	case CP_EV_TOKEN:
 		ev->type = CP_EVENT_TOKEN;
