@@ -422,11 +422,11 @@ START_TEST(test_streams)
 	int st;
 	struct hd d;
 
-	start(&d, "", 40000);		/* 40 ms a token: about a second */
+	start(&d, "", 100000);		/* 100 ms a token: 2.6 s in all */
 	args[1] = d.path;
 	spawn(&p, args, NULL);
 	ck_assert(read_until(p.out, &first, "a", 5000));
-	ck_assert_uint_lt(first.len, 20);
+	ck_assert_uint_lt(first.len, 26);
 	ck_assert_int_eq(waitpid(p.pid, &st, WNOHANG), 0);
 	st = finish(&p, NULL, 0, &out, &err);
 	ck_assert_int_eq(st, 0);
