@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "dot.h"
 #include "matmul.h"
 #include "quant.h"
@@ -28,18 +29,14 @@ struct fwd_att_task {
  *	xn	[T, n_embd]	normed input of a matrix product
  *	q	[T, n_head * head_dim]
  *	k, v	[T, n_head_kv * head_dim]
- *	att	[T, n_head * head_dim]	attention output (accumulated
- *					in place while attending)
- *	att_m, att_l [T, n_head]	max score and sum of exp of each
- *					row-head (float, double)
+ *	att	[T, n_head * head_dim]	attention output
  *	gate, up [T, n_ff]
  *	tmp	[T, n_embd]	output of wo and w_down before the residual add
  *	rope	[T, n_rot]	cos, sin pairs of each row's position
  *	row_pos, row_entry [T]
  *	logit_rows [S]		row whose logits an entry asked for
  *	mm_scratch		activations prepared for a matrix product
- *	vt	[threads][block_tokens, head_dim]	a V block as F32
- *	sc	[threads][n_head / n_head_kv, block_tokens]	its scores
+ *	att_scratch [threads]	attn_rows() scratch of one task each
  */
 struct fwd {
 	const struct model *m;
@@ -49,14 +46,13 @@ struct fwd {
 	int n_threads;
 	int bt;			/* tokens per KV block */
 	int qd, kvd;		/* query and key/value widths */
-	float *x, *xn, *q, *k, *v, *att, *att_m, *gate, *up, *tmp;
-	double *att_l;
+	float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
 	float *rope;
 	int *row_pos, *row_entry, *logit_rows;
 	void *mm_scratch;
 	size_t mm_scratch_bytes;
-	float *vt, *sc;
-	const struct dot_kernel *kdot;	/* q . K for the cache's type */
+	unsigned char *att_scratch;
+	size_t att_scratch_bytes;	/* per thread, FWD_ALIGN multiple */
 	struct fwd_att_task *tasks;
 	int max_tasks;
 	/* What mm_scratch holds prepared: x, weight type and rows. */
@@ -122,7 +118,6 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 		    "%s kv cache", ttype_name(kp->type));
 	if ((f = calloc(1, sizeof(*f))) == NULL)
 		return cp_err_set(e, -ENOMEM, "forward: out of memory");
-	f->kdot = dot_kernel(kp->type);
 	f->m = m;
 	f->kv = kv;
 	f->kv_mem = kv_mem;
@@ -157,8 +152,6 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->k = fwd_alloc(T * (size_t)f->kvd * sizeof(float));
 	f->v = fwd_alloc(T * (size_t)f->kvd * sizeof(float));
 	f->att = fwd_alloc(T * (size_t)f->qd * sizeof(float));
-	f->att_m = fwd_alloc(T * (size_t)hp->n_head * sizeof(float));
-	f->att_l = fwd_alloc(T * (size_t)hp->n_head * sizeof(double));
 	f->gate = fwd_alloc(T * (size_t)hp->n_ff * sizeof(float));
 	f->up = fwd_alloc(T * (size_t)hp->n_ff * sizeof(float));
 	f->tmp = fwd_alloc(T * (size_t)hp->n_embd * sizeof(float));
@@ -169,18 +162,18 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->logit_rows = fwd_alloc(S * sizeof(int));
 	f->entry_row0 = fwd_alloc(S * sizeof(int));
 	f->mm_scratch = fwd_alloc(need);
-	f->vt = fwd_alloc(nt * (size_t)f->bt * (size_t)hp->head_dim *
-	    sizeof(float));
-	f->sc = fwd_alloc(nt * (size_t)f->bt *
-	    (size_t)(hp->n_head / hp->n_head_kv) * sizeof(float));
+	f->att_scratch_bytes = (attn_scratch_bytes(hp->head_dim,
+	    hp->n_head / hp->n_head_kv, FWD_ATT_TILE, f->bt) + FWD_ALIGN -
+	    1) / FWD_ALIGN * FWD_ALIGN;
+	f->att_scratch = fwd_alloc(nt * f->att_scratch_bytes);
 	f->tasks = fwd_alloc((size_t)f->max_tasks * sizeof(*f->tasks));
 	if (f->x == NULL || f->xn == NULL || f->q == NULL || f->k == NULL ||
-	    f->v == NULL || f->att == NULL || f->att_m == NULL ||
-	    f->att_l == NULL || f->gate == NULL || f->up == NULL ||
-	    f->tmp == NULL || f->rope == NULL || f->row_pos == NULL ||
-	    f->row_entry == NULL || f->logit_rows == NULL ||
-	    f->entry_row0 == NULL || f->mm_scratch == NULL ||
-	    f->vt == NULL || f->sc == NULL || f->tasks == NULL) {
+	    f->v == NULL || f->att == NULL || f->gate == NULL ||
+	    f->up == NULL || f->tmp == NULL || f->rope == NULL ||
+	    f->row_pos == NULL || f->row_entry == NULL ||
+	    f->logit_rows == NULL || f->entry_row0 == NULL ||
+	    f->mm_scratch == NULL || f->att_scratch == NULL ||
+	    f->tasks == NULL) {
 		fwd_free(f);
 		return cp_err_set(e, -ENOMEM, "forward: out of memory for "
 		    "%d batch tokens", p->max_batch_tokens);
@@ -195,8 +188,7 @@ fwd_free(struct fwd *f)
 	if (f == NULL)
 		return;
 	free(f->tasks);
-	free(f->sc);
-	free(f->vt);
+	free(f->att_scratch);
 	free(f->mm_scratch);
 	free(f->entry_row0);
 	free(f->logit_rows);
@@ -206,8 +198,6 @@ fwd_free(struct fwd *f)
 	free(f->tmp);
 	free(f->up);
 	free(f->gate);
-	free(f->att_l);
-	free(f->att_m);
 	free(f->att);
 	free(f->v);
 	free(f->k);
@@ -367,33 +357,11 @@ fwd_kv_store(struct fwd *f, int layer)
 	}
 }
 
-/* V rows [0, n) of KV head g in block blk of layer, as F32, into vt. */
-static void
-fwd_v_load(const struct fwd *f, int layer, int blk, int g, int n, float *vt)
-{
-	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
-	uint32_t kv_type = kv_params(f->kv)->type;
-	int hd = f->m->hp.head_dim, j;
-	const unsigned char *vb = f->kv_mem + kv_block_offset(f->kv, blk,
-	    layer, KV_V) + (size_t)g * (size_t)hd * es;
-
-	for (j = 0; j < n; j++)
-		(void)dequant_row(kv_type, vb + (size_t)j * rowb,
-		    vt + (size_t)j * (size_t)hd, (size_t)hd);
-}
-
 /*
  * One task: rows [r0, r1) of an entry and the query heads that share KV
- * head g.  Scores q . k come from the dot kernel of the cache's type,
- * reading K in place (F16 K meets a Q rounded to F16, as in the reference
- * implementation).  The softmax is exact, in three walks over the row's
- * positions 0..pos, block by block in position order: the largest score;
- * the sum of exp(score - max) (in double); then the V rows weighted by the
- * normalized probabilities, which with an F16 cache are rounded to F16 as
- * the reference implementation rounds them before its product with V.
- * Each walk keeps O(1) state per row-head, so nothing grows with the
- * context, and a row's arithmetic depends only on its position and the
- * cache: that is what makes steps batch invariant.
+ * head g, attending over the entry's cached positions (attn.h).  With an
+ * F16 cache, q was rounded to F16 (as K is stored), as the reference
+ * implementation rounds it.
  */
 static void
 fwd_att_task(void *arg, int task, int thread)
@@ -402,96 +370,32 @@ fwd_att_task(void *arg, int task, int thread)
 	const struct model_hparams *hp = &f->m->hp;
 	const struct fwd_att_task *t = &f->tasks[task];
 	const struct batch_seq *bs = &f->b->seqs[t->entry];
-	const int32_t *tab = kv_seq_blocks(f->kv, bs->seq);
 	int hd = hp->head_dim, group = hp->n_head / hp->n_head_kv;
-	int row0 = f->entry_row0[t->entry];
-	int pmax = bs->pos + t->r1 - 1, nb = pmax / f->bt + 1;
-	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
-	float *vt = f->vt + (size_t)thread * (size_t)f->bt * (size_t)hd;
-	float *sc = f->sc + (size_t)thread * (size_t)f->bt * (size_t)group;
-	float scale = 1.0f / sqrtf((float)hd);
-	bool round_p = es == 2;
-	int pass, blk, r, hh, j, i, n, nv;
+	size_t es = kv_elem_bytes(f->kv), q0;
+	struct attn_args a;
 
-	for (r = t->r0; r < t->r1; r++) {
-		for (hh = 0; hh < group; hh++) {
-			int h = t->g * group + hh;
-			size_t rh = (size_t)(row0 + r) * (size_t)hp->n_head +
-			    (size_t)h;
-
-			f->att_m[rh] = -INFINITY;
-			f->att_l[rh] = 0;
-			memset(f->att + (size_t)(row0 + r) * (size_t)f->qd +
-			    (size_t)h * (size_t)hd, 0, (size_t)hd * 4);
-		}
-	}
-	for (pass = 0; pass < 3; pass++) {
-		for (blk = 0; blk < nb; blk++) {
-			int p0 = blk * f->bt;
-			const unsigned char *kb = f->kv_mem +
-			    kv_block_offset(f->kv, tab[blk], f->layer, KV_K) +
-			    (size_t)t->g * (size_t)hd * es;
-
-			n = pmax - p0 + 1;
-			if (n > f->bt)
-				n = f->bt;
-			if (pass == 2)
-				fwd_v_load(f, f->layer, tab[blk], t->g, n, vt);
-			for (r = t->r0; r < t->r1; r++) {
-				int pos = bs->pos + r;
-				size_t q0 = (size_t)(row0 + r) * (size_t)f->qd +
-				    (size_t)t->g * (size_t)group * (size_t)hd;
-
-				if (pos < p0)
-					continue;
-				nv = pos - p0 + 1;
-				if (nv > n)
-					nv = n;
-				/* sc[hh][j] = (query head hh) . (K row j) */
-				f->kdot->fn(hd, kb, rowb, nv, f->q + q0,
-				    (size_t)hd * sizeof(float), group, sc,
-				    (size_t)f->bt);
-				for (hh = 0; hh < group; hh++) {
-					size_t rh = (size_t)(row0 + r) *
-					    (size_t)hp->n_head + (size_t)t->g *
-					    (size_t)group + (size_t)hh;
-					float *s = sc + (size_t)hh *
-					    (size_t)f->bt;
-					float *acc = f->att + q0 + (size_t)hh *
-					    (size_t)hd;
-					float mx = f->att_m[rh], inv, w;
-
-					for (j = 0; j < nv; j++)
-						s[j] *= scale;
-					if (pass == 0) {
-						for (j = 0; j < nv; j++)
-							if (s[j] > mx)
-								mx = s[j];
-						f->att_m[rh] = mx;
-						continue;
-					}
-					if (pass == 1) {
-						for (j = 0; j < nv; j++)
-							f->att_l[rh] += (double)
-							    expf(s[j] - mx);
-						continue;
-					}
-					inv = (float)(1.0 / f->att_l[rh]);
-					for (j = 0; j < nv; j++) {
-						const float *vr = vt +
-						    (size_t)j * (size_t)hd;
-
-						w = expf(s[j] - mx) * inv;
-						if (round_p)
-							w = fp16_to_fp32(
-							    fp32_to_fp16(w));
-						for (i = 0; i < hd; i++)
-							acc[i] += w * vr[i];
-					}
-				}
-			}
-		}
-	}
+	q0 = (size_t)(f->entry_row0[t->entry] + t->r0) * (size_t)f->qd +
+	    (size_t)t->g * (size_t)group * (size_t)hd;
+	a.head_dim = hd;
+	a.group = group;
+	a.n_rows = t->r1 - t->r0;
+	a.pos0 = bs->pos + t->r0;
+	a.q = f->q + q0;
+	a.ldq = (size_t)f->qd;
+	a.out = f->att + q0;
+	a.ldo = (size_t)f->qd;
+	a.kv_type = kv_params(f->kv)->type;
+	a.k = f->kv_mem + kv_block_offset(f->kv, 0, f->layer, KV_K) +
+	    (size_t)t->g * (size_t)hd * es;
+	a.v = f->kv_mem + kv_block_offset(f->kv, 0, f->layer, KV_V) +
+	    (size_t)t->g * (size_t)hd * es;
+	a.block_bytes = kv_block_bytes(f->kv);
+	a.slot_bytes = (size_t)f->kvd * es;
+	a.blocks = kv_seq_blocks(f->kv, bs->seq);
+	a.block_tokens = f->bt;
+	a.scale = 1.0f / sqrtf((float)hd);
+	(void)attn_rows(&a, f->att_scratch + (size_t)thread *
+	    f->att_scratch_bytes);
 }
 
 static void
@@ -549,8 +453,7 @@ fwd_layer(struct fwd *f, int il)
 		    hp->n_head_kv, hp->head_dim, hp->n_rot, cs);
 		/* With an F16 cache, Q meets K in F16 precision. */
 		if (round_q)
-			for (i = 0; i < (size_t)f->qd; i++)
-				q[i] = fp16_to_fp32(fp32_to_fp16(q[i]));
+			dot_round_row(CP_T_F16, q, q, f->qd);
 	}
 	fwd_kv_store(f, il);
 	fwd_attention(f, il);

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "cpu_features.h"
 #include "dot.h"
 #include "matmul.h"
@@ -666,6 +667,309 @@ START_TEST(test_simd_default)
 }
 END_TEST
 
+/* ---- attention over a paged cache (attn.h) ------------------------------ */
+
+/*
+ * A paged cache for one KV head: n_pos positions of hd elements in blocks
+ * of bt slots, pool blocks in a shuffled order, other heads' columns
+ * (kvd = 3 hd wide slots) filled with noise.
+ */
+struct att_fx {
+	uint32_t type;
+	int hd, group, bt, n_pos, kvd;
+	size_t es, slot, blk;
+	unsigned char *pool;	/* K block, then V block, per pool block */
+	int32_t tab[64];
+	float *q;		/* [n_pos][group * hd], rounded for the kernel */
+};
+
+static void
+att_fx_make(struct att_fx *f, uint32_t type, int hd, int group, int bt,
+    int n_pos)
+{
+	int nb = (n_pos + bt - 1) / bt;
+
+	ck_assert_int_le(nb, 64);
+	f->type = type;
+	f->hd = hd;
+	f->group = group;
+	f->bt = bt;
+	f->n_pos = n_pos;
+	f->kvd = 3 * hd;
+	f->es = type == CP_T_F16 ? 2 : 4;
+	f->slot = (size_t)f->kvd * f->es;
+	f->blk = 2 * (size_t)bt * f->slot;
+	f->pool = malloc(f->blk * (size_t)nb);
+	ck_assert_ptr_nonnull(f->pool);
+	for (int b = 0; b < nb; b++)
+		f->tab[b] = b;
+	for (int b = nb - 1; b > 0; b--) {
+		int j = (int)(rng_u32() % (uint32_t)(b + 1));
+		int32_t t = f->tab[b];
+
+		f->tab[b] = f->tab[j];
+		f->tab[j] = t;
+	}
+	for (size_t i = 0; i < f->blk * (size_t)nb / f->es; i++) {
+		float v = rng_f() * 2.0f;
+
+		if (type == CP_T_F16)
+			put_f16(f->pool + 2 * i, v);
+		else
+			memcpy(f->pool + 4 * i, &v, 4);
+	}
+	f->q = malloc(sizeof(float) * (size_t)n_pos * (size_t)(group * hd));
+	ck_assert_ptr_nonnull(f->q);
+	for (int i = 0; i < n_pos * group * hd; i++)
+		f->q[i] = rng_f() * 3.0f;
+	dot_round_row(dot_kernel_scalar(type)->xround, f->q, f->q,
+	    n_pos * group * hd);
+}
+
+static void
+att_fx_free(struct att_fx *f)
+{
+	free(f->q);
+	free(f->pool);
+}
+
+/* Element i of K (kind 0) or V (1) at position p, head column 1. */
+static double
+att_fx_elem(const struct att_fx *f, int kind, int p, int i)
+{
+	const unsigned char *e = f->pool + (size_t)f->tab[p / f->bt] * f->blk +
+	    (size_t)kind * (size_t)f->bt * f->slot + (size_t)(p % f->bt) *
+	    f->slot + ((size_t)f->hd + (size_t)i) * f->es;
+	float v;
+
+	if (f->type == CP_T_F16)
+		return quant_f16(e);
+	memcpy(&v, e, 4);
+	return v;
+}
+
+/* Rows [r0, r0 + n) of the fixture through attn_rows_with() into out. */
+static void
+att_fx_run(const struct att_fx *f, int r0, int n, float *out,
+    const struct attn_ops *ops, const struct dot_kernel *kdot)
+{
+	struct attn_args a;
+	size_t sb = attn_scratch_bytes(f->hd, f->group, n, f->bt);
+	void *scr = malloc(sb);
+	size_t ld = (size_t)(f->group * f->hd);
+
+	ck_assert_ptr_nonnull(scr);
+	a.head_dim = f->hd;
+	a.group = f->group;
+	a.n_rows = n;
+	a.pos0 = r0;
+	a.q = f->q + (size_t)r0 * ld;
+	a.ldq = ld;
+	a.out = out + (size_t)r0 * ld;
+	a.ldo = ld;
+	a.kv_type = f->type;
+	a.k = f->pool + (size_t)f->hd * f->es;
+	a.v = a.k + (size_t)f->bt * f->slot;
+	a.block_bytes = f->blk;
+	a.slot_bytes = f->slot;
+	a.blocks = f->tab;
+	a.block_tokens = f->bt;
+	a.scale = 1.0f / sqrtf((float)f->hd);
+	ck_assert_int_eq(attn_rows_with(&a, scr, ops, kdot), 0);
+	free(scr);
+}
+
+static const struct attn_ops *
+att_simd_ops(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	return &attn_ops_avx2;
+#else
+	return &attn_ops_scalar;
+#endif
+}
+
+/* Shapes: head size, query heads per KV head, block tokens, positions. */
+static const struct {
+	uint32_t type;
+	int hd, group, bt, n_pos;
+} att_shapes[] = {
+	{ CP_T_F16, 64, 1, 16, 70 }, { CP_T_F16, 37, 3, 4, 23 },
+	{ CP_T_F32, 80, 2, 8, 41 }, { CP_T_F32, 8, 1, 1, 9 },
+};
+#define N_ATT (sizeof(att_shapes) / sizeof(att_shapes[0]))
+
+/*
+ * Every row against a double-precision softmax over its positions 0..p:
+ * within the F16 rounding of the weights (2^-11 relative each) plus float
+ * sums.
+ */
+START_TEST(test_attn_reference)
+{
+	struct att_fx f;
+	int hd, G, n;
+	float *out;
+	double *s;
+
+	rng_seed(9000 + _i);
+	att_fx_make(&f, att_shapes[_i].type, att_shapes[_i].hd,
+	    att_shapes[_i].group, att_shapes[_i].bt, att_shapes[_i].n_pos);
+	hd = f.hd, G = f.group, n = f.n_pos;
+	out = calloc((size_t)n * (size_t)(G * hd), sizeof(float));
+	s = calloc((size_t)n, sizeof(double));
+	ck_assert_ptr_nonnull(out);
+	ck_assert_ptr_nonnull(s);
+	att_fx_run(&f, 0, n, out, att_simd_ops(), dot_kernel(f.type));
+	for (int p = 0; p < n; p++) {
+		for (int h = 0; h < G; h++) {
+			const float *q = f.q + (size_t)p * (size_t)(G * hd) +
+			    (size_t)h * (size_t)hd;
+			double mx = -INFINITY, l = 0;
+
+			for (int j = 0; j <= p; j++) {
+				s[j] = 0;
+				for (int i = 0; i < hd; i++)
+					s[j] += q[i] * att_fx_elem(&f, 0, j, i);
+				s[j] /= sqrt((double)hd);
+				mx = fmax(mx, s[j]);
+			}
+			for (int j = 0; j <= p; j++)
+				l += exp(s[j] - mx);
+			for (int i = 0; i < hd; i++) {
+				double want = 0, mag = 0, got;
+
+				for (int j = 0; j <= p; j++) {
+					double w = exp(s[j] - mx) / l;
+					double v = att_fx_elem(&f, 1, j, i);
+
+					want += w * v;
+					mag += w * fabs(v);
+				}
+				got = out[(size_t)p * (size_t)(G * hd) +
+				    (size_t)h * (size_t)hd + (size_t)i];
+				ck_assert_msg(fabs(got - want) <= mag * 2e-3 +
+				    1e-6, "attn pos %d head %d elem %d: %.9g, "
+				    "want %.9g", p, h, i, got, want);
+			}
+		}
+	}
+	free(s);
+	free(out);
+	att_fx_free(&f);
+}
+END_TEST
+
+/*
+ * The same bits for every row whether its tile is all rows, the row alone
+ * or a tile starting elsewhere (batch and chunk invariance), and on the
+ * scalar and SIMD paths.
+ */
+START_TEST(test_attn_invariance)
+{
+	struct att_fx f;
+	int n, ld;
+	float *all, *one, *split, *scal;
+
+	rng_seed(9100 + _i);
+	att_fx_make(&f, att_shapes[_i].type, att_shapes[_i].hd,
+	    att_shapes[_i].group, att_shapes[_i].bt, att_shapes[_i].n_pos);
+	n = f.n_pos;
+	ld = f.group * f.hd;
+	all = calloc((size_t)n * (size_t)ld, sizeof(float));
+	one = calloc((size_t)n * (size_t)ld, sizeof(float));
+	split = calloc((size_t)n * (size_t)ld, sizeof(float));
+	scal = calloc((size_t)n * (size_t)ld, sizeof(float));
+	ck_assert_ptr_nonnull(all);
+	ck_assert_ptr_nonnull(one);
+	ck_assert_ptr_nonnull(split);
+	ck_assert_ptr_nonnull(scal);
+	att_fx_run(&f, 0, n, all, att_simd_ops(), dot_kernel(f.type));
+	for (int r = 0; r < n; r++)
+		att_fx_run(&f, r, 1, one, att_simd_ops(), dot_kernel(f.type));
+	att_fx_run(&f, 0, 5, split, att_simd_ops(), dot_kernel(f.type));
+	att_fx_run(&f, 5, n - 5, split, att_simd_ops(), dot_kernel(f.type));
+	att_fx_run(&f, 0, n, scal, &attn_ops_scalar, dot_kernel_scalar(f.type));
+	for (int i = 0; i < n * ld; i++) {
+		ck_assert_msg(memcmp(&all[i], &one[i], 4) == 0,
+		    "attn element %d: tile %.9g, alone %.9g", i, all[i],
+		    one[i]);
+		ck_assert_msg(memcmp(&all[i], &split[i], 4) == 0,
+		    "attn element %d differs with another tile split", i);
+		if (cpu_has_avx2())
+			ck_assert_msg(memcmp(&all[i], &scal[i], 4) == 0,
+			    "attn element %d: simd %.9g, scalar %.9g", i,
+			    all[i], scal[i]);
+	}
+	free(scal);
+	free(split);
+	free(one);
+	free(all);
+	att_fx_free(&f);
+}
+END_TEST
+
+/* The SIMD pieces against the scalar ones, bit for bit, awkward sizes. */
+START_TEST(test_attn_ops)
+{
+	const struct attn_ops *v = att_simd_ops(), *sc = &attn_ops_scalar;
+	static const int hds[] = { 1, 7, 8, 37, 64, 80, 128 };
+	float w0[40], w1[40], *vt0, *vt1, *a0, *a1;
+	unsigned char src[40 * 128 * 4];
+
+	if (!cpu_has_avx2())
+		return;
+	rng_seed(9200);
+	for (size_t i = 0; i < sizeof(src); i++)
+		src[i] = (uint8_t)rng_u32();
+	/* weights near 1, tiny (F16 subnormals) and exactly halfway cases */
+	for (int j = 0; j < 40; j++)
+		w0[j] = w1[j] = j % 3 == 0 ? rng_f() : j % 3 == 1 ?
+		    rng_f() * 1e-6f : 1.0f + (float)(2 * j + 1) * 0x1p-11f;
+	sc->round_f16(w0, 37);
+	v->round_f16(w1, 37);
+	ck_assert_mem_eq(w0, w1, sizeof(w0));
+	vt0 = malloc(40 * 128 * sizeof(float));
+	vt1 = malloc(40 * 128 * sizeof(float));
+	a0 = malloc(128 * sizeof(float));
+	a1 = malloc(128 * sizeof(float));
+	ck_assert(vt0 && vt1 && a0 && a1);
+	for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
+		int hd = hds[h];
+
+		for (int t = 0; t < 2; t++) {
+			uint32_t type = t ? CP_T_F32 : CP_T_F16;
+			size_t slot = (size_t)hd * (t ? 4 : 2) + 6;
+
+			/* F32 patterns: keep them finite */
+			for (int j = 0; j < 13; j++)
+				for (int i = 0; t && i < hd; i++) {
+					float x = rng_f();
+
+					memcpy(src + j * slot + 4 * i, &x, 4);
+				}
+			sc->v_load(type, src, slot, 13, hd, vt0);
+			v->v_load(type, src, slot, 13, hd, vt1);
+			if (t)
+				ck_assert_mem_eq(vt0, vt1, 13 * (size_t)hd * 4);
+			for (int i = 0; i < 13 * hd; i++)
+				if (vt0[i] == vt0[i])	/* NaN patterns */
+					ck_assert_mem_eq(&vt0[i], &vt1[i], 4);
+			for (int i = 0; i < 13 * hd; i++)
+				vt0[i] = vt1[i] = rng_f();
+			for (int i = 0; i < hd; i++)
+				a0[i] = a1[i] = rng_f();
+			sc->accum(a0, w0, vt0, 13, hd);
+			v->accum(a1, w0, vt1, 13, hd);
+			ck_assert_mem_eq(a0, a1, (size_t)hd * 4);
+		}
+	}
+	free(a1);
+	free(a0);
+	free(vt1);
+	free(vt0);
+}
+END_TEST
+
 static Suite *
 matmul_suite(void)
 {
@@ -683,6 +987,12 @@ matmul_suite(void)
 	tcase_add_loop_test(tc, test_alignment, 0, N_TYPES);
 	tcase_add_test(tc, test_no_simd_env);
 	tcase_add_test(tc, test_simd_default);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("attention");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, test_attn_reference, 0, N_ATT);
+	tcase_add_loop_test(tc, test_attn_invariance, 0, N_ATT);
+	tcase_add_test(tc, test_attn_ops);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -741,6 +741,10 @@ quant_row(uint32_t t, const float *src, void *dst, size_t n)
 
 	if (ti == NULL || !quant_can_quant(t) || n % ti->block != 0)
 		return -EINVAL;
+#if defined(__x86_64__) || defined(__i386__)
+	if (t == CP_T_F16 && cpu_use_simd())
+		return quant_row_act_avx2(t, src, dst, n);
+#endif
 	if (t == CP_T_F32)
 		memmove(dst, src, n * sizeof(float));
 	else

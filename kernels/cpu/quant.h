@@ -39,8 +39,9 @@ int quant_row(uint32_t t, const float *src, void *dst, size_t n);
 int quant_row_act(uint32_t t, const float *src, void *dst, size_t n);
 
 /*
- * quant_row_act() with AVX2 for Q8_0, Q8_1 and Q8_K (the same bytes; other
- * types go to quant_row_act()).  Call only when cpu_has_avx2(); 0 or -EINVAL.
+ * quant_row_act() with AVX2 for Q8_0, Q8_1, Q8_K and F16 (the same bytes;
+ * other types go to quant_row_act()).  Call only when cpu_has_avx2(); 0 or
+ * -EINVAL.
  */
 int quant_row_act_avx2(uint32_t t, const float *src, void *dst, size_t n);
 

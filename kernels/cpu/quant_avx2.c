@@ -179,6 +179,15 @@ quant_row_act_avx2(uint32_t t, const float *src, void *dst, size_t n)
 			memcpy(p + i * sizeof(kb), &kb, sizeof(kb));
 		}
 		return 0;
+	case CP_T_F16:
+		for (size_t i = 0; i + 8 <= n; i += 8)
+			_mm_storeu_si128((__m128i *)(p + 2 * i),
+			    _mm256_cvtps_ph(_mm256_loadu_ps(src + i),
+			    _MM_FROUND_TO_NEAREST_INT));
+		for (size_t i = n / 8 * 8; i < n; i++)
+			st16(p + 2 * i, _cvtss_sh(src[i],
+			    _MM_FROUND_TO_NEAREST_INT));
+		return 0;
 	default:
 		return quant_row_act(t, src, dst, n);
 	}

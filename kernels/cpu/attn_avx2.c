@@ -1,0 +1,104 @@
+/*
+ * attn_avx2.c - AVX2/F16C pieces of attn.c (compiled with -mavx2 -mfma
+ * -mf16c; used only when cpu_has_avx2()).  Each does exactly the scalar
+ * piece's operations: F16C conversions are exact (to float) or round to
+ * nearest even (to half), and the V accumulation multiplies then adds,
+ * lane i of the vectors being element i.
+ */
+#include "attn.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "quant.h"
+#include "ttype.h"
+
+static void
+v_load_avx2(uint32_t type, const unsigned char *v, size_t slot_bytes, int n,
+    int hd, float *vt)
+{
+	for (int j = 0; j < n; j++) {
+		const unsigned char *src = v + (size_t)j * slot_bytes;
+		float *dst = vt + (size_t)j * (size_t)hd;
+		int i = 0;
+
+		if (type != CP_T_F16) {
+			memcpy(dst, src, (size_t)hd * sizeof(float));
+			continue;
+		}
+		for (; i + 8 <= hd; i += 8)
+			_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(
+			    _mm_loadu_si128((const __m128i *)(src + 2 * i))));
+		for (; i < hd; i++) {
+			uint16_t h;
+
+			memcpy(&h, src + 2 * i, sizeof(h));
+			dst[i] = _cvtsh_ss(h);
+		}
+	}
+}
+
+static void
+round_f16_avx2(float *w, int n)
+{
+	int j = 0;
+
+	for (; j + 8 <= n; j += 8)
+		_mm256_storeu_ps(w + j, _mm256_cvtph_ps(_mm256_cvtps_ph(
+		    _mm256_loadu_ps(w + j), _MM_FROUND_TO_NEAREST_INT)));
+	for (; j < n; j++)
+		w[j] = _cvtsh_ss(_cvtss_sh(w[j], _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* acc[0..32) over all n rows, kept in registers. */
+static void
+accum32(float *acc, const float *w, const float *vt, int n, int hd)
+{
+	__m256 a0 = _mm256_loadu_ps(acc), a1 = _mm256_loadu_ps(acc + 8);
+	__m256 a2 = _mm256_loadu_ps(acc + 16), a3 = _mm256_loadu_ps(acc + 24);
+
+	for (int j = 0; j < n; j++) {
+		const float *vr = vt + (size_t)j * (size_t)hd;
+		__m256 wj = _mm256_set1_ps(w[j]);
+
+		a0 = _mm256_add_ps(a0, _mm256_mul_ps(wj, _mm256_loadu_ps(vr)));
+		a1 = _mm256_add_ps(a1, _mm256_mul_ps(wj,
+		    _mm256_loadu_ps(vr + 8)));
+		a2 = _mm256_add_ps(a2, _mm256_mul_ps(wj,
+		    _mm256_loadu_ps(vr + 16)));
+		a3 = _mm256_add_ps(a3, _mm256_mul_ps(wj,
+		    _mm256_loadu_ps(vr + 24)));
+	}
+	_mm256_storeu_ps(acc, a0);
+	_mm256_storeu_ps(acc + 8, a1);
+	_mm256_storeu_ps(acc + 16, a2);
+	_mm256_storeu_ps(acc + 24, a3);
+}
+
+static void
+accum_avx2(float *acc, const float *w, const float *vt, int n, int hd)
+{
+	int i = 0;
+
+	for (; i + 32 <= hd; i += 32)
+		accum32(acc + i, w, vt + i, n, hd);
+	for (; i + 8 <= hd; i += 8) {
+		__m256 a = _mm256_loadu_ps(acc + i);
+
+		for (int j = 0; j < n; j++)
+			a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(w[j]),
+			    _mm256_loadu_ps(vt + (size_t)j * (size_t)hd + i)));
+		_mm256_storeu_ps(acc + i, a);
+	}
+	for (; i < hd; i++)
+		for (int j = 0; j < n; j++)
+			acc[i] += w[j] * vt[(size_t)j * (size_t)hd + i];
+}
+
+const struct attn_ops attn_ops_avx2 = {
+	v_load_avx2, round_f16_avx2, accum_avx2,
+};
+
+#endif
