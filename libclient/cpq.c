@@ -1,0 +1,1324 @@
+/*
+ * cpq.c - cpq, cpd's shell tool: sends one prompt to the daemon and
+ * streams the answer to standard output as it arrives (text, token ids or
+ * one JSON object per event), or prints the model's and the daemon's
+ * information and counters.  See cpq(1).
+ *
+ * Order of work: arguments (exit 2 on any error, before any connection),
+ * connect (exit 3 when no daemon listens), then the prompt (arguments, or
+ * standard input read after connecting, so that a missing daemon or an
+ * unknown chat template shows before anyone types), the chat template,
+ * submit, stream.
+ *
+ * Interrupts: before the prompt is submitted, SIGINT exits at once (130;
+ * the daemon forgets a client that leaves).  After, the first SIGINT
+ * cancels the request in the daemon and waits (up to CANCEL_WAIT_MS) for
+ * its DONE event, which is still printed; the exit status is then 130.  A
+ * second SIGINT exits at once.  Every wait for an event is cut into
+ * WAIT_SLICE_MS pieces so the flag is seen quickly.
+ *
+ * Prefill: the protocol reports no progress before a request's first
+ * token, so on a terminal cpq shows only what it knows while it waits for
+ * a long prompt: its size and the time spent (never a made-up count).
+ */
+#include "cpclient.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chat.h"
+#include "cp_proto.h"
+
+/* Exit statuses (cpq(1), EXIT STATUS). */
+#define EXIT_DAEMON	1	/* the daemon refused or failed the request */
+#define EXIT_USAGE	2	/* bad arguments */
+#define EXIT_NO_DAEMON	3	/* nothing listens on the socket */
+#define EXIT_INTR	130	/* interrupted (SIGINT) */
+
+#define WAIT_SLICE_MS	100	/* longest wait before looking at the flags */
+#define CANCEL_WAIT_MS	2000	/* after cancelling, wait this long for DONE */
+#define PROGRESS_BYTES	1024	/* shorter prompts show no waiting line */
+#define PROGRESS_MS	500	/* waiting line after this long, no token */
+
+enum mode { MODE_TEXT, MODE_IDS, MODE_JSON };
+
+struct opts {
+	const char *socket;
+	struct cp_params p;
+	const char *stops[CP_STOP_MAX];
+	size_t n_stop, stop_bytes;
+	enum mode mode;
+	int chat;
+	const char *system;
+	const char *template_name;	/* --chat-template */
+	int info, stats, prometheus;
+	char **args;			/* prompt words */
+	int n_args;
+};
+
+/* What the stream has seen, for the exit status and the timings. */
+struct run {
+	uint64_t t_submit, t_first, t_last;	/* monotonic ns */
+	uint64_t n_tokens;			/* TOKEN events */
+	int ids_printed;
+	int last_byte;		/* last text byte written, -1 none */
+	int waiting_shown;	/* the waiting line is on stderr */
+};
+
+static volatile sig_atomic_t n_sigint;	/* SIGINTs since the submission */
+static volatile sig_atomic_t submitted;	/* a request may be in the daemon */
+
+/* Before a submission nothing needs cancelling: leave at once. */
+static void
+on_sigint(int sig)
+{
+	(void)sig;
+	if (!submitted || ++n_sigint >= 2)
+		_exit(EXIT_INTR);
+}
+
+static uint64_t
+now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static double
+ms_between(uint64_t a, uint64_t b)
+{
+	return (double)(b - a) / 1e6;
+}
+
+static void
+usage(FILE *f)
+{
+	struct cp_params d;
+
+	cp_params_init(&d);
+	fprintf(f,
+	    "usage: cpq [options] [prompt ...]\n"
+	    "       cpq [--socket PATH] --info | --stats [--prometheus]\n"
+	    "Sends the prompt (the arguments joined by spaces, else standard "
+	    "input)\nto cpd and streams the answer to standard output.\n"
+	    "  -n, --max-tokens N       tokens to generate (default: the "
+	    "daemon's)\n"
+	    "      --temp T             temperature, 0 (greedy) to 100 "
+	    "(default %g)\n"
+	    "      --top-k K            0 (off) to %d (default %d)\n"
+	    "      --top-p P            above 0 to 1 (off) (default %g)\n"
+	    "      --min-p P            0 (off) to 1 (default %g)\n"
+	    "      --repeat-penalty R   above 0 to 16, 1 = off (default %g)\n"
+	    "      --repeat-last-n N    tokens the penalty looks back "
+	    "(default %u)\n"
+	    "      --seed S             sampling seed (default: the daemon "
+	    "picks)\n"
+	    "  -s, --stop STR           stop when the output ends with STR "
+	    "(up to %u)\n"
+	    "      --chat               apply the model's chat template\n"
+	    "      --system TEXT        system message (implies --chat)\n"
+	    "      --chat-template NAME this format, not the model's "
+	    "(implies --chat)\n"
+	    "      --ids                print the generated token ids, not "
+	    "text\n"
+	    "      --json               print one JSON object per event\n"
+	    "      --info               print model and daemon information\n"
+	    "      --stats              print the daemon's counters\n"
+	    "      --prometheus         with --stats: Prometheus text format\n"
+	    "      --socket PATH        the daemon's socket (default "
+	    "$CPD_SOCKET,\n"
+	    "                           $XDG_RUNTIME_DIR/cpd.sock, "
+	    "/run/cpd/cpd.sock)\n"
+	    "  -h, --help               this text\n"
+	    "Exit status: 0 done, 1 daemon or request error, 2 bad "
+	    "arguments,\n3 no daemon, 130 interrupted.\n",
+	    (double)d.temperature, CP_PARAM_TOPK_MAX, (int)d.top_k,
+	    (double)d.top_p, (double)d.min_p, (double)d.repeat_penalty,
+	    (unsigned)d.repeat_last_n, CP_STOP_MAX);
+}
+
+static int
+bad_arg(const char *opt, const char *what, const char *got)
+{
+	fprintf(stderr, "cpq: %s: expected %s, got '%s'\n", opt, what, got);
+	fprintf(stderr, "Try 'cpq --help'.\n");
+	return -EINVAL;
+}
+
+/* A decimal integer in [0, max], nothing else; 0 or -EINVAL. */
+static int
+parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno != 0 || *end != '\0' || v > max)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+/* A finite number in [lo, hi] (above lo when open_lo); 0 or -EINVAL. */
+static int
+parse_float(const char *s, double lo, double hi, int open_lo, float *out)
+{
+	double v;
+	char *end;
+
+	if (*s == '\0' || *s == ' ' || *s == '\t')
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno != 0 || *end != '\0' || !isfinite(v) || v < lo || v > hi ||
+	    (open_lo && v <= lo))
+		return -EINVAL;
+	*out = (float)v;
+	return 0;
+}
+
+enum {
+	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
+	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
+	OPT_CHAT_TEMPLATE, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
+};
+
+static const struct option longopts[] = {
+	{ "max-tokens", required_argument, NULL, 'n' },
+	{ "temp", required_argument, NULL, OPT_TEMP },
+	{ "top-k", required_argument, NULL, OPT_TOP_K },
+	{ "top-p", required_argument, NULL, OPT_TOP_P },
+	{ "min-p", required_argument, NULL, OPT_MIN_P },
+	{ "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
+	{ "repeat-last-n", required_argument, NULL, OPT_REPEAT_LAST_N },
+	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "stop", required_argument, NULL, 's' },
+	{ "ids", no_argument, NULL, OPT_IDS },
+	{ "json", no_argument, NULL, OPT_JSON },
+	{ "system", required_argument, NULL, OPT_SYSTEM },
+	{ "chat", no_argument, NULL, OPT_CHAT },
+	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
+	{ "info", no_argument, NULL, OPT_INFO },
+	{ "stats", no_argument, NULL, OPT_STATS },
+	{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
+	{ "socket", required_argument, NULL, OPT_SOCKET },
+	{ "help", no_argument, NULL, 'h' },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* The known chat formats, for messages: "chatml, llama2, ...". */
+static void
+print_formats(FILE *f)
+{
+	int k;
+
+	for (k = CHAT_UNKNOWN + 1; k < CHAT_KIND_COUNT; k++)
+		fprintf(f, "%s%s", k > CHAT_UNKNOWN + 1 ? ", " : "",
+		    chat_name((enum chat_kind)k));
+}
+
+static int
+add_stop(struct opts *o, const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0)
+		return bad_arg("--stop", "a non-empty string", s);
+	if (o->n_stop == CP_STOP_MAX) {
+		fprintf(stderr, "cpq: --stop: at most %u stop strings\n",
+		    CP_STOP_MAX);
+		return -EINVAL;
+	}
+	if (o->stop_bytes + n + 1 > CP_STOP_BYTES_MAX) {
+		fprintf(stderr, "cpq: --stop: the stop strings take more than "
+		    "%u bytes (NUL after each included)\n",
+		    CP_STOP_BYTES_MAX);
+		return -EINVAL;
+	}
+	o->stops[o->n_stop++] = s;
+	o->stop_bytes += n + 1;
+	return 0;
+}
+
+/* Fills o from the command line; 0, 1 for --help, or -EINVAL (reported). */
+static int
+parse_args(int argc, char **argv, struct opts *o)
+{
+	uint64_t v;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	cp_params_init(&o->p);
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, ":n:s:h", longopts, NULL)) != -1) {
+		const char *a = optarg;
+
+		switch (c) {
+		case 'n':
+			if (parse_u64(a, INT32_MAX, &v) < 0)
+				return bad_arg("--max-tokens", "a whole number "
+				    "(0: the daemon's default)", a);
+			o->p.max_tokens = (uint32_t)v;
+			break;
+		case OPT_TEMP:
+			if (parse_float(a, 0, 100, 0, &o->p.temperature) < 0)
+				return bad_arg("--temp",
+				    "a number from 0 to 100", a);
+			break;
+		case OPT_TOP_K:
+			if (parse_u64(a, CP_PARAM_TOPK_MAX, &v) < 0)
+				return bad_arg("--top-k",
+				    "a whole number from 0 to 1048576", a);
+			o->p.top_k = (int32_t)v;
+			break;
+		case OPT_TOP_P:
+			if (parse_float(a, 0, 1, 1, &o->p.top_p) < 0)
+				return bad_arg("--top-p",
+				    "a number above 0, at most 1", a);
+			break;
+		case OPT_MIN_P:
+			if (parse_float(a, 0, 1, 0, &o->p.min_p) < 0)
+				return bad_arg("--min-p",
+				    "a number from 0 to 1", a);
+			break;
+		case OPT_REPEAT_PENALTY:
+			if (parse_float(a, 0, 16, 1, &o->p.repeat_penalty) < 0)
+				return bad_arg("--repeat-penalty",
+				    "a number above 0, at most 16", a);
+			break;
+		case OPT_REPEAT_LAST_N:
+			if (parse_u64(a, CP_PARAM_LASTN_MAX, &v) < 0)
+				return bad_arg("--repeat-last-n",
+				    "a whole number from 0 to 1048576", a);
+			o->p.repeat_last_n = (uint32_t)v;
+			break;
+		case OPT_SEED:
+			if (parse_u64(a, UINT64_MAX, &v) < 0)
+				return bad_arg("--seed", "a whole number "
+				    "from 0 to 18446744073709551615", a);
+			o->p.use_seed = 1;
+			o->p.seed = v;
+			break;
+		case 's':
+			if (add_stop(o, a) < 0)
+				return -EINVAL;
+			break;
+		case OPT_IDS:
+			if (o->mode == MODE_JSON)
+				goto conflict;
+			o->mode = MODE_IDS;
+			break;
+		case OPT_JSON:
+			if (o->mode == MODE_IDS)
+				goto conflict;
+			o->mode = MODE_JSON;
+			break;
+		case OPT_SYSTEM:
+			o->system = a;
+			o->chat = 1;
+			break;
+		case OPT_CHAT:
+			o->chat = 1;
+			break;
+		case OPT_CHAT_TEMPLATE:
+			if (chat_from_name(a) == CHAT_UNKNOWN) {
+				fprintf(stderr, "cpq: --chat-template: unknown "
+				    "format '%s'; known: ", a);
+				print_formats(stderr);
+				fputc('\n', stderr);
+				return -EINVAL;
+			}
+			o->template_name = a;
+			o->chat = 1;
+			break;
+		case OPT_INFO:
+			o->info = 1;
+			break;
+		case OPT_STATS:
+			o->stats = 1;
+			break;
+		case OPT_PROMETHEUS:
+			o->prometheus = 1;
+			break;
+		case OPT_SOCKET:
+			if (*a == '\0')
+				return bad_arg("--socket", "a path", a);
+			o->socket = a;
+			break;
+		case 'h':
+			return 1;
+		case ':':
+			fprintf(stderr, "cpq: %s needs an argument\n",
+			    argv[optind - 1]);
+			goto usage;
+		default:
+			if (optopt != 0)
+				fprintf(stderr, "cpq: unknown option '-%c'\n",
+				    optopt);
+			else
+				fprintf(stderr, "cpq: unknown option '%s'\n",
+				    argv[optind - 1]);
+			goto usage;
+		}
+	}
+	o->args = argv + optind;
+	o->n_args = argc - optind;
+	if (o->n_args == 1 && o->args[0][0] == '\0') {
+		fprintf(stderr, "cpq: empty prompt\n");
+		goto usage;
+	}
+	if (o->prometheus && !o->stats) {
+		fprintf(stderr, "cpq: --prometheus goes with --stats\n");
+		goto usage;
+	}
+	if ((o->info || o->stats) && o->n_args > 0) {
+		fprintf(stderr, "cpq: --info and --stats take no prompt\n");
+		goto usage;
+	}
+	if (o->prometheus && o->mode == MODE_JSON) {
+		fprintf(stderr, "cpq: --prometheus and --json exclude each "
+		    "other\n");
+		goto usage;
+	}
+	if (o->n_stop > 0) {
+		o->p.stop = o->stops;
+		o->p.n_stop = o->n_stop;
+	}
+	/* JSON events carry each token's log-probability. */
+	o->p.logprobs = o->mode == MODE_JSON;
+	return 0;
+conflict:
+	fprintf(stderr, "cpq: --ids and --json exclude each other\n");
+usage:
+	fprintf(stderr, "Try 'cpq --help'.\n");
+	return -EINVAL;
+}
+
+/* The path libcpclient will dial, for messages (same order as cp_connect()). */
+static void
+socket_path(const char *given, char *buf, size_t size)
+{
+	const char *env;
+
+	if (given != NULL)
+		snprintf(buf, size, "%s", given);
+	else if ((env = getenv("CPD_SOCKET")) != NULL && *env != '\0')
+		snprintf(buf, size, "%s", env);
+	else if ((env = getenv("XDG_RUNTIME_DIR")) != NULL && *env != '\0')
+		snprintf(buf, size, "%s/cpd.sock", env);
+	else
+		snprintf(buf, size, "/run/cpd/cpd.sock");
+}
+
+/* ---- JSON output ----------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence (RFC 3629) at s[0..n), 0 if invalid. */
+static size_t
+utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+	size_t len, i;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	/* No overlong forms, no surrogates, nothing past U+10FFFF. */
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+/*
+ * s[0..n) as a JSON string: control characters escaped, valid UTF-8 kept,
+ * each byte of an invalid sequence written as U+FFFD.
+ */
+static void
+json_string(FILE *f, const char *str, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t i = 0, len;
+
+	putc('"', f);
+	while (i < n) {
+		unsigned char c = s[i];
+
+		if (c >= 0x80) {
+			if ((len = utf8_seq(s + i, n - i)) == 0) {
+				fputs("\\ufffd", f);
+				len = 1;
+			} else {
+				fwrite(s + i, 1, len, f);
+			}
+			i += len;
+			continue;
+		}
+		switch (c) {
+		case '"':
+			fputs("\\\"", f);
+			break;
+		case '\\':
+			fputs("\\\\", f);
+			break;
+		case '\n':
+			fputs("\\n", f);
+			break;
+		case '\r':
+			fputs("\\r", f);
+			break;
+		case '\t':
+			fputs("\\t", f);
+			break;
+		default:
+			if (c < 0x20 || c == 0x7f)
+				fprintf(f, "\\u%04x", c);
+			else
+				putc(c, f);
+		}
+		i++;
+	}
+	putc('"', f);
+}
+
+static void
+json_key_str(FILE *f, const char *key, const char *val, int comma)
+{
+	fprintf(f, "%s\"%s\":", comma ? "," : "", key);
+	json_string(f, val, strlen(val));
+}
+
+/* A number, or null when it is not finite. */
+static void
+json_num(FILE *f, const char *key, double v, const char *fmt)
+{
+	fprintf(f, ",\"%s\":", key);
+	if (isfinite(v))
+		fprintf(f, fmt, v);
+	else
+		fputs("null", f);
+}
+
+static const char *
+finish_name(int finish)
+{
+	switch (finish) {
+	case CP_DONE_STOP:
+		return "stop";
+	case CP_DONE_LENGTH:
+		return "length";
+	case CP_DONE_CANCELLED:
+		return "cancelled";
+	case CP_DONE_CONTEXT:
+		return "context";
+	case CP_DONE_STALLED:
+		return "stalled";
+	}
+	return "unknown";
+}
+
+/* Timings of a finished request, as a JSON object member. */
+static void
+json_timings(FILE *f, const struct run *r, const struct cp_event *ev,
+    uint64_t t_end)
+{
+	double ttft = NAN, gen = NAN, pre = NAN;
+
+	if (r->n_tokens > 0) {
+		ttft = ms_between(r->t_submit, r->t_first);
+		if (ttft > 0 && ev->n_prompt > 0)
+			pre = ev->n_prompt / (ttft / 1000);
+	}
+	if (r->n_tokens > 1 && r->t_last > r->t_first)
+		gen = (double)(r->n_tokens - 1) /
+		    (ms_between(r->t_first, r->t_last) / 1000);
+	fputs(",\"timings\":{", f);
+	fprintf(f, "\"total_ms\":%.3f", ms_between(r->t_submit, t_end));
+	json_num(f, "ttft_ms", ttft, "%.3f");
+	json_num(f, "prompt_tokens_per_s", pre, "%.2f");
+	json_num(f, "gen_tokens_per_s", gen, "%.2f");
+	fputc('}', f);
+}
+
+/* ---- --info and --stats ---------------------------------------------- */
+
+static int
+print_info(struct cp_client *c, const char *path, enum mode mode)
+{
+	struct cp_model_info mi;
+	struct cp_stats st;
+	int r;
+
+	cp_model_info(c, &mi);
+	if ((r = cp_stats(c, &st)) < 0) {
+		fprintf(stderr, "cpq: statistics: %s\n", cp_strerror(r));
+		return EXIT_DAEMON;
+	}
+	if (mode == MODE_JSON) {
+		fputc('{', stdout);
+		json_key_str(stdout, "name", mi.name, 0);
+		json_key_str(stdout, "arch", mi.arch, 1);
+		json_key_str(stdout, "backend", mi.backend, 1);
+		printf(",\"n_params\":%llu,\"n_ctx\":%u,\"n_vocab\":%u,"
+		    "\"n_embd\":%u,\"n_layer\":%u,\"n_head\":%u,"
+		    "\"n_head_kv\":%u,\"bos\":%d,\"eos\":%d",
+		    (unsigned long long)mi.n_params, mi.n_ctx, mi.n_vocab,
+		    mi.n_embd, mi.n_layer, mi.n_head, mi.n_head_kv, mi.bos,
+		    mi.eos);
+		json_key_str(stdout, "chat_template", mi.chat_template, 1);
+		json_key_str(stdout, "socket", path, 1);
+		printf(",\"max_prompt_bytes\":%u,\"max_requests\":%u,"
+		    "\"uptime_ms\":%llu,\"clients\":%llu}\n",
+		    mi.max_prompt_bytes, mi.max_requests,
+		    (unsigned long long)st.uptime_ms,
+		    (unsigned long long)st.clients);
+		return 0;
+	}
+	printf("model:          %s\n", mi.name);
+	printf("architecture:   %s\n", mi.arch);
+	printf("parameters:     %llu\n", (unsigned long long)mi.n_params);
+	printf("backend:        %s\n", mi.backend);
+	printf("context:        %u tokens\n", mi.n_ctx);
+	printf("vocabulary:     %u tokens\n", mi.n_vocab);
+	printf("embedding:      %u\n", mi.n_embd);
+	printf("layers:         %u\n", mi.n_layer);
+	printf("heads:          %u (%u for keys and values)\n", mi.n_head,
+	    mi.n_head_kv);
+	printf("bos, eos:       %d, %d\n", mi.bos, mi.eos);
+	printf("chat template:  %s\n", mi.chat_template[0] != '\0' ?
+	    mi.chat_template : "(none recognised)");
+	printf("socket:         %s\n", path);
+	printf("max prompt:     %u bytes\n", mi.max_prompt_bytes);
+	printf("max requests:   %u in flight\n", mi.max_requests);
+	printf("uptime:         %.3f s\n", (double)st.uptime_ms / 1000);
+	printf("clients:        %llu connected, %llu since start\n",
+	    (unsigned long long)st.clients,
+	    (unsigned long long)st.clients_total);
+	return 0;
+}
+
+struct stat_row {
+	const char *name;	/* table and JSON name */
+	const char *metric;	/* Prometheus name */
+	const char *type;	/* "counter" or "gauge" */
+	const char *help;
+	size_t off;		/* a uint64_t in struct cp_stats */
+};
+
+#define ROW(n, m, t, h) { #n, m, t, h, offsetof(struct cp_stats, n) }
+static const struct stat_row stat_rows[] = {
+	ROW(uptime_ms, "cpd_uptime_seconds", "gauge",
+	    "Time since the daemon started."),
+	ROW(clients, "cpd_clients", "gauge", "Clients connected now."),
+	ROW(clients_total, "cpd_clients_total", "counter",
+	    "Clients accepted since start."),
+	ROW(clients_rejected, "cpd_clients_rejected_total", "counter",
+	    "Connections refused at the handshake."),
+	ROW(protocol_errors, "cpd_protocol_errors_total", "counter",
+	    "Connections closed for a protocol violation."),
+	ROW(requests_total, "cpd_requests_total", "counter",
+	    "Requests accepted for generation."),
+	ROW(requests_active, "cpd_requests_active", "gauge",
+	    "Requests accepted and not ended."),
+	ROW(requests_waiting, "cpd_requests_waiting", "gauge",
+	    "Requests queued in the engine, holding no KV cache yet."),
+	ROW(requests_running, "cpd_requests_running", "gauge",
+	    "Requests holding KV cache (prefill or decode)."),
+	ROW(requests_refused, "cpd_requests_refused_total", "counter",
+	    "Requests answered with an error at once."),
+	ROW(preemptions, "cpd_preemptions_total", "counter",
+	    "Requests set back to free KV cache."),
+	ROW(tokens_prompt, "cpd_prompt_tokens_total", "counter",
+	    "Prompt positions computed."),
+	ROW(tokens_generated, "cpd_generated_tokens_total", "counter",
+	    "Tokens generated."),
+	ROW(steps, "cpd_steps_total", "counter", "Engine steps run."),
+	ROW(cq_stalls, "cpd_cq_stalls_total", "counter",
+	    "Requests cancelled because their client left its events unread."),
+	ROW(kv_blocks_used, "cpd_kv_blocks_used", "gauge",
+	    "KV cache blocks held by requests."),
+	ROW(kv_blocks_free, "cpd_kv_blocks_free", "gauge",
+	    "KV cache blocks free."),
+	ROW(kv_blocks_total, "cpd_kv_blocks_capacity", "gauge",
+	    "KV cache blocks in the pool."),
+};
+#undef ROW
+
+#define N_STAT_ROWS	(sizeof(stat_rows) / sizeof(stat_rows[0]))
+
+/* disconnects[] by CP_DISC_*; a reason without a name here is "other". */
+static const char *const disc_names[CP_DISC_REASONS] = {
+	[CP_DISC_CLOSED] = "closed",
+	[CP_DISC_EXITED] = "exited",
+	[CP_DISC_PROTOCOL] = "protocol",
+	[CP_DISC_TIMEOUT] = "timeout",
+	[CP_DISC_OVERFLOW] = "overflow",
+	[CP_DISC_ERROR] = "error",
+	[CP_DISC_SHUTDOWN] = "shutdown",
+};
+
+struct hist_row {
+	const char *name;	/* table and JSON name */
+	const char *metric;	/* Prometheus name */
+	const char *help;
+	double scale;		/* Prometheus unit per daemon unit; 0: counts */
+	size_t off;		/* a struct cp_histogram in struct cp_stats */
+};
+
+#define HROW(n, m, s, h) { #n, m, h, s, offsetof(struct cp_stats, n) }
+static const struct hist_row hist_rows[] = {
+	HROW(step_prefill, "cpd_step_prompt_tokens", 0,
+	    "Prompt tokens per engine step."),
+	HROW(step_decode, "cpd_step_decode_tokens", 0,
+	    "Generated tokens per engine step."),
+	HROW(step_seqs, "cpd_step_sequences", 0,
+	    "Requests per engine step."),
+	HROW(ttft_us, "cpd_time_to_first_token_seconds", 1e-6,
+	    "Time from a request's arrival to its first token."),
+	HROW(itl_us, "cpd_inter_token_latency_seconds", 1e-6,
+	    "Time between two tokens of a request."),
+};
+#undef HROW
+
+#define N_HIST_ROWS	(sizeof(hist_rows) / sizeof(hist_rows[0]))
+
+static uint64_t
+stat_value(const struct cp_stats *st, const struct stat_row *row)
+{
+	uint64_t v;
+
+	memcpy(&v, (const char *)st + row->off, sizeof(v));
+	return v;
+}
+
+static const struct cp_histogram *
+hist_of(const struct cp_stats *st, const struct hist_row *row)
+{
+	return (const struct cp_histogram *)(const void *)
+	    ((const char *)st + row->off);
+}
+
+static const char *
+disc_name(unsigned i)
+{
+	return disc_names[i] != NULL ? disc_names[i] : "other";
+}
+
+/* Bound of the bucket where the q-quantile falls (q in (0, 1]), or NAN. */
+static double
+hist_quantile(const struct cp_histogram *h, double q)
+{
+	uint64_t seen = 0;
+	unsigned i;
+
+	if (h->count == 0)
+		return NAN;
+	for (i = 0; i < CP_HIST_BUCKETS; i++) {
+		seen += h->n[i];
+		if ((double)seen >= q * (double)h->count)
+			return h->le[i] == UINT64_MAX ? (double)h->max :
+			    (double)h->le[i];
+	}
+	return (double)h->max;
+}
+
+/* A Prometheus number: a bound or a sum in the metric's unit. */
+static void
+prom_value(uint64_t v, double scale)
+{
+	if (scale != 0)
+		printf("%.9g", (double)v * scale);
+	else
+		printf("%llu", (unsigned long long)v);
+}
+
+static void
+prom_hist(const struct hist_row *row, const struct cp_histogram *h)
+{
+	uint64_t cum = 0;
+	unsigned i;
+
+	printf("# HELP %s %s\n# TYPE %s histogram\n", row->metric, row->help,
+	    row->metric);
+	for (i = 0; i < CP_HIST_BUCKETS; i++) {
+		cum += h->n[i];
+		if (h->le[i] == UINT64_MAX)
+			continue;	/* the +Inf bucket, below */
+		printf("%s_bucket{le=\"", row->metric);
+		prom_value(h->le[i], row->scale);
+		printf("\"} %llu\n", (unsigned long long)cum);
+	}
+	printf("%s_bucket{le=\"+Inf\"} %llu\n", row->metric,
+	    (unsigned long long)h->count);
+	printf("%s_sum ", row->metric);
+	prom_value(h->sum, row->scale);
+	printf("\n%s_count %llu\n", row->metric,
+	    (unsigned long long)h->count);
+}
+
+static void
+prometheus(const struct cp_stats *st)
+{
+	size_t i;
+
+	for (i = 0; i < N_STAT_ROWS; i++) {
+		const struct stat_row *row = &stat_rows[i];
+		uint64_t v = stat_value(st, row);
+
+		printf("# HELP %s %s\n# TYPE %s %s\n", row->metric, row->help,
+		    row->metric, row->type);
+		if (row->off == offsetof(struct cp_stats, uptime_ms))
+			printf("%s %llu.%03llu\n", row->metric,
+			    (unsigned long long)(v / 1000),
+			    (unsigned long long)(v % 1000));
+		else
+			printf("%s %llu\n", row->metric, (unsigned long long)v);
+	}
+	printf("# HELP cpd_draining Whether the daemon is stopping.\n"
+	    "# TYPE cpd_draining gauge\ncpd_draining %d\n", st->draining != 0);
+	printf("# HELP cpd_disconnects_total Connections ended, by reason.\n"
+	    "# TYPE cpd_disconnects_total counter\n");
+	for (i = 0; i < CP_DISC_REASONS; i++)
+		if (disc_names[i] != NULL || st->disconnects[i] != 0)
+			printf("cpd_disconnects_total{reason=\"%s\"} %llu\n",
+			    disc_name((unsigned)i),
+			    (unsigned long long)st->disconnects[i]);
+	for (i = 0; i < N_HIST_ROWS; i++)
+		prom_hist(&hist_rows[i], hist_of(st, &hist_rows[i]));
+}
+
+static void
+stats_json(const struct cp_stats *st)
+{
+	size_t i;
+	unsigned k;
+
+	for (i = 0; i < N_STAT_ROWS; i++)
+		printf("%s\"%s\":%llu", i == 0 ? "{" : ",", stat_rows[i].name,
+		    (unsigned long long)stat_value(st, &stat_rows[i]));
+	printf(",\"draining\":%s,\"disconnects\":{",
+	    st->draining ? "true" : "false");
+	for (i = 0, k = 0; i < CP_DISC_REASONS; i++)
+		if (disc_names[i] != NULL || st->disconnects[i] != 0)
+			printf("%s\"%s\":%llu", k++ ? "," : "",
+			    disc_name((unsigned)i),
+			    (unsigned long long)st->disconnects[i]);
+	fputc('}', stdout);
+	for (i = 0; i < N_HIST_ROWS; i++) {
+		const struct cp_histogram *h = hist_of(st, &hist_rows[i]);
+
+		printf(",\"%s\":{\"count\":%llu,\"sum\":%llu,\"max\":%llu,"
+		    "\"buckets\":[", hist_rows[i].name,
+		    (unsigned long long)h->count, (unsigned long long)h->sum,
+		    (unsigned long long)h->max);
+		/* The last bound, UINT64_MAX, is null (no limit). */
+		for (k = 0; k < CP_HIST_BUCKETS; k++) {
+			printf("%s{\"le\":", k ? "," : "");
+			if (h->le[k] == UINT64_MAX)
+				fputs("null", stdout);
+			else
+				printf("%llu", (unsigned long long)h->le[k]);
+			printf(",\"n\":%llu}", (unsigned long long)h->n[k]);
+		}
+		fputs("]}", stdout);
+	}
+	fputs("}\n", stdout);
+}
+
+static void
+stats_table(const struct cp_stats *st)
+{
+	size_t i;
+
+	for (i = 0; i < N_STAT_ROWS; i++)
+		printf("%-22s %llu\n", stat_rows[i].name,
+		    (unsigned long long)stat_value(st, &stat_rows[i]));
+	printf("%-22s %s\n", "draining", st->draining ? "yes" : "no");
+	for (i = 0; i < CP_DISC_REASONS; i++)
+		if (disc_names[i] != NULL || st->disconnects[i] != 0)
+			printf("disconnects_%-10s %llu\n",
+			    disc_name((unsigned)i),
+			    (unsigned long long)st->disconnects[i]);
+	/* Histograms: samples, mean, and the bucket bounds of p50/p90/p99. */
+	for (i = 0; i < N_HIST_ROWS; i++) {
+		const struct cp_histogram *h = hist_of(st, &hist_rows[i]);
+
+		printf("%-22s %llu", hist_rows[i].name,
+		    (unsigned long long)h->count);
+		if (h->count > 0)
+			printf(" (mean %.1f, p50 <= %.0f, p90 <= %.0f, "
+			    "p99 <= %.0f, max %llu)",
+			    (double)h->sum / (double)h->count,
+			    hist_quantile(h, 0.5), hist_quantile(h, 0.9),
+			    hist_quantile(h, 0.99), (unsigned long long)h->max);
+		putchar('\n');
+	}
+}
+
+static int
+print_stats(struct cp_client *c, enum mode mode, int prom)
+{
+	struct cp_stats st;
+	int r;
+
+	if ((r = cp_stats(c, &st)) < 0) {
+		fprintf(stderr, "cpq: statistics: %s\n", cp_strerror(r));
+		return EXIT_DAEMON;
+	}
+	if (prom)
+		prometheus(&st);
+	else if (mode == MODE_JSON)
+		stats_json(&st);
+	else
+		stats_table(&st);
+	return 0;
+}
+
+/* ---- the prompt ----------------------------------------------------- */
+
+/* Reads fd to its end, at most max bytes; 0, -EFBIG or -errno. */
+static int
+read_all(int fd, size_t max, char **out, size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap), *nb;
+	ssize_t k;
+
+	if (buf == NULL)
+		return -ENOMEM;
+	for (;;) {
+		if (n == cap) {
+			if (cap > max) {
+				free(buf);
+				return -EFBIG;
+			}
+			cap *= 2;
+			if ((nb = realloc(buf, cap)) == NULL) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+		}
+		k = read(fd, buf + n, cap - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			int e = -errno;
+
+			free(buf);
+			return e;
+		}
+		if (k == 0)
+			break;
+		n += (size_t)k;
+	}
+	if (n > max) {
+		free(buf);
+		return -EFBIG;
+	}
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+/* The arguments joined by spaces, or standard input; 0 or an exit status. */
+static int
+get_prompt(const struct opts *o, size_t max, char **out, size_t *len)
+{
+	size_t n = 0, k;
+	char *p;
+	int i, r;
+
+	if (o->n_args == 0) {
+		if (isatty(0) && isatty(2))
+			fputs("cpq: reading the prompt from the terminal; end "
+			    "it with Ctrl-D\n", stderr);
+		r = read_all(0, max, out, len);
+		if (r == -EFBIG) {
+			fprintf(stderr, "cpq: the prompt on standard input is "
+			    "longer than the daemon accepts (%zu bytes)\n",
+			    max);
+			return EXIT_DAEMON;
+		}
+		if (r < 0) {
+			fprintf(stderr, "cpq: standard input: %s\n",
+			    strerror(-r));
+			return EXIT_DAEMON;
+		}
+		return 0;
+	}
+	for (i = 0; i < o->n_args; i++)
+		n += strlen(o->args[i]) + 1;
+	if ((p = malloc(n)) == NULL) {
+		fprintf(stderr, "cpq: out of memory\n");
+		return EXIT_DAEMON;
+	}
+	for (n = 0, i = 0; i < o->n_args; i++) {
+		if (i > 0)
+			p[n++] = ' ';
+		k = strlen(o->args[i]);
+		memcpy(p + n, o->args[i], k);
+		n += k;
+	}
+	*out = p;
+	*len = n;
+	return 0;
+}
+
+/*
+ * The chat format to apply: --chat-template's, else the model's.  0 and
+ * *kind, or EXIT_DAEMON with the message printed.
+ */
+static int
+pick_chat(const struct opts *o, const struct cp_model_info *mi,
+    enum chat_kind *kind)
+{
+	const char *name = o->template_name ? o->template_name :
+	    mi->chat_template;
+
+	if ((*kind = chat_from_name(name)) != CHAT_UNKNOWN)
+		return 0;
+	if (name[0] == '\0')
+		fprintf(stderr, "cpq: --chat: the chat template of model '%s' "
+		    "is not one cpd recognises\n", mi->name);
+	else
+		fprintf(stderr, "cpq: --chat: model '%s' has chat template "
+		    "'%s', which cpq cannot apply\n", mi->name, name);
+	fputs("cpq: name a format with --chat-template: ", stderr);
+	print_formats(stderr);
+	fputc('\n', stderr);
+	return EXIT_DAEMON;
+}
+
+/* Replaces *prompt with itself in chat format kind; 0 or EXIT_DAEMON. */
+static int
+apply_chat(const struct opts *o, enum chat_kind kind, char **prompt,
+    size_t *len)
+{
+	size_t sys_len = o->system ? strlen(o->system) : 0;
+	int64_t n;
+	char *buf;
+
+	n = chat_format(kind, o->system, sys_len, *prompt, *len, NULL, 0);
+	if (n < 0 || (uint64_t)n >= SIZE_MAX ||
+	    (buf = malloc((size_t)n + 1)) == NULL) {
+		fprintf(stderr, "cpq: --chat: prompt too large\n");
+		return EXIT_DAEMON;
+	}
+	chat_format(kind, o->system, sys_len, *prompt, *len, buf,
+	    (size_t)n + 1);
+	free(*prompt);
+	*prompt = buf;
+	*len = (size_t)n;
+	return 0;
+}
+
+/* ---- streaming ------------------------------------------------------ */
+
+static void
+waiting_line(struct run *r, size_t prompt_len, int clear)
+{
+	if (clear) {
+		if (r->waiting_shown)
+			fputs("\r\033[K", stderr);
+		r->waiting_shown = 0;
+		return;
+	}
+	fprintf(stderr, "\rcpq: %zu-byte prompt, waiting for the first token: "
+	    "%.1f s\033[K", prompt_len,
+	    ms_between(r->t_submit, now_ns()) / 1000);
+	r->waiting_shown = 1;
+}
+
+static void
+on_token(struct run *r, enum mode mode, const struct cp_event *ev)
+{
+	uint64_t t = now_ns();
+
+	if (r->n_tokens++ == 0)
+		r->t_first = t;
+	r->t_last = t;
+	switch (mode) {
+	case MODE_TEXT:
+		fwrite(ev->text, 1, ev->text_len, stdout);
+		if (ev->text_len > 0)
+			r->last_byte =
+			    (unsigned char)ev->text[ev->text_len - 1];
+		break;
+	case MODE_IDS:
+		if (ev->token < 0)
+			return;
+		printf("%s%d", r->ids_printed++ ? " " : "", (int)ev->token);
+		break;
+	case MODE_JSON:
+		fputs("{\"event\":\"token\",\"token\":", stdout);
+		if (ev->token >= 0)
+			printf("%d", (int)ev->token);
+		else
+			fputs("null", stdout);
+		fputs(",\"text\":", stdout);
+		json_string(stdout, ev->text, ev->text_len);
+		json_num(stdout, "logprob", ev->logprob, "%.9g");
+		printf(",\"t_ms\":%.3f}\n", ms_between(r->t_submit, t));
+		break;
+	}
+	fflush(stdout);
+}
+
+/* Ends the output's line: always for ids, for text only on a terminal. */
+static void
+end_line(const struct run *r, enum mode mode)
+{
+	if (mode == MODE_IDS)
+		putchar('\n');
+	else if (mode == MODE_TEXT && r->last_byte >= 0 &&
+	    r->last_byte != '\n' && isatty(1))
+		putchar('\n');
+}
+
+/* The request's last event: prints it, returns the exit status. */
+static int
+on_end(struct run *r, enum mode mode, const struct cp_event *ev,
+    int cancelled)
+{
+	uint64_t t = now_ns();
+
+	end_line(r, mode);
+	if (mode == MODE_JSON) {
+		if (ev->type == CP_EVENT_DONE) {
+			fputs("{\"event\":\"done\"", stdout);
+			json_key_str(stdout, "finish", finish_name(ev->finish),
+			    1);
+		} else {
+			printf("{\"event\":\"error\",\"error\":%d", ev->error);
+			json_key_str(stdout, "error_text",
+			    cp_strerror(ev->error), 1);
+			fputs(",\"message\":", stdout);
+			json_string(stdout, ev->text, ev->text_len);
+		}
+		printf(",\"n_prompt\":%u,\"n_gen\":%u", ev->n_prompt,
+		    ev->n_gen);
+		json_timings(stdout, r, ev, t);
+		fputs("}\n", stdout);
+	}
+	fflush(stdout);
+	if (ev->type == CP_EVENT_ERROR) {
+		fprintf(stderr, "cpq: the daemon failed the request: %.*s "
+		    "(%s)\n", (int)ev->text_len, ev->text,
+		    cp_strerror(ev->error));
+		return EXIT_DAEMON;
+	}
+	switch (ev->finish) {
+	case CP_DONE_STOP:
+	case CP_DONE_LENGTH:
+		return 0;
+	case CP_DONE_CONTEXT:
+		fprintf(stderr, "cpq: stopped: the context window is full\n");
+		return 0;
+	case CP_DONE_CANCELLED:
+		if (cancelled)
+			return EXIT_INTR;
+		fprintf(stderr, "cpq: the daemon cancelled the request\n");
+		return EXIT_DAEMON;
+	case CP_DONE_STALLED:
+		fprintf(stderr, "cpq: the daemon cancelled the request: its "
+		    "events were not read in time\n");
+		return EXIT_DAEMON;
+	}
+	fprintf(stderr, "cpq: the request ended for an unknown reason (%d)\n",
+	    ev->finish);
+	return EXIT_DAEMON;
+}
+
+/* Reads request id's events to its end; returns the exit status. */
+static int
+stream(struct cp_client *c, const struct opts *o, int id, size_t len,
+    struct run *r)
+{
+	struct cp_event ev;
+	uint64_t cancel_at = 0;
+	int e, show_wait = len >= PROGRESS_BYTES && isatty(2);
+
+	for (;;) {
+		if (n_sigint > 0 && cancel_at == 0) {
+			cancel_at = now_ns();
+			if ((e = cp_cancel(c, id)) < 0) {
+				fprintf(stderr, "cpq: cancel: %s\n",
+				    cp_strerror(e));
+				return EXIT_INTR;
+			}
+		}
+		e = cp_next_event(c, &ev, WAIT_SLICE_MS);
+		if (e == -ETIMEDOUT) {
+			if (cancel_at != 0 && ms_between(cancel_at, now_ns()) >
+			    CANCEL_WAIT_MS) {
+				waiting_line(r, len, 1);
+				fprintf(stderr, "cpq: no answer to the "
+				    "cancel\n");
+				return EXIT_INTR;
+			}
+			if (show_wait && r->n_tokens == 0 && cancel_at == 0 &&
+			    ms_between(r->t_submit, now_ns()) >= PROGRESS_MS)
+				waiting_line(r, len, 0);
+			continue;
+		}
+		if (e == 0 && ev.req_id != id)
+			continue;
+		waiting_line(r, len, 1);
+		if (e < 0) {
+			end_line(r, o->mode);
+			fflush(stdout);
+			fprintf(stderr, "cpq: lost the daemon: %s\n",
+			    cp_strerror(e));
+			return cancel_at != 0 ? EXIT_INTR : EXIT_DAEMON;
+		}
+		if (ev.type != CP_EVENT_TOKEN)
+			return on_end(r, o->mode, &ev, cancel_at != 0);
+		on_token(r, o->mode, &ev);
+	}
+}
+
+/* Submits the prompt and streams its events; returns the exit status. */
+static int
+generate(struct cp_client *c, const struct opts *o, const char *prompt,
+    size_t len)
+{
+	struct cp_model_info mi;
+	struct run r;
+	int id;
+
+	memset(&r, 0, sizeof(r));
+	r.last_byte = -1;
+	submitted = 1;
+	r.t_submit = now_ns();
+	id = cp_submit(c, prompt, len, &o->p);
+	if (id == -E2BIG) {
+		cp_model_info(c, &mi);
+		fprintf(stderr, "cpq: the prompt (%zu bytes) is longer than "
+		    "the daemon accepts (%u bytes)\n", len,
+		    mi.max_prompt_bytes);
+		return EXIT_DAEMON;
+	}
+	if (id < 0) {
+		fprintf(stderr, "cpq: submit: %s\n", cp_strerror(id));
+		return EXIT_DAEMON;
+	}
+	return stream(c, o, id, len, &r);
+}
+
+/* ---- main ------------------------------------------------------------ */
+
+static int
+connect_daemon(const struct opts *o, const char *path, struct cp_client **c)
+{
+	struct cp_connect_opts co;
+	int r;
+
+	cp_connect_opts_init(&co);
+	co.socket_path = o->socket;
+	r = cp_connect(&co, c);
+	if (r == 0)
+		return 0;
+	if (r == -ENOENT || r == -ECONNREFUSED || r == -ENOTSOCK) {
+		fprintf(stderr, "cpq: no daemon listening on %s (start it "
+		    "with: cpd -m MODEL)\n", path);
+		return EXIT_NO_DAEMON;
+	}
+	if (r == -ENAMETOOLONG) {
+		fprintf(stderr, "cpq: socket path too long: %s\n", path);
+		return EXIT_USAGE;
+	}
+	fprintf(stderr, "cpq: cannot connect to %s: %s\n", path,
+	    cp_strerror(r));
+	return EXIT_DAEMON;
+}
+
+int
+main(int argc, char **argv)
+{
+	struct cp_client *c = NULL;
+	struct cp_model_info mi;
+	enum chat_kind kind = CHAT_UNKNOWN;
+	struct sigaction sa;
+	struct opts o;
+	char path[4096], *prompt = NULL;
+	size_t len = 0;
+	int rc;
+
+	rc = parse_args(argc, argv, &o);
+	if (rc == 1) {
+		usage(stdout);
+		return 0;
+	}
+	if (rc < 0)
+		return EXIT_USAGE;
+	/* SA_RESTART: a signal never cuts a write to standard output short. */
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_sigint;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, NULL);
+
+	socket_path(o.socket, path, sizeof(path));
+	if ((rc = connect_daemon(&o, path, &c)) != 0)
+		return rc;
+	cp_model_info(c, &mi);
+	if (o.info || o.stats) {
+		if (o.info)
+			rc = print_info(c, path, o.mode);
+		if (rc == 0 && o.stats)
+			rc = print_stats(c, o.mode, o.prometheus);
+		goto out;
+	}
+	/* The chat template is checked before anyone types a prompt. */
+	if (o.chat && (rc = pick_chat(&o, &mi, &kind)) != 0)
+		goto out;
+	if ((rc = get_prompt(&o, mi.max_prompt_bytes, &prompt, &len)) != 0)
+		goto out;
+	if (len == 0) {
+		fprintf(stderr, "cpq: empty prompt\n");
+		rc = EXIT_USAGE;
+		goto out;
+	}
+	if (o.chat && (rc = apply_chat(&o, kind, &prompt, &len)) != 0)
+		goto out;
+	rc = generate(c, &o, prompt, len);
+out:
+	if (fflush(stdout) == EOF || ferror(stdout)) {
+		fprintf(stderr, "cpq: standard output: %s\n", strerror(errno));
+		if (rc == 0)
+			rc = EXIT_DAEMON;
+	}
+	free(prompt);
+	cp_close(c);
+	return rc;
+}
