@@ -142,6 +142,7 @@ struct ep_stats {
 	uint64_t kv_blocks_total;
 	uint64_t requests_waiting;	/* queued, holding no KV */
 	uint64_t requests_running;	/* holding KV */
+	uint64_t requests_paused;	/* PAUSEd (some of the two above) */
 	uint64_t preemptions;
 	struct stats_hist step_prefill;	/* STATS_COUNT: prompt tokens */
 	struct stats_hist step_decode;	/* STATS_COUNT: decode tokens */

@@ -83,7 +83,7 @@
 #define TICK_BUSY_MS	100	/* drain every SQ while the engine runs */
 #define TICK_MAX_MS	1000	/* no wait is longer */
 #define PEER_GROUPS	64
-#define DRAIN_GRACE_MS	2000	/* after the drain's cancel, for the DONEs */
+#define DRAIN_GRACE_MS	5000	/* after the drain's cancel, for the DONEs */
 
 struct slot {
 	struct session *s;

@@ -21,7 +21,7 @@
  * flight finish; after drain_timeout_ms it cancels what is left.  srv_run()
  * returns once every request has ended and its events are in the client's
  * completion ring (clients read them even after the daemon has gone), or
- * two seconds after the cancel whatever is left.
+ * five seconds after the cancel whatever is left.
  */
 #ifndef CP_SERVER_H
 #define CP_SERVER_H

@@ -112,6 +112,7 @@ stats_wire(const struct stats_io *io, const struct ep_stats *es,
 	w->kv_blocks_free = w->kv_blocks_total - w->kv_blocks_used;
 	w->requests_waiting = es->requests_waiting;
 	w->requests_running = es->requests_running;
+	w->requests_paused = es->requests_paused;
 	w->preemptions = es->preemptions;
 	stats_hist_wire(&es->step_prefill, STATS_COUNT, &w->step_prefill);
 	stats_hist_wire(&es->step_decode, STATS_COUNT, &w->step_decode);

@@ -106,6 +106,7 @@ struct wreq {
 	struct detok dt;
 	uint64_t t_recv_ns;	/* the io loop took its SUBMIT (stats.h) */
 	uint64_t t_last_ns;	/* its last TOKEN event; 0 before the first */
+	bool paused;		/* PAUSEd (sched_pause), counted in n_paused */
 };
 
 struct worker {
@@ -143,6 +144,8 @@ struct worker {
 	uint64_t cur_step;		/* number of the step running, else 0 */
 	uint64_t t_step_ns;		/* when its batch came back */
 	struct ep_stats es;		/* histograms, the worker thread's */
+	int n_paused;			/* live requests with paused set */
+	bool dirty;			/* commands changed what publish() shows */
 	struct worker_stats st;		/* the worker thread's counters */
 	pthread_mutex_t pub_lock;
 	struct worker_stats pub;	/* published copy, pub_lock */
@@ -228,6 +231,8 @@ fail(struct worker *w, const struct wreq *r, int err, const char *fmt, ...)
 static void
 req_clear(struct worker *w, struct wreq *r)
 {
+	if (r->paused)
+		w->n_paused--;
 	if (r->seq >= 0)
 		(void)kv_seq_free(w->kv, r->seq);
 	sampler_free(r->smp);
@@ -446,14 +451,19 @@ command(struct worker *w, const struct ep_cmd *c)
 		break;
 	case EP_CMD_PAUSE:
 	case EP_CMD_RESUME:
-		if ((r = req_find(w, c->id)) != NULL)
-			(void)sched_pause(w->sched, r->handle,
-			    c->kind == EP_CMD_PAUSE);
+		if ((r = req_find(w, c->id)) != NULL &&
+		    r->paused != (c->kind == EP_CMD_PAUSE) &&
+		    sched_pause(w->sched, r->handle,
+		    c->kind == EP_CMD_PAUSE) == 0) {
+			r->paused = c->kind == EP_CMD_PAUSE;
+			w->n_paused += r->paused ? 1 : -1;
+		}
 		break;
 	default:
 		log_warnx("worker: command kind %u ignored", c->kind);
 		break;
 	}
+	w->dirty = true;
 }
 
 /* Takes and applies every queued command; 1 after a SHUTDOWN, else 0. */
@@ -768,6 +778,7 @@ publish(struct worker *w)
 	es->kv_blocks_total = (uint64_t)w->st.kv_blocks_total;
 	es->requests_waiting = (uint64_t)ss.n_waiting;
 	es->requests_running = (uint64_t)ss.n_running;
+	es->requests_paused = (uint64_t)w->n_paused;
 	es->preemptions = w->st.preempted;
 	ep_stats_set(w->port, es);
 }
@@ -800,9 +811,15 @@ worker_run(struct worker *w)
 			break;
 		ran = w->n_free < w->max_requests ? step(w) : 0;
 		busy = ran != 0;
-		if (!ran && w->out.n == 0)
+		if (!ran && w->out.n == 0) {
+			/* Paused, resumed, queued: seen in cp_stats() at once. */
+			if (w->dirty)
+				publish(w);
+			w->dirty = false;
 			continue;
+		}
 		publish(w);
+		w->dirty = false;
 		if (ep_post(w->port, &w->out, ran) < 0) {
 			/* Kept in w->out; try again after a short wait. */
 			log_warnx("worker: cannot post events: out of memory");

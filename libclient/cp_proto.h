@@ -366,7 +366,8 @@ struct cp_wire_stats {
 	uint64_t preemptions;		/* sequences preempted by recompute */
 	uint64_t flags;			/* CP_STATS_* */
 	uint64_t disconnects[CP_END_REASONS];	/* ended sessions by reason */
-	uint64_t reserved[5];		/* zero */
+	uint64_t requests_paused;	/* engine: held for a full CQ */
+	uint64_t reserved[4];		/* zero */
 	struct cp_wire_hist step_prefill;	/* prompt tokens per step */
 	struct cp_wire_hist step_decode;	/* decode tokens per step */
 	struct cp_wire_hist step_seqs;		/* sequences per step */

@@ -550,6 +550,7 @@ stats_copy(const struct cp_wire_stats *w, struct cp_stats *out)
 	out->requests_running = w->requests_running;
 	out->requests_refused = w->requests_refused;
 	out->preemptions = w->preemptions;
+	out->requests_paused = w->requests_paused;
 	out->draining = (w->flags & CP_STATS_DRAINING) != 0;
 	return 0;
 }

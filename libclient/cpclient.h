@@ -177,6 +177,8 @@ struct cp_stats {
 	uint64_t requests_refused;	/* answered ERROR at once (limits,
 					   shutdown) */
 	uint64_t preemptions;		/* requests set back for KV space */
+	uint64_t requests_paused;	/* held: their client's event ring is
+					   full */
 	int draining;			/* nonzero: the daemon is stopping */
 	uint64_t disconnects[CP_DISC_REASONS];	/* ended connections, by
 						   CP_DISC_* reason */

@@ -20,9 +20,11 @@ $(BUILD)/bin/cpbench: $(CPBENCH_OBJS) $(LINK_LIBS)
 $(BUILD)/bin/cpbench: $(LIBCPCLIENT_A)
 $(BUILD)/bin/cpbench: override LDLIBS += $(LIBCPCLIENT_A)
 
-# check_cpd drives build/bin/cpd through the static client library.
-$(BUILD)/tests/check_cpd: $(LIBCPCLIENT_A)
-$(BUILD)/tests/check_cpd: override LDLIBS += $(LIBCPCLIENT_A)
+# check_cpd and check_daemon drive build/bin/cpd through the static client
+# library.
+$(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon: $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon: \
+	override LDLIBS += $(LIBCPCLIENT_A)
 
 # check_install: make install / uninstall into a scratch DESTDIR, and the
 # example program built against it; it needs the tree, this build
