@@ -33,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chat.h"
 #include "config.h"
 #include "engine_port.h"
 #include "gguf.h"
@@ -246,7 +247,7 @@ server_config(const struct cpd_config *c, const struct model *m,
     const struct tokenizer *tok, const char *backend, int n_ctx,
     struct srv_config *sc)
 {
-	struct gguf_str name;
+	struct gguf_str name, tmpl;
 	uint64_t params = 0;
 	long id;
 
@@ -312,6 +313,11 @@ server_config(const struct cpd_config *c, const struct model *m,
 	for (size_t i = 0; i < gguf_n_tensors(m->gf); i++)
 		params += gguf_tensor_at(m->gf, i)->n_elems;
 	sc->model.n_params = params;
+	/* The prompt format clients such as cpq --chat apply, "" if unknown. */
+	if (gguf_get_str(m->gf, "tokenizer.chat_template", &tmpl, NULL) == 0)
+		snprintf(sc->model.chat_template,
+		    sizeof(sc->model.chat_template), "%s",
+		    chat_name(chat_detect(tmpl.ptr, (size_t)tmpl.len)));
 	return 0;
 }
 

@@ -35,11 +35,15 @@ $(LIBCPCLIENT_PC): libclient/cpclient.pc.in
 # cpq, the shell tool, once its source exists.
 ifneq ($(wildcard libclient/cpq.c),)
 PROGRAMS += $(BUILD)/bin/cpq
-$(BUILD)/bin/cpq: $(BUILD)/libclient/cpq.o $(LIBCPCLIENT_A)
+# cpq formats chat prompts with the engine's chat.o (static, from libcpengine.a).
+$(BUILD)/bin/cpq: $(BUILD)/libclient/cpq.o $(LIBCPCLIENT_A) $(ENGINE_LIB)
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) $< $(LIBCPCLIENT_A) $(LDLIBS_BASE) $(LDLIBS) -o $@
+	$(Q)$(CC) $(ALL_LDFLAGS) $< $(LIBCPCLIENT_A) $(ENGINE_LIB) $(LDLIBS_BASE) $(LDLIBS) -o $@
 endif
+
+# check_cpq runs build/bin/cpq.
+$(BUILD)/tests/check_cpq: | $(BUILD)/bin/cpq
 
 # check_client links the static library and dlopen()s the shared one.
 $(BUILD)/tests/check_client: $(LIBCPCLIENT_A) $(LIBCPCLIENT_SO)
