@@ -33,6 +33,7 @@
 #include "lib/cpd_harness.h"
 #include "ring.h"
 #include "session.h"
+#include "stats.h"
 
 Suite *client_suite(void);
 
@@ -970,6 +971,141 @@ START_TEST(test_lying_rings)
 }
 END_TEST
 
+/*
+ * A consistent statistics record, by hand: 3 clients accepted, 1 still
+ * connected, 2 ended (one closed, one violation); 10 of 40 KV blocks
+ * used; one sample of 7 sequences in a step (bucket (4, 8]).
+ */
+static void
+good_stats(struct cp_stats_msg *m)
+{
+	struct stats_io io;
+	struct ep_stats es;
+
+	memset(m, 0, sizeof(*m));
+	memset(&io, 0, sizeof(io));
+	memset(&es, 0, sizeof(es));
+	io.clients = 1;
+	io.clients_total = 3;
+	io.disconnects[CP_END_CLOSED] = 1;
+	io.disconnects[CP_END_PROTOCOL] = 1;
+	io.protocol_errors = 1;
+	io.requests_total = 5;
+	io.requests_active = 2;
+	es.kv_blocks_total = 40;
+	es.kv_blocks_used = 10;
+	es.steps = 9;
+	stats_hist_add(&es.step_seqs, STATS_COUNT, 7);
+	stats_hist_add(&es.ttft_us, STATS_LAT_US, 150);
+	m->hdr.magic = CP_PROTO_MAGIC;
+	m->hdr.type = CP_MSG_STATS;
+	m->hdr.version = CP_PROTO_VERSION;
+	m->stats_version = CP_STATS_VERSION;
+	m->stats_bytes = sizeof(m->stats);
+	stats_wire(&io, &es, &m->stats);
+}
+
+/*
+ * The fake daemon answers cp_stats() with a record queued in advance:
+ * _i = 0 a good one, 1 another stats version (the call fails, the
+ * connection lives), then one broken rule each (CP_EPROTO, latched).
+ */
+START_TEST(test_lying_stats)
+{
+	struct cp_stats_msg m;
+	struct cp_client *c;
+	struct cp_stats st;
+	struct fake f;
+	size_t len = sizeof(m);
+	int want = CP_EPROTO;
+
+	fake_start(&f, 0);
+	ck_assert_int_eq(fake_connect(&f, &c), 0);
+	good_stats(&m);
+	switch (_i) {
+	case 0:
+		want = 0;
+		break;
+	case 1:
+		m.stats_version = CP_STATS_VERSION + 1;
+		want = -EPROTONOSUPPORT;
+		break;
+	case 2:
+		m.stats_bytes -= 8;
+		break;
+	case 3:
+		len = 16 + 128;		/* the version 1 record */
+		break;
+	case 4:
+		m.stats.kv_blocks_used = 41;
+		break;
+	case 5:
+		m.stats.kv_blocks_free = 31;
+		break;
+	case 6:
+		m.stats.disconnects[CP_END_EXITED] = 1;
+		break;
+	case 7:
+		m.stats.ttft_us.le[3] = m.stats.ttft_us.le[2];
+		break;
+	case 8:
+		m.stats.step_seqs.count = 2;
+		break;
+	case 9:
+		m.stats.step_seqs.max = 9;	/* not in (4, 8] */
+		break;
+	case 10:
+		m.stats.itl_us.le[CP_STATS_BUCKETS - 1] = 1u << 30;
+		break;
+	case 11:
+		m.stats.flags = 0x8;
+		break;
+	case 12:
+		m.stats.requests_active = 6;
+		break;
+	case 13:
+		m.hdr.type = CP_MSG_WELCOME;
+		break;
+	}
+	ck_assert_int_eq(sess_send(f.s->fd, &m, len, NULL, 0), 0);
+	memset(&st, 0xa5, sizeof(st));
+	ck_assert_int_eq(cp_stats(c, &st), want);
+	if (want == 0) {
+		ck_assert_uint_eq(st.clients, 1);
+		ck_assert_uint_eq(st.clients_total, 3);
+		ck_assert_uint_eq(st.disconnects[CP_DISC_CLOSED], 1);
+		ck_assert_uint_eq(st.disconnects[CP_DISC_PROTOCOL], 1);
+		ck_assert_uint_eq(st.disconnects[CP_DISC_EXITED], 0);
+		ck_assert_uint_eq(st.kv_blocks_free, 30);
+		ck_assert_uint_eq(st.steps, 9);
+		ck_assert_int_eq(st.draining, 0);
+		/* Counts: bounds 0, 1, 2, 4, 8...; 7 lands in (4, 8]. */
+		ck_assert_uint_eq(st.step_seqs.count, 1);
+		ck_assert_uint_eq(st.step_seqs.le[4], 8);
+		ck_assert_uint_eq(st.step_seqs.n[4], 1);
+		ck_assert_uint_eq(st.step_seqs.max, 7);
+		/* Latency: 100, 200, 500 us...; 150 us lands in (100, 200]. */
+		ck_assert_uint_eq(st.ttft_us.le[1], 200);
+		ck_assert_uint_eq(st.ttft_us.n[1], 1);
+		ck_assert_uint_eq(st.ttft_us.sum, 150);
+		ck_assert_uint_eq(st.itl_us.count, 0);
+		ck_assert_uint_eq(st.itl_us.le[CP_HIST_BUCKETS - 1],
+		    UINT64_MAX);
+	} else if (want == -EPROTONOSUPPORT) {
+		/* Not fatal: the next good record is read. */
+		good_stats(&m);
+		ck_assert_int_eq(sess_send(f.s->fd, &m, sizeof(m), NULL, 0),
+		    0);
+		ck_assert_int_eq(cp_stats(c, &st), 0);
+		ck_assert_uint_eq(st.clients_total, 3);
+	} else {
+		ck_assert_int_eq(cp_stats(c, &st), CP_EPROTO);
+	}
+	cp_close(c);
+	fake_stop(&f);
+}
+END_TEST
+
 Suite *
 client_suite(void)
 {
@@ -1002,6 +1138,7 @@ client_suite(void)
 
 	tcase_add_test(tl, test_lying_handshake);
 	tcase_add_loop_test(tl, test_lying_rings, 0, 6);
+	tcase_add_loop_test(tl, test_lying_stats, 0, 14);
 	tcase_set_timeout(tl, 20);
 	suite_add_tcase(s, tl);
 	return s;
