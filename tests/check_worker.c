@@ -11,6 +11,8 @@
  * Every test also checks the port's promises as it drains events: one
  * terminal event per request and nothing after it, no event for an id
  * that was never submitted, step boundaries equal to the worker's steps,
+ * step numbers in events that never decrease, never run ahead of the
+ * boundaries posted with them, and rise by one token per request and step,
  * and all KV sequences and blocks back in the pool at the end.
  */
 #include <check.h>
@@ -85,6 +87,8 @@ struct rec {
 	uint32_t finish;
 	int32_t error;
 	uint32_t n_prompt, n_gen;
+	uint64_t steps[MAX_IDS];	/* step of each token */
+	uint64_t end_step;	/* of the terminal event */
 	int after;		/* events after the terminal one */
 };
 
@@ -95,6 +99,7 @@ struct tw {
 	struct worker *w;
 	struct ep_batch b;
 	uint64_t boundaries;	/* step boundaries taken from the port */
+	uint64_t last_step;	/* largest step number seen in an event */
 	struct rec *recs;
 	int n_recs;
 };
@@ -187,6 +192,12 @@ tw_take(struct tw *t)
 
 		ck_assert_msg(r != NULL, "event for id %llu never submitted",
 		    (unsigned long long)ev->id);
+		/* A step's events come with its boundary, in step order. */
+		ck_assert_uint_le(ev->step, t->boundaries);
+		if (ev->step != 0) {
+			ck_assert_uint_ge(ev->step, t->last_step);
+			t->last_step = ev->step;
+		}
 		ck_assert_uint_le((uint64_t)ev->text_off + ev->text_len,
 		    t->b.text_len);
 		if (r->done) {
@@ -203,6 +214,10 @@ tw_take(struct tw *t)
 			r->n_token_ev++;
 			if (ev->token >= 0) {
 				ck_assert_int_lt(r->n_ids, MAX_IDS);
+				/* One token per request and step. */
+				ck_assert_uint_gt(ev->step, r->n_ids > 0 ?
+				    r->steps[r->n_ids - 1] : 0);
+				r->steps[r->n_ids] = ev->step;
 				r->logprob[r->n_ids] = ev->logprob;
 				r->ids[r->n_ids++] = ev->token;
 			}
@@ -215,6 +230,10 @@ tw_take(struct tw *t)
 			r->error = ev->error;
 			r->n_prompt = ev->n_prompt;
 			r->n_gen = ev->n_gen;
+			r->end_step = ev->step;
+			if (r->n_ids > 0 && ev->step != 0)
+				ck_assert_uint_ge(ev->step,
+				    r->steps[r->n_ids - 1]);
 			break;
 		default:
 			ck_abort_msg("event type %u", ev->type);
@@ -496,6 +515,59 @@ START_TEST(test_reference_greedy)
 	ck_assert_uint_gt(recs[2].text_len, strlen(ref_content));
 	ck_assert(memcmp(recs[2].text, ref_content, strlen(ref_content)) == 0);
 	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+/*
+ * Step numbers and the published histograms of one request alone, by
+ * hand: the 13-token prompt fits the default budget, so step 1 prefills
+ * it and samples token 1; step k samples token k; the DONE comes with
+ * step 64.  Per step: 64 steps of one sequence; prefill 13 tokens once
+ * (bucket (8, 16]) and 0 tokens 63 times; decode 0 tokens once and 1
+ * token 63 times.  One time to first token, 63 gaps between tokens.
+ */
+START_TEST(test_steps_and_histograms)
+{
+	struct rec recs[1];
+	struct ep_params p = greedy(64);
+	struct ep_stats es;
+	struct tw t;
+	int i;
+
+	tw_open(&t, recs, 1, 0, 0, 0, 0);
+	tw_submit(&t, 0, 7, 0, ref_prompt, NULL, 0, &p, 0, NULL, 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[0], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[0], ref_ids, 64);
+	for (i = 0; i < 64; i++)
+		ck_assert_uint_eq(recs[0].steps[i], (uint64_t)i + 1);
+	ck_assert_uint_eq(recs[0].end_step, 64);
+	tw_check_clean(&t);
+
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_eq(es.steps, 64);
+	ck_assert_uint_eq(es.tokens_prompt, REF_N_PROMPT);
+	ck_assert_uint_eq(es.tokens_generated, 64);
+	ck_assert_uint_eq(es.requests_waiting, 0);
+	ck_assert_uint_eq(es.requests_running, 0);
+	ck_assert_uint_eq(es.requests_paused, 0);
+	ck_assert_uint_eq(es.preemptions, 0);
+	ck_assert_uint_eq(es.kv_blocks_used, 0);
+	ck_assert_uint_eq(es.step_seqs.count, 64);
+	ck_assert_uint_eq(es.step_seqs.n[1], 64);	/* exactly 1 */
+	ck_assert_uint_eq(es.step_seqs.max, 1);
+	ck_assert_uint_eq(es.step_prefill.count, 64);
+	ck_assert_uint_eq(es.step_prefill.n[0], 63);
+	ck_assert_uint_eq(es.step_prefill.n[5], 1);	/* (8, 16] */
+	ck_assert_uint_eq(es.step_prefill.sum, REF_N_PROMPT);
+	ck_assert_uint_eq(es.step_prefill.max, REF_N_PROMPT);
+	ck_assert_uint_eq(es.step_decode.n[0], 1);
+	ck_assert_uint_eq(es.step_decode.n[1], 63);
+	ck_assert_uint_eq(es.step_decode.sum, 63);
+	ck_assert_uint_eq(es.ttft_us.count, 1);
+	ck_assert_uint_eq(es.itl_us.count, 63);
+	ck_assert_uint_ge(es.itl_us.max, es.itl_us.sum / 63);
 	tw_close(&t);
 }
 END_TEST
@@ -995,6 +1067,7 @@ worker_suite(void)
 	tc = tcase_create("reference");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_reference_greedy);
+	tcase_add_test(tc, test_steps_and_histograms);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("batch");
