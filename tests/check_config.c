@@ -884,7 +884,7 @@ START_TEST(test_validate_direct_writes)
 	ck_assert_str_eq(e.msg, "the default: sq_entries: value out of range; "
 	    "allowed: 2..4096, a power of two");
 	config_defaults(&c);
-	c.backend = 3;
+	c.backend = 99;
 	ck_assert_int_eq(config_validate(&c, &e), -ERANGE);
 	config_defaults(&c);
 	c.kv_cache_tokens = 10;

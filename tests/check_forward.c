@@ -1400,14 +1400,14 @@ START_TEST(test_open_errors)
 	    BE_DEFAULT_BATCH_TOKENS);
 	/* default pool: one context of 16-token blocks */
 	ck_assert_int_eq(kv_blocks_total(be_kv(r.be)), 8);
-	/* The CPU backend is always compiled in, last: auto falls back to it. */
+	/* The CPU backend is always compiled in: auto falls back to it. */
 	{
 		const char *const *nm = be_names();
 		int i = 0;
 
-		while (nm[i + 1] != NULL)
+		while (nm[i] != NULL && strcmp(nm[i], "cpu") != 0)
 			i++;
-		ck_assert_str_eq(nm[i], "cpu");
+		ck_assert_ptr_nonnull(nm[i]);
 	}
 	ck_assert_int_eq(be_open("nosuch", r.m, &p, &be, &e), -ENOENT);
 	ck_assert_ptr_null(be);
