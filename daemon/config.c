@@ -130,6 +130,10 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	    F(client_stall_timeout_ms), 0, 100, 3600 * 1000, 0, NULL, "30s",
 	    "cancel the requests of a client that leaves its events undrained "
 	    "this long; ms or s unit" },
+	[CONFIG_DRAIN_TIMEOUT] = { "drain_timeout", T_MS,
+	    F(drain_timeout_ms), 0, 0, 3600 * 1000, 0, NULL, "10s",
+	    "after SIGTERM, how long requests in flight may run before they "
+	    "are cancelled; ms or s unit" },
 	[CONFIG_LOG_LEVEL] = { "log_level", T_ENUM, F(log_level), 0,
 	    0, 0, 0, log_values, "info",
 	    "least severe messages logged" },

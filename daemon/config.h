@@ -52,6 +52,7 @@ enum config_key {
 	CONFIG_CQ_ENTRIES,
 	CONFIG_ARENA_SIZE,
 	CONFIG_CLIENT_STALL_TIMEOUT,
+	CONFIG_DRAIN_TIMEOUT,
 	CONFIG_LOG_LEVEL,
 	CONFIG_NKEYS
 };
@@ -105,6 +106,7 @@ struct cpd_config {
 	int cq_entries;			/* completion ring slots, power of two */
 	uint64_t arena_size;		/* prompt arena per client, bytes */
 	int client_stall_timeout_ms;	/* undrained CQ: cancel after this */
+	int drain_timeout_ms;		/* SIGTERM: cancel what runs after this */
 	int log_level;			/* enum config_log_level */
 
 	char file[CONFIG_PATH_MAX];	/* last file loaded, "" = none */

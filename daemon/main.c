@@ -17,8 +17,6 @@
  *
  * Every configuration key is also a flag: --max-batch-tokens 256 sets
  * max_batch_tokens, the same way and with the same checks as the file.
- * One flag has no key yet: --drain-timeout DURATION (500ms, 10s; at most
- * 3600s, default 10s), how long a drain lets requests run.
  * cpd stays in the foreground and logs to stderr, as systemd expects.
  */
 #include <errno.h>
@@ -44,11 +42,6 @@
 #include "worker.h"
 
 #define CPD_VERSION "0.1.0"
-#define CPD_DRAIN_MS_DEFAULT	10000
-#define CPD_DRAIN_MS_MAX	(3600 * 1000)
-
-/* --drain-timeout, in ms. */
-static int drain_timeout_ms = CPD_DRAIN_MS_DEFAULT;
 
 /* The running server, for the signal handler (srv_drain and srv_stop are async-signal-safe). */
 static struct server *volatile running_srv;
@@ -59,7 +52,6 @@ usage(FILE *f)
 {
 	fputs("usage: cpd [-c FILE] [-m MODEL] [-t THREADS] [-s SOCKET] "
 	    "[-v] [--KEY VALUE ...]\n"
-	    "           [--drain-timeout DURATION]\n"
 	    "       cpd --check-config FILE\n"
 	    "       cpd --help | --version\n"
 	    "Every key of cpd.yaml(5) is also a flag: --max-batch-tokens 256, "
@@ -89,30 +81,6 @@ flag_to_key(const char *flag, char *buf, size_t size)
 	for (size_t i = 0; i <= n; i++)
 		buf[i] = flag[i] == '-' ? '_' : flag[i];
 	return true;
-}
-
-/* "250ms" or "10s" (a unit required, as cpd.yaml's durations) into *ms; 0 or -1. */
-static int
-parse_duration(const char *s, int *ms)
-{
-	unsigned long long v = 0;
-	const char *p = s;
-
-	if (*p < '0' || *p > '9')
-		return -1;
-	for (; *p >= '0' && *p <= '9'; p++) {
-		v = v * 10 + (unsigned long long)(*p - '0');
-		if (v > CPD_DRAIN_MS_MAX)
-			return -1;
-	}
-	if (strcmp(p, "s") == 0)
-		v *= 1000;
-	else if (strcmp(p, "ms") != 0)
-		return -1;
-	if (v > CPD_DRAIN_MS_MAX)
-		return -1;
-	*ms = (int)v;
-	return 0;
 }
 
 /* Short flags and the keys they set. */
@@ -185,15 +153,6 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0 ||
 		    strcmp(a, "--check-config") == 0) {
 			i++;
-			continue;
-		}
-		if (strcmp(a, "--drain-timeout") == 0) {
-			if (parse_duration(argv[++i], &drain_timeout_ms) < 0) {
-				fprintf(stderr, "cpd: --drain-timeout: '%s' is "
-				    "not a duration of 0ms..3600s (with a ms or "
-				    "s unit)\n", argv[i]);
-				return -1;
-			}
 			continue;
 		}
 		if (a[1] != '-' && a[1] != '\0' && a[2] == '\0' &&
@@ -287,7 +246,7 @@ server_config(const struct cpd_config *c, const struct model *m,
 	sc->cq_entries = (uint32_t)c->cq_entries;
 	sc->arena_bytes = (uint32_t)c->arena_size;
 	sc->stall_timeout_ms = c->client_stall_timeout_ms;
-	sc->drain_timeout_ms = drain_timeout_ms;
+	sc->drain_timeout_ms = c->drain_timeout_ms;
 
 	if (gguf_get_str(m->gf, "general.name", &name, NULL) == 0 &&
 	    name.len > 0)

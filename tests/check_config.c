@@ -153,6 +153,7 @@ assert_spec_defaults(const struct cpd_config *c)
 	ck_assert_int_eq(c->cq_entries, 1024);
 	ck_assert_uint_eq(c->arena_size, 1 * MiB);
 	ck_assert_int_eq(c->client_stall_timeout_ms, 30000);
+	ck_assert_int_eq(c->drain_timeout_ms, 10000);
 	ck_assert_int_eq(c->log_level, CONFIG_LOG_INFO);
 }
 
@@ -397,7 +398,8 @@ START_TEST(test_every_key_takes_effect)
 	    "cq_entries: 4096\n"
 	    "arena_size: 256KiB\n"
 	    "client_stall_timeout: 1500ms\n"
-	    "log_level: debug\n";
+	    "log_level: debug\n"
+	    "drain_timeout: 0ms\n";
 	struct cpd_config c;
 	struct cp_err e;
 	size_t i;
@@ -427,6 +429,7 @@ START_TEST(test_every_key_takes_effect)
 	ck_assert_uint_eq(c.arena_size, 256 * 1024);
 	ck_assert_int_eq(c.client_stall_timeout_ms, 1500);
 	ck_assert_int_eq(c.log_level, CONFIG_LOG_DEBUG);
+	ck_assert_int_eq(c.drain_timeout_ms, 0);
 	ck_assert_str_eq(c.file, "t.yaml");
 	for (i = 0; i < CONFIG_NKEYS; i++)
 		ck_assert_int_eq(c.origin[i].from, CONFIG_FROM_FILE);
