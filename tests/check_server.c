@@ -485,6 +485,150 @@ START_TEST(test_srv_socket_in_use)
 }
 END_TEST
 
+/*
+ * Every ended session is counted once under its reason, and the counts
+ * add up: clients_total == clients + sum(disconnects) (invariant 6).
+ */
+START_TEST(test_srv_disconnect_reasons)
+{
+	struct srv_config c;
+	struct raw_client rc, probe;
+	struct cp_wire_stats st;
+	struct hd d;
+	char junk[16] = "junk";
+	uint64_t sum = 0;
+	int i;
+
+	cfg_init(&c);
+	c.handshake_timeout_ms = 200;
+	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
+	/* Closed: a client that leaves. */
+	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
+	raw_close(&rc);
+	/* Protocol: a record that is not a stats request. */
+	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
+	ck_assert_int_eq(send(rc.fd, junk, sizeof(junk), 0),
+	    (ssize_t)sizeof(junk));
+	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
+	raw_close(&rc);
+	/* Timeout: no HELLO. */
+	memset(&rc, 0, sizeof(rc));
+	rc.fd = raw_socket(d.path);
+	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
+	raw_close(&rc);
+
+	ck_assert_int_eq(raw_connect(d.path, &probe, 0, 0, 0), 0);
+	for (i = 0; i < 300; i++) {
+		ck_assert_int_eq(raw_stats(&probe, &st), 0);
+		if (st.clients == 1)
+			break;
+		usleep(10000);
+	}
+	ck_assert_uint_eq(st.clients, 1);
+	ck_assert_uint_eq(st.clients_total, 4);
+	ck_assert_uint_eq(st.disconnects[CP_END_CLOSED], 1);
+	ck_assert_uint_eq(st.disconnects[CP_END_PROTOCOL], 1);
+	ck_assert_uint_eq(st.disconnects[CP_END_TIMEOUT], 1);
+	for (i = 0; i < (int)CP_END_REASONS; i++)
+		sum += st.disconnects[i];
+	ck_assert_uint_eq(st.clients_total, st.clients + sum);
+	/* A violation and a timeout are protocol errors; leaving is not. */
+	ck_assert_uint_eq(st.protocol_errors, 2);
+	ck_assert_uint_eq(st.flags, 0);
+	raw_close(&probe);
+	ck_assert_int_eq(hd_stop(&d), 0);
+}
+END_TEST
+
+/* The error code of the terminal event raw_collect() just consumed. */
+static int32_t
+last_error(const struct raw_client *rc)
+{
+	return rc->cq[(rc->cq_head - 1) & (rc->w.cq_entries - 1)].error;
+}
+
+/*
+ * srv_drain(): the socket goes, a new SUBMIT gets -ESHUTDOWN, the request
+ * in flight runs to its end, then srv_run() returns and the daemon exits 0.
+ */
+START_TEST(test_srv_drain_finishes)
+{
+	static const char prompt[] = "forty bytes of prompt, echoed bytewise!";
+	struct srv_config c;
+	struct mock_opts mo;
+	struct raw_client rc, late;
+	char out[64] = "";
+	uint8_t fin = 0;
+	int st, i;
+	struct hd d;
+
+	cfg_init(&c);
+	mock_opts_default(&mo);
+	mo.step_us = 5000;	/* the echo takes about 200 ms */
+	ck_assert_int_eq(hd_start(&d, &c, &mo), 0);
+	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
+	ck_assert_int_eq(raw_connect(d.path, &late, 0, 0, 0), 0);
+	ck_assert_int_eq(raw_submit(&rc, 1, prompt, 0), 0);
+	hd_drain(&d);
+	for (i = 0; i < 300 && access(d.path, F_OK) == 0; i++)
+		usleep(10000);
+	ck_assert_int_eq(access(d.path, F_OK), -1);	/* no new clients */
+	ck_assert_int_lt(raw_socket(d.path), 0);
+	ck_assert_int_eq(raw_submit(&late, 1, "late", 0), 0);
+	ck_assert_int_eq(raw_collect(&late, 1, NULL, 0, 5000, &fin),
+	    CP_EV_ERROR);
+	ck_assert_int_eq(last_error(&late), -ESHUTDOWN);
+	ck_assert_int_eq(raw_collect(&rc, 1, out, sizeof(out), 5000, &fin),
+	    CP_EV_DONE);
+	ck_assert_uint_eq(fin, CP_FINISH_STOP);
+	ck_assert_str_eq(out, prompt);
+	st = hd_wait(&d, 5000);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	    "daemon status %#x", st);
+	ck_assert(hd_log_has(&d, "draining: 1 requests in flight"));
+	ck_assert(hd_log_has(&d, "drained"));
+	raw_close(&rc);
+	raw_close(&late);
+	hd_stop(&d);
+}
+END_TEST
+
+/* Past drain_timeout_ms what runs is cancelled, its DONE delivered, exit 0. */
+START_TEST(test_srv_drain_cancels)
+{
+	static char prompt[2000];
+	struct srv_config c;
+	struct mock_opts mo;
+	struct raw_client rc;
+	char out[2048] = "";
+	uint8_t fin = 0;
+	int st;
+	struct hd d;
+
+	memset(prompt, 'z', sizeof(prompt) - 1);
+	cfg_init(&c);
+	c.drain_timeout_ms = 100;
+	mock_opts_default(&mo);
+	mo.step_us = 2000;	/* the echo would take 4 s */
+	ck_assert_int_eq(hd_start(&d, &c, &mo), 0);
+	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
+	ck_assert_int_eq(raw_submit(&rc, 1, prompt, 0), 0);
+	ck_assert_int_eq(raw_collect(&rc, 1, out, sizeof(out), 50, &fin), 0);
+	hd_drain(&d);
+	ck_assert_int_eq(raw_collect(&rc, 1, out, sizeof(out), 5000, &fin),
+	    CP_EV_DONE);
+	ck_assert_uint_eq(fin, CP_FINISH_CANCELLED);
+	ck_assert_uint_gt(strlen(out), 0);
+	ck_assert_uint_lt(strlen(out), sizeof(prompt) - 1);
+	st = hd_wait(&d, 5000);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	    "daemon status %#x", st);
+	ck_assert(hd_log_has(&d, "100 ms passed, 1 requests cancelled"));
+	raw_close(&rc);
+	hd_stop(&d);
+}
+END_TEST
+
 Suite *
 server_suite(void)
 {
@@ -504,6 +648,9 @@ server_suite(void)
 	tcase_add_test(ts, test_srv_garbage_record);
 	tcase_add_test(ts, test_srv_per_uid_requests);
 	tcase_add_test(ts, test_srv_pidfd_death);
+	tcase_add_test(ts, test_srv_disconnect_reasons);
+	tcase_add_test(ts, test_srv_drain_finishes);
+	tcase_add_test(ts, test_srv_drain_cancels);
 	tcase_set_timeout(ts, 30);
 	suite_add_tcase(s, ts);
 	return s;

@@ -70,8 +70,11 @@ hd_register(struct hd *d, int add)
 static void
 hd_on_term(int sig)
 {
-	(void)sig;
-	if (hd_server != NULL)
+	if (hd_server == NULL)
+		return;
+	if (sig == SIGUSR1)
+		srv_drain(hd_server);
+	else
 		srv_stop(hd_server);
 }
 
@@ -115,6 +118,7 @@ hd_child(struct hd *d, const struct srv_config *cfg,
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = hd_on_term;
 	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	c.socket_path = d->path;
 	port = ep_new();
@@ -223,6 +227,30 @@ void
 hd_kill(struct hd *d)
 {
 	hd_reap(d, SIGKILL, 5000);
+}
+
+void
+hd_drain(struct hd *d)
+{
+	if (d->pid > 0)
+		kill(d->pid, SIGUSR1);
+}
+
+int
+hd_wait(struct hd *d, int ms)
+{
+	int st = 0, i;
+
+	if (d->pid <= 0)
+		return -1;
+	for (i = 0; i <= ms; i += 5) {
+		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
+			d->pid = 0;
+			return st;
+		}
+		usleep(5000);
+	}
+	return -1;
 }
 
 int

@@ -45,6 +45,15 @@ int hd_stop(struct hd *d);
 /* SIGKILL and reap, leaving the files (hd_stop() still cleans up). */
 void hd_kill(struct hd *d);
 
+/* SIGUSR1: the daemon drains (srv_drain()), then exits by itself. */
+void hd_drain(struct hd *d);
+
+/*
+ * Waits up to ms for the daemon to exit by itself and reaps it; its wait
+ * status, or -1 while it still runs.
+ */
+int hd_wait(struct hd *d, int ms);
+
 /* 1 when the daemon's log contains needle, else 0. */
 int hd_log_has(const struct hd *d, const char *needle);
 
