@@ -88,13 +88,14 @@ load_w(enum wfmt f, const void *w, int j, int n)
 }
 
 /*
- * A tile of NW <= 4 weight rows times NX <= 3 activation rows.  Each (o, r)
- * pair owns one accumulator and sees the same operations whatever NW and NX
- * are.
+ * A tile of NW <= 4 weight rows (bw bytes apart) times NX <= 3 activation
+ * rows; weight row o's results go to y[r * ldy + o * yo].  Each (o, r)
+ * pair owns one accumulator and sees the same operations whatever NW and
+ * NX are.
  */
 static ALWAYS_INLINE void
 float_tile(enum wfmt f, int k, const char *w, size_t bw, int NW,
-    const char *x, size_t bx, int NX, float *y, size_t ldy)
+    const char *x, size_t bx, int NX, float *y, size_t ldy, size_t yo)
 {
 	__m256 acc[4][3], xv[3], wv;
 	int j = 0, n;
@@ -134,7 +135,28 @@ float_tile(enum wfmt f, int k, const char *w, size_t bw, int NW,
 	for (int o = 0; o < NW; o++)
 #pragma GCC unroll 3
 		for (int r = 0; r < NX; r++)
-			y[r * ldy + o] = hsum_f32(acc[o][r]);
+			y[r * ldy + o * yo] = hsum_f32(acc[o][r]);
+}
+
+/*
+ * One or two activation rows (a matrix-vector product, memory bound):
+ * the weight rows are cut into four runs of q rows and a tile takes row i
+ * of each run, so the four rows read at once lie q rows apart and each run
+ * is read front to back.  Interleaving four adjacent rows instead reads
+ * each page out of order and halves the read bandwidth on the machines we
+ * measured (prefetchers follow monotonic streams).
+ */
+static ALWAYS_INLINE void
+float_gemv(enum wfmt f, int k, const char *w, size_t bw, int nw,
+    const char *x, size_t bx, int NX, float *y, size_t ldy)
+{
+	int q = nw / 4, o;
+
+	for (o = 0; o < q; o++)
+		float_tile(f, k, w + o * bw, (size_t)q * bw, 4, x, bx, NX,
+		    y + o, ldy, (size_t)q);
+	for (o = 4 * q; o < nw; o++)
+		float_tile(f, k, w + o * bw, bw, 1, x, bx, NX, y + o, ldy, 1);
 }
 
 /* Weight rows in groups of 4, activation rows in groups of 3, then singles. */
@@ -145,21 +167,29 @@ float_dot(enum wfmt f, int k, const void *w, size_t bw, int nw,
 	const char *wc = w, *xc = x;
 	int o = 0, r;
 
+	if (nx == 1) {
+		float_gemv(f, k, wc, bw, nw, xc, bx, 1, y, ldy);
+		return;
+	}
+	if (nx == 2) {
+		float_gemv(f, k, wc, bw, nw, xc, bx, 2, y, ldy);
+		return;
+	}
 	for (; o + 4 <= nw; o += 4) {
 		for (r = 0; r + 3 <= nx; r += 3)
 			float_tile(f, k, wc + o * bw, bw, 4, xc + r * bx, bx, 3,
-			    y + r * ldy + o, ldy);
+			    y + r * ldy + o, ldy, 1);
 		for (; r < nx; r++)
 			float_tile(f, k, wc + o * bw, bw, 4, xc + r * bx, bx, 1,
-			    y + r * ldy + o, ldy);
+			    y + r * ldy + o, ldy, 1);
 	}
 	for (; o < nw; o++) {
 		for (r = 0; r + 3 <= nx; r += 3)
 			float_tile(f, k, wc + o * bw, bw, 1, xc + r * bx, bx, 3,
-			    y + r * ldy + o, ldy);
+			    y + r * ldy + o, ldy, 1);
 		for (; r < nx; r++)
 			float_tile(f, k, wc + o * bw, bw, 1, xc + r * bx, bx, 1,
-			    y + r * ldy + o, ldy);
+			    y + r * ldy + o, ldy, 1);
 	}
 }
 
@@ -311,7 +341,7 @@ b32_values(enum b32 k, const uint8_t *p)
  */
 static ALWAYS_INLINE void
 tile_b32(enum b32 k, int nb, const char *w, size_t bw, int NW,
-    const char *x, size_t bx, int NX, float *y, size_t ldy)
+    const char *x, size_t bx, int NX, float *y, size_t ldy, size_t yo)
 {
 	const size_t wb = b32_bytes(k);
 	const size_t xb = k >= B_Q4_1 ? sizeof(struct blk_q8_1) :
@@ -418,7 +448,7 @@ tile_b32(enum b32 k, int nb, const char *w, size_t bw, int NW,
 	for (int o = 0; o < NW; o++) {
 #pragma GCC unroll 4
 		for (int r = 0; r < NX; r++) {
-			float *out = &y[(size_t)r * ldy + o];
+			float *out = &y[(size_t)r * ldy + (size_t)o * yo];
 
 			if (k == B_Q4_0)
 				*out = accs[o][r];
@@ -431,14 +461,6 @@ tile_b32(enum b32 k, int nb, const char *w, size_t bw, int NW,
 }
 
 /* ---- K-quants -------------------------------------------------------------- */
-
-/* 16 int16: the first 8 s0, the last 8 s1 (scales of a chunk's two halves). */
-static ALWAYS_INLINE __m256i
-scale2(int s0, int s1)
-{
-	return _mm256_set_m128i(_mm_set1_epi16((short)s1),
-	    _mm_set1_epi16((short)s0));
-}
 
 /*
  * Scales s0..s15 (int16, sub-blocks of 16 values) spread per 32-value
@@ -622,6 +644,27 @@ k_min_lanes(__m128i mins16, const int16_t *bsums)
 	return _mm_madd_epi16(mins16, pairs);
 }
 
+/*
+ * The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes q as int16
+ * lanes sc[0..7], mn[0..7]: quant_k_scale_min() on four bytes at a time.
+ * Bytes 0-3 hold sc[0..3] (low 6 bits) and bits 4-5 of sc[4..7] (top 2),
+ * bytes 4-7 mn[0..3] and bits 4-5 of mn[4..7], bytes 8-11 the low 4 bits
+ * of sc[4..7] (low nibbles) and mn[4..7] (high nibbles).
+ */
+static ALWAYS_INLINE __m256i
+k_scales_mins(const uint8_t *q)
+{
+	uint32_t u[3], sc_lo, sc_hi, mn_lo, mn_hi;
+
+	memcpy(u, q, sizeof(u));
+	sc_lo = u[0] & 0x3f3f3f3f;
+	mn_lo = u[1] & 0x3f3f3f3f;
+	sc_hi = (u[2] & 0x0f0f0f0f) | (u[0] >> 6 & 0x03030303) << 4;
+	mn_hi = (u[2] >> 4 & 0x0f0f0f0f) | (u[1] >> 6 & 0x03030303) << 4;
+	return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi,
+	    (int)mn_lo, (int)mn_hi));
+}
+
 /* Q4_K (q5 = 0) or Q5_K (q5 = 1). */
 static ALWAYS_INLINE void
 tile_k45(int q5, int nb, const void *wv, const char *x, size_t bx, int NX,
@@ -645,14 +688,13 @@ tile_k45(int q5, int nb, const void *wv, const char *x, size_t bx, int NX,
 		const uint8_t *qs = q5 ? w5[b].qs : w4[b].qs;
 		float dw = f16(q5 ? w5[b].d : w4[b].d);
 		float dmw = f16(q5 ? w5[b].dmin : w4[b].dmin);
-		uint8_t sc[8], mn[8];
-		__m256i sumi[QT], hb = _mm256_setzero_si256();
+		__m256i sumi[QT], hb = _mm256_setzero_si256(), scm, scl;
 		__m128i mins16;
 
-		for (int s = 0; s < 8; s++)
-			quant_k_scale_min(s, sp, &sc[s], &mn[s]);
-		mins16 = _mm_setr_epi16(mn[0], mn[1], mn[2], mn[3], mn[4], mn[5],
-		    mn[6], mn[7]);
+		/* sc[0..7] then mn[0..7] as int16 (quant_k_scale_min()) */
+		scm = k_scales_mins(sp);
+		mins16 = _mm256_extracti128_si256(scm, 1);
+		scl = _mm256_permute2x128_si256(scm, scm, 0x00);
 		if (q5)
 			hb = _mm256_loadu_si256((const __m256i *)w5[b].qh);
 #pragma GCC unroll 4
@@ -678,8 +720,10 @@ tile_k45(int q5, int nb, const void *wv, const char *x, size_t bx, int NX,
 			    (qs + 32 * c));
 			__m256i lo = _mm256_and_si256(qb, m4);
 			__m256i hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
-			__m256i s0 = _mm256_set1_epi16(sc[2 * c]);
-			__m256i s1 = _mm256_set1_epi16(sc[2 * c + 1]);
+			__m256i s0 = _mm256_shuffle_epi8(scl,
+			    _mm256_set1_epi16((short)(0x0100 + 0x0404 * c)));
+			__m256i s1 = _mm256_shuffle_epi8(scl,
+			    _mm256_set1_epi16((short)(0x0302 + 0x0404 * c)));
 
 			if (q5) {
 				lo = _mm256_or_si256(lo, _mm256_slli_epi16(
@@ -753,6 +797,10 @@ tile_q6_K(int nb, const void *wv, const char *x, size_t bx, int NX,
 	for (int b = 0; b < nb; b++) {
 		__m256i sumi[QT];
 		float dw = f16(w[b].d);
+		__m256i sc[8];
+
+		chunk_scales(_mm256_cvtepi8_epi16(_mm_loadu_si128(
+		    (const __m128i *)w[b].scales)), sc);
 
 #pragma GCC unroll 4
 		for (int r = 0; r < NX; r++)
@@ -765,15 +813,13 @@ tile_q6_K(int nb, const void *wv, const char *x, size_t bx, int NX,
 			__m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
 
 			for (int c = 0; c < 4; c++) {
-				int s = 8 * h + 2 * c;
-				__m256i nib = c & 1 ? l1 : l0, q, sv;
+				__m256i nib = c & 1 ? l1 : l0, q, sv = sc[4 * h + c];
 
 				if (c >= 2)
 					nib = _mm256_srli_epi16(nib, 4);
 				q = _mm256_or_si256(_mm256_and_si256(nib, m4),
 				    _mm256_slli_epi16(_mm256_and_si256(
 				    _mm256_srli_epi16(qh, 2 * c), m2), 4));
-				sv = scale2(w[b].scales[s], w[b].scales[s + 1]);
 #pragma GCC unroll 4
 				for (int r = 0; r < NX; r++) {
 					__m256i xv = _mm256_loadu_si256((const __m256i *)
@@ -821,12 +867,23 @@ dot_b32(enum b32 kind, int k, const void *w, size_t bw, int nw,
     const void *x, size_t bx, int nx, float *y, size_t ldy)
 {
 	const char *wc = w, *xc = x;
-	int o = 0, r;
+	int o = 0, r, q;
 
 #define CALL2(NX) tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw, bw, 2, \
-	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy)
+	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy, 1)
 #define CALL1(NX) tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw, bw, 1, \
-	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy)
+	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy, 1)
+	if (nx == 1) {
+		/* far pairs: two monotonic streams (see float_gemv()) */
+		q = nw / 2;
+		for (; o < q; o++)
+			tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw,
+			    (size_t)q * bw, 2, xc, bx, 1, y + o, ldy, (size_t)q);
+		for (o = 2 * q; o < nw; o++)
+			tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw, bw, 1,
+			    xc, bx, 1, y + o, ldy, 1);
+		return;
+	}
 	for (; o + 2 <= nw; o += 2) {
 		r = 0;
 		TILE_NX(CALL2, r, nx);
