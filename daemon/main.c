@@ -16,7 +16,9 @@
  * (the io loop's) starts with them blocked.
  *
  * Every configuration key is also a flag: --max-batch-tokens 256 sets
- * max_batch_tokens, the same way and with the same checks as the file.
+ * max_batch_tokens, the same way and with the same checks as the file;
+ * -m, -t, -s and --socket are short for --model, --threads and
+ * --socket-path.
  * cpd stays in the foreground and logs to stderr, as systemd expects.
  */
 #include <errno.h>
@@ -81,6 +83,15 @@ flag_to_key(const char *flag, char *buf, size_t size)
 	for (size_t i = 0; i <= n; i++)
 		buf[i] = flag[i] == '-' ? '_' : flag[i];
 	return true;
+}
+
+/* Long flags that are not spelled like their key: --socket is socket_path. */
+static const char *
+alias_key(const char *flag)
+{
+	if (strcmp(flag, "--socket") == 0)
+		return "socket_path";
+	return NULL;
 }
 
 /* Short flags and the keys they set. */
@@ -155,8 +166,9 @@ load_config(int argc, char **argv, struct cpd_config *c)
 			i++;
 			continue;
 		}
-		if (a[1] != '-' && a[1] != '\0' && a[2] == '\0' &&
-		    (k = short_key(a[1])) != NULL) {
+		if ((a[1] != '-' && a[1] != '\0' && a[2] == '\0' &&
+		    (k = short_key(a[1])) != NULL) ||
+		    (k = alias_key(a)) != NULL) {
 			snprintf(key, sizeof(key), "%s", k);
 		} else if (a[1] != '-' || !flag_to_key(a + 2, key,
 		    sizeof(key)) || config_key_find(key) < 0) {

@@ -426,12 +426,6 @@ srv_path(const struct server *srv)
 	return srv->path;
 }
 
-int
-srv_draining(const struct server *srv)
-{
-	return srv->draining;
-}
-
 void
 srv_stats(struct server *srv, struct cp_wire_stats *st)
 {

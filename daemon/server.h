@@ -89,9 +89,6 @@ void srv_stop(struct server *srv);
 /* Asks srv_run() to drain, then return (see above); async-signal-safe. */
 void srv_drain(struct server *srv);
 
-/* 1 once a drain has started (io loop thread). */
-int srv_draining(const struct server *srv);
-
 /* Tears down every client, closes and unlinks the socket, frees (NULL accepted). */
 void srv_free(struct server *srv);
 

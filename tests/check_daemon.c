@@ -107,8 +107,8 @@ log_has(const struct cpd *d, const char *needle)
 }
 
 /*
- * Starts cpd -m MODEL -s SOCK --threads 1 plus extra (NULL-terminated) with
- * its stderr in d->log, and waits until it listens.  The daemon gets
+ * Starts cpd -m MODEL --socket SOCK --threads 1 plus extra (NULL-terminated)
+ * with its stderr in d->log, and waits until it listens.  The daemon gets
  * SIGKILL if the test process dies first.
  */
 static void
@@ -125,7 +125,7 @@ cpd_start(struct cpd *d, const char *const *extra)
 	argv[n++] = cpd_bin;
 	argv[n++] = "-m";
 	argv[n++] = model;
-	argv[n++] = "-s";
+	argv[n++] = "--socket";
 	argv[n++] = d->sock;
 	argv[n++] = "--threads";
 	argv[n++] = "1";
