@@ -45,7 +45,7 @@
 
 #define CPD_VERSION "0.1.0"
 
-/* The running server, for the signal handler (srv_drain and srv_stop are async-signal-safe). */
+/* The running server, for the signal handler (srv_drain, srv_stop). */
 static struct server *volatile running_srv;
 static volatile sig_atomic_t signals_seen;
 

@@ -43,7 +43,7 @@ stats_bucket(int kind, uint64_t v)
 	unsigned i;
 
 	if (kind != STATS_LAT_US) {
-		/* Bucket i > 0 holds (2^(i-2), 2^(i-1)]: i = 1 + ceil(log2 v). */
+		/* Bucket i > 0 holds (2^(i-2), 2^(i-1)]: 1 + ceil(log2 v). */
 		if (v == 0)
 			return 0;
 		for (i = 1; i < STATS_BUCKETS - 1; i++)
@@ -105,7 +105,7 @@ stats_wire(const struct stats_io *io, const struct ep_stats *es,
 	w->tokens_prompt = es->tokens_prompt;
 	w->tokens_generated = es->tokens_generated;
 	w->steps = es->steps;
-	/* The invariant used + free == total holds on the wire whatever was published. */
+	/* used + free == total on the wire, whatever was published. */
 	w->kv_blocks_total = es->kv_blocks_total;
 	w->kv_blocks_used = es->kv_blocks_used < es->kv_blocks_total ?
 	    es->kv_blocks_used : es->kv_blocks_total;

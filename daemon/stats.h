@@ -15,7 +15,8 @@
  * Histograms have CP_STATS_BUCKETS buckets with fixed bounds, one table per
  * kind: latencies in microseconds on a 1-2-5 series from 100 us to 20 s,
  * then 30 s and 60 s; counts 0, 1 and the powers of two up to 2^17; the
- * last bucket of each is unbounded.  A zeroed struct stats_hist is an empty histogram.
+ * last bucket of each is unbounded.  A zeroed struct stats_hist is an
+ * empty histogram.
  */
 #ifndef CP_STATS_H
 #define CP_STATS_H

@@ -145,7 +145,7 @@ struct worker {
 	uint64_t t_step_ns;		/* when its batch came back */
 	struct ep_stats es;		/* histograms, the worker thread's */
 	int n_paused;			/* live requests with paused set */
-	bool dirty;			/* commands changed what publish() shows */
+	bool dirty;			/* publish(): commands changed it */
 	struct worker_stats st;		/* the worker thread's counters */
 	pthread_mutex_t pub_lock;
 	struct worker_stats pub;	/* published copy, pub_lock */

@@ -326,14 +326,14 @@ struct cp_stats_req {
 #define CP_END_CLOSED		0u	/* the client closed its socket */
 #define CP_END_EXITED		1u	/* the client process exited (pidfd) */
 #define CP_END_PROTOCOL		2u	/* a protocol violation (logged) */
-#define CP_END_TIMEOUT		3u	/* no HELLO within the handshake timeout */
+#define CP_END_TIMEOUT		3u	/* no HELLO in time */
 #define CP_END_OVERFLOW		4u	/* events left unread past the limit */
 #define CP_END_ERROR		5u	/* a failure inside the daemon */
 #define CP_END_SHUTDOWN		6u	/* the daemon stopped */
 #define CP_END_REASONS		8u	/* entries of disconnects[] */
 
 /* Stats flags. */
-#define CP_STATS_DRAINING	0x1u	/* stopping: no new clients or requests */
+#define CP_STATS_DRAINING	0x1u	/* stopping: no new clients, requests */
 
 /* A histogram: bucket i counts samples v with le[i - 1] < v <= le[i]. */
 struct cp_wire_hist {

@@ -501,7 +501,7 @@ hist_copy(const struct cp_wire_hist *w, struct cp_histogram *h)
 	return 0;
 }
 
-/* Checks the invariants of cp_proto.h's cp_wire_stats and fills out; 0 or CP_EPROTO. */
+/* Checks cp_proto.h's invariants of w and fills out; 0 or CP_EPROTO. */
 static int
 stats_copy(const struct cp_wire_stats *w, struct cp_stats *out)
 {

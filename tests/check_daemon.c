@@ -160,7 +160,7 @@ cpd_start(struct cpd *d, const char *const *extra)
 	ck_abort_msg("cpd did not start within %d ms", WAIT_MS);
 }
 
-/* Waits for cpd to exit (up to WAIT_MS, then SIGKILL); its exit status, or -1 if killed. */
+/* Waits up to WAIT_MS for cpd to exit; its status, -1 if killed. */
 static int
 cpd_wait(struct cpd *d)
 {
@@ -206,7 +206,7 @@ cpd_stop(struct cpd *d)
 
 /* ---- golden values: cpmodel generate ---------------------------------- */
 
-/* Greedy ids of prompt, at most n, from `cpmodel generate`; returns how many. */
+/* Greedy ids of prompt, at most n, from `cpmodel generate`; how many. */
 static int
 golden(const char *prompt, int n, int32_t *ids)
 {
@@ -1079,7 +1079,7 @@ START_TEST(test_drain_finishes)
 }
 END_TEST
 
-/* A request that outlasts the drain timeout is cancelled, its DONE delivered. */
+/* A request outlasting the drain timeout is cancelled, its DONE delivered. */
 START_TEST(test_drain_cancels)
 {
 	const char *args[] = { "--drain-timeout", "100ms", NULL };
