@@ -584,7 +584,9 @@ raw_stats(struct raw_client *rc, struct cp_wire_stats *st)
 	if (poll(&pfd, 1, 5000) != 1)
 		return -ETIMEDOUT;
 	n = recv(rc->fd, &m, sizeof(m), 0);
-	if (n != (ssize_t)sizeof(m) || m.hdr.type != CP_MSG_STATS)
+	if (n != (ssize_t)sizeof(m) || m.hdr.type != CP_MSG_STATS ||
+	    m.stats_version != CP_STATS_VERSION ||
+	    m.stats_bytes != sizeof(m.stats))
 		return -EPROTO;
 	*st = m.stats;
 	return 0;
