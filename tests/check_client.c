@@ -92,7 +92,8 @@ connect_to(const struct hd *d, struct cp_client **c)
 /*
  * Reads events of request id until its end, appending text to out.
  * Returns the terminal event type (DONE / ERROR) with *fin, or a negative
- * error.  Checks that token ids are the text bytes, in order.
+ * error.  Checks that token ids are the text bytes, in order, and come
+ * one a step (their step numbers rise).
  */
 static int
 collect(struct cp_client *c, int id, char *out, size_t size, int *fin,
@@ -100,6 +101,7 @@ collect(struct cp_client *c, int id, char *out, size_t size, int *fin,
 {
 	struct cp_event ev;
 	size_t used = strlen(out);
+	uint32_t step = 0;
 	int r;
 
 	for (;;) {
@@ -112,6 +114,10 @@ collect(struct cp_client *c, int id, char *out, size_t size, int *fin,
 			if (ev.text_len == 1 && ev.token != -1 &&
 			    ev.token != (unsigned char)ev.text[0])
 				return -EILSEQ;
+			/* The mock: one token a step, numbered from 1. */
+			if (ev.token != -1 && ev.step <= step)
+				return -ERANGE;
+			step = ev.step;
 			if (used + ev.text_len >= size)
 				return -ENOSPC;
 			memcpy(out + used, ev.text, ev.text_len);

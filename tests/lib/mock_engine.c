@@ -27,6 +27,7 @@ struct mock_engine {
 	size_t n, cap;
 	struct ep_batch batch;
 	struct ep_stats stats;
+	uint64_t cur_step;		/* the step running, else 0 */
 };
 
 void
@@ -65,6 +66,7 @@ finish(struct mock_engine *m, size_t i, uint32_t type, uint32_t why, int err,
 	ev.error = err;
 	ev.n_prompt = (uint32_t)prompt_len(r->cmd);
 	ev.n_gen = r->gen;
+	ev.step = m->cur_step;
 	ep_batch_add(&m->batch, &ev, msg, msg ? strlen(msg) : 0);
 	req_free(r);
 	m->reqs[i] = m->reqs[--m->n];
@@ -164,6 +166,7 @@ step_one(struct mock_engine *m, size_t i)
 	memset(&ev, 0, sizeof(ev));
 	ev.id = c->id;
 	ev.type = EP_EV_TOKEN;
+	ev.step = m->cur_step;
 	if (c->flags & EP_SUBMIT_TOKENS) {
 		ev.token = c->tokens[r->pos];
 		len = (size_t)snprintf(text, sizeof(text), "%d ", ev.token);
@@ -220,6 +223,7 @@ mock_main(void *arg)
 			}
 		}
 		runnable = 0;
+		m->cur_step = m->stats.steps + 1;
 		/* Backwards: finish() moves the last request into slot i. */
 		for (i = m->n; i-- > 0;) {
 			if (m->reqs[i].paused)
@@ -227,6 +231,7 @@ mock_main(void *arg)
 			runnable++;
 			step_one(m, i);
 		}
+		m->cur_step = 0;
 		if (runnable == 0 && m->batch.n == 0)
 			continue;
 		m->stats.steps++;

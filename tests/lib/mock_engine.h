@@ -10,7 +10,8 @@
  * CP_FINISH_LENGTH after max_tokens (0 = default_max_tokens), and with an
  * ERROR event (-EINVAL, "mock: error requested") when the prompt starts
  * with "!error".  PAUSE, RESUME, CANCEL and SHUTDOWN behave as the port
- * promises.
+ * promises.  Every request that runs gets one token a step; events made
+ * in a step carry its number (from 1), those of commands (CANCEL) 0.
  */
 #ifndef CP_TEST_MOCK_ENGINE_H
 #define CP_TEST_MOCK_ENGINE_H
