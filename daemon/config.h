@@ -60,7 +60,8 @@ enum config_key {
 enum config_backend {
 	CONFIG_BACKEND_AUTO,	/* CUDA when a device is usable, else CPU */
 	CONFIG_BACKEND_CPU,
-	CONFIG_BACKEND_CUDA
+	CONFIG_BACKEND_CUDA,
+	CONFIG_BACKEND_NULL	/* no model compute (benchmarks); never auto */
 };
 
 enum config_log_level {

@@ -327,6 +327,7 @@ backend_name(int b)
 	switch (b) {
 	case CONFIG_BACKEND_CPU: return "cpu";
 	case CONFIG_BACKEND_CUDA: return "cuda";
+	case CONFIG_BACKEND_NULL: return "null";
 	default: return "auto";
 	}
 }
