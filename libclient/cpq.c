@@ -1112,12 +1112,23 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 {
 	uint64_t t = now_ns();
 
+	/*
+	 * DONE may carry the output's last bytes (a UTF-8 sequence or a
+	 * possible stop-string prefix the daemon held back): they are text.
+	 */
+	if (ev->type == CP_EVENT_DONE && mode == MODE_TEXT &&
+	    ev->text_len > 0) {
+		fwrite(ev->text, 1, ev->text_len, stdout);
+		r->last_byte = (unsigned char)ev->text[ev->text_len - 1];
+	}
 	end_line(r, mode);
 	if (mode == MODE_JSON) {
 		if (ev->type == CP_EVENT_DONE) {
 			fputs("{\"event\":\"done\"", stdout);
 			json_key_str(stdout, "finish", finish_name(ev->finish),
 			    1);
+			fputs(",\"text\":", stdout);
+			json_string(stdout, ev->text, ev->text_len);
 		} else {
 			printf("{\"event\":\"error\",\"error\":%d", ev->error);
 			json_key_str(stdout, "error_text",

@@ -7,6 +7,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -269,6 +270,55 @@ START_TEST(test_socket_in_use)
 }
 END_TEST
 
+/*
+ * cpq against the real daemon: the greedy text, whole, also when its last
+ * bytes ("sec", a prefix of the stop string "sec!") are held back until
+ * the request ends and arrive with DONE.
+ */
+START_TEST(test_cpq_text)
+{
+	static const char *const stops[] = { NULL, "sec!" };
+	pid_t pid = start_daemon();
+	struct cp_client *c = connect_retry();
+	char cpq[600], out[700], text[1024];
+	const char *build = getenv("BUILD");
+	posix_spawn_file_actions_t fa;
+	pid_t q;
+	FILE *f;
+	size_t n;
+
+	cp_close(c);
+	snprintf(cpq, sizeof(cpq), "%s/bin/cpq", build != NULL ? build :
+	    "build");
+	snprintf(out, sizeof(out), "%s.out", sock);
+	for (int i = 0; i < 2; i++) {
+		const char *argv[] = { cpq, "--socket", sock, "--temp", "0",
+		    "-n", "64", "Once upon a time", NULL, NULL, NULL };
+
+		if (stops[i] != NULL) {
+			argv[7] = "--stop";
+			argv[8] = stops[i];
+			argv[9] = "Once upon a time";
+		}
+		posix_spawn_file_actions_init(&fa);
+		posix_spawn_file_actions_addopen(&fa, 1, out,
+		    O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		ck_assert_int_eq(posix_spawn(&q, cpq, &fa, NULL,
+		    (char *const *)argv, environ), 0);
+		posix_spawn_file_actions_destroy(&fa);
+		ck_assert_int_eq(wait_exit(q), 0);
+		f = fopen(out, "r");
+		ck_assert_ptr_nonnull(f);
+		n = fread(text, 1, sizeof(text) - 1, f);
+		fclose(f);
+		text[n] = '\0';
+		ck_assert_str_eq(text, ref_text);
+	}
+	unlink(out);
+	stop_daemon(pid);
+}
+END_TEST
+
 static Suite *
 cpd_suite(void)
 {
@@ -281,6 +331,7 @@ cpd_suite(void)
 	tcase_add_test(tc, test_check_config);
 	tcase_add_test(tc, test_bad_invocations);
 	tcase_add_test(tc, test_socket_in_use);
+	tcase_add_test(tc, test_cpq_text);
 	suite_add_tcase(s, tc);
 	return s;
 }
