@@ -14,9 +14,9 @@
  *		errx(1, "cpd: %s", cp_strerror(r));
  *	id = cp_submit(c, "Once upon a time", 16, NULL);
  *	while ((r = cp_next_event(c, &ev, 30000)) == 0) {
- *		if (ev.type == CP_EVENT_TOKEN)
+ *		if (ev.type != CP_EVENT_ERROR)	(DONE may carry the last bytes)
  *			fwrite(ev.text, 1, ev.text_len, stdout);
- *		else if (ev.req_id == id)
+ *		if (ev.type != CP_EVENT_TOKEN && ev.req_id == id)
  *			break;		(CP_EVENT_DONE or CP_EVENT_ERROR)
  *	}
  *	cp_close(c);
@@ -196,8 +196,9 @@ CP_API void cp_connect_opts_init(struct cp_connect_opts *o);
  * Connects to the daemon (o may be NULL for defaults).  Returns 0 and a new
  * client in *out (free with cp_close()), or: -ENOENT / -ECONNREFUSED (no
  * daemon), -EACCES (not on the daemon's allow list), -EUSERS (too many
- * connections for this user), -EAGAIN (daemon full), -EPROTONOSUPPORT
- * (another protocol version), -ETIMEDOUT, CP_EPROTO, or another -errno.
+ * connections for this user), -EAGAIN (daemon full), -ESHUTDOWN (the
+ * daemon is draining), -ETIMEDOUT, CP_EPROTO (also a daemon of another
+ * protocol version), or another -errno.
  */
 CP_API int cp_connect(const struct cp_connect_opts *o, struct cp_client **out);
 
