@@ -14,6 +14,8 @@
 
 #define FWD_ATT_TILE 32		/* rows of one attention task */
 #define FWD_MM_SPLIT 4		/* matmul tasks per thread */
+#define FWD_MAX_MATS 3		/* products in one job */
+#define FWD_ROWS_PAR 16		/* rows from which row-wise work is split */
 #define FWD_ALIGN 64
 
 /* One attention task: rows [r0, r1) of batch entry `entry`, KV head g. */
@@ -35,7 +37,8 @@ struct fwd_att_task {
  *	rope	[T, n_rot]	cos, sin pairs of each row's position
  *	row_pos, row_entry [T]
  *	logit_rows [S]		row whose logits an entry asked for
- *	mm_scratch		activations prepared for a matrix product
+ *	mm_scratch [FWD_MAX_MATS]	activations prepared for the
+ *				products of one job, mm_scratch_bytes each
  *	att_scratch [threads]	attn_rows() scratch of one task each
  */
 struct fwd {
@@ -50,15 +53,12 @@ struct fwd {
 	float *rope;
 	int *row_pos, *row_entry, *logit_rows;
 	void *mm_scratch;
-	size_t mm_scratch_bytes;
+	size_t mm_scratch_bytes;	/* one product's, FWD_ALIGN multiple */
 	unsigned char *att_scratch;
 	size_t att_scratch_bytes;	/* per thread, FWD_ALIGN multiple */
 	struct fwd_att_task *tasks;
 	int max_tasks;
-	/* What mm_scratch holds prepared: x, weight type and rows. */
-	const float *prep_x;
-	uint32_t prep_type;
-	int prep_m;
+	bool add_tmp;		/* x lacks tmp, the last product's output */
 	/* The step being run (valid during fwd_step()). */
 	const struct step_batch *b;
 	int *entry_row0;	/* [max_seqs] first row of each entry */
@@ -142,7 +142,7 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 		need = fwd_max(need, fwd_mm_need(&l->w_down, (int)T));
 	}
 	need = fwd_max(need, fwd_mm_need(&m->output, (int)S));
-	f->mm_scratch_bytes = need;
+	f->mm_scratch_bytes = (need + FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
 	f->max_tasks = hp->n_head_kv *
 	    (p->max_batch_tokens / FWD_ATT_TILE + p->max_seqs + 1);
 
@@ -161,7 +161,7 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->row_entry = fwd_alloc(T * sizeof(int));
 	f->logit_rows = fwd_alloc(S * sizeof(int));
 	f->entry_row0 = fwd_alloc(S * sizeof(int));
-	f->mm_scratch = fwd_alloc(need);
+	f->mm_scratch = fwd_alloc(FWD_MAX_MATS * f->mm_scratch_bytes);
 	f->att_scratch_bytes = (attn_scratch_bytes(hp->head_dim,
 	    hp->n_head / hp->n_head_kv, FWD_ATT_TILE, f->bt) + FWD_ALIGN -
 	    1) / FWD_ALIGN * FWD_ALIGN;
@@ -209,64 +209,125 @@ fwd_free(struct fwd *f)
 
 /* ---- matrix products ------------------------------------------------- */
 
+/*
+ * One parallel job of up to FWD_MAX_MATS products that read the same x
+ * (q, k and v; gate and up), so a step pays one start and one wait for
+ * them.  Task t computes output rows [o0, o1) of one matrix for every
+ * activation row.  A SwiGLU job is gate (a[0]) and up (a[1]) with equal
+ * shapes: each task computes both on its rows, then gate = silu(gate) *
+ * up on them, while they are in cache.
+ */
 struct fwd_mm_job {
-	struct mm_args a;
-	const void *scratch;
-	int chunk;
+	int n_mat;
+	bool swiglu;
+	struct mm_args a[FWD_MAX_MATS];
+	const void *scratch[FWD_MAX_MATS];
+	int chunk[FWD_MAX_MATS];	/* output rows per task */
+	int first[FWD_MAX_MATS + 1];	/* first task of each matrix */
 };
+
+/* gate[r][o] = silu(gate[r][o]) * up[r][o] for r < m, o0 <= o < o1. */
+static void
+fwd_swiglu(const struct mm_args *g, const struct mm_args *u, int o0, int o1)
+{
+	for (int r = 0; r < g->m; r++) {
+		float *gr = g->y + (size_t)r * g->ldy;
+		const float *ur = u->y + (size_t)r * u->ldy;
+
+		for (int o = o0; o < o1; o++) {
+			float x = gr[o];
+
+			gr[o] = x / (1.0f + expf(-x)) * ur[o];
+		}
+	}
+}
 
 static void
 fwd_mm_task(void *arg, int task, int thread)
 {
 	struct fwd_mm_job *j = arg;
-	int o0 = task * j->chunk, o1 = o0 + j->chunk;
+	int i = 0, o0, o1;
 
 	(void)thread;
-	if (o1 > j->a.n_out)
-		o1 = j->a.n_out;
-	mm_rows(&j->a, j->scratch, o0, o1);
+	while (task >= j->first[i + 1])
+		i++;
+	o0 = (task - j->first[i]) * j->chunk[i];
+	o1 = o0 + j->chunk[i];
+	if (o1 > j->a[i].n_out)
+		o1 = j->a[i].n_out;
+	mm_rows(&j->a[i], j->scratch[i], o0, o1);
+	if (j->swiglu) {
+		mm_rows(&j->a[1], j->scratch[1], o0, o1);
+		fwd_swiglu(&j->a[0], &j->a[1], o0, o1);
+	}
+}
+
+/* Product i of a job: y = w x[r] for r < m. */
+static void
+fwd_mm_add(struct fwd_mm_job *j, const struct model_tensor *w,
+    const float *x, int m, float *y)
+{
+	struct mm_args *a = &j->a[j->n_mat++];
+
+	a->wtype = w->type;
+	a->w = w->data;
+	a->w_stride = w->row_bytes;
+	a->n_out = w->rows;
+	a->k = w->cols;
+	a->x = x;
+	a->ldx = (size_t)w->cols;
+	a->m = m;
+	a->y = y;
+	a->ldy = (size_t)w->rows;
 }
 
 /*
- * y[r] = w x[r] for r < m.  x must not change between calls that reuse its
- * prepared form: the preparation is skipped when x, w's type and m match
- * the previous call's (f->prep_x is reset wherever x is rewritten).
+ * Run job j: prepare each product's activations (once per distinct x and
+ * activation format), split every product's outputs into about
+ * FWD_MM_SPLIT tasks per thread, run them.
  */
 static void
-fwd_mm(struct fwd *f, const struct model_tensor *w, const float *x, int m,
-    float *y)
+fwd_mm_run(struct fwd *f, struct fwd_mm_job *j)
 {
-	struct fwd_mm_job j;
-	int n_tasks;
+	int n_task_mats = j->swiglu ? 1 : j->n_mat, n_tasks = 0, i, k;
 
-	j.a.wtype = w->type;
-	j.a.w = w->data;
-	j.a.w_stride = w->row_bytes;
-	j.a.n_out = w->rows;
-	j.a.k = w->cols;
-	j.a.x = x;
-	j.a.ldx = (size_t)w->cols;
-	j.a.m = m;
-	j.a.y = y;
-	j.a.ldy = (size_t)w->rows;
-	j.scratch = f->mm_scratch;
-	if (f->prep_x != x || f->prep_type != w->type || f->prep_m != m) {
-		mm_prepare(&j.a, f->mm_scratch);
-		f->prep_x = x;
-		f->prep_type = w->type;
-		f->prep_m = m;
+	for (i = 0; i < j->n_mat; i++) {
+		const struct dot_kernel *ki = dot_kernel(j->a[i].wtype);
+
+		j->scratch[i] = NULL;
+		for (k = 0; k < i; k++) {
+			const struct dot_kernel *kk = dot_kernel(j->a[k].wtype);
+
+			if (j->a[k].x == j->a[i].x &&
+			    j->a[k].k == j->a[i].k && kk->xtype == ki->xtype &&
+			    kk->xround == ki->xround) {
+				j->scratch[i] = j->scratch[k];
+				break;
+			}
+		}
+		if (j->scratch[i] == NULL) {
+			j->scratch[i] = (char *)f->mm_scratch +
+			    (size_t)i * f->mm_scratch_bytes;
+			mm_prepare(&j->a[i], (void *)j->scratch[i]);
+		}
 	}
-	n_tasks = f->n_threads * FWD_MM_SPLIT;
-	if (n_tasks > w->rows)
-		n_tasks = w->rows;
-	j.chunk = (w->rows + n_tasks - 1) / n_tasks;
-	n_tasks = (w->rows + j.chunk - 1) / j.chunk;
-	if (f->p.tp != NULL) {
-		tp_run(f->p.tp, fwd_mm_task, &j, n_tasks);
-	} else {
-		j.chunk = w->rows;
-		fwd_mm_task(&j, 0, 0);
+	for (i = 0; i < n_task_mats; i++) {
+		int rows = j->a[i].n_out, nt = 1;
+
+		if (f->p.tp != NULL)
+			nt = f->n_threads * FWD_MM_SPLIT;
+		if (nt > rows)
+			nt = rows;
+		j->chunk[i] = (rows + nt - 1) / nt;
+		j->first[i] = n_tasks;
+		n_tasks += (rows + j->chunk[i] - 1) / j->chunk[i];
 	}
+	j->first[n_task_mats] = n_tasks;
+	if (f->p.tp != NULL)
+		tp_run(f->p.tp, fwd_mm_task, j, n_tasks);
+	else
+		for (i = 0; i < n_tasks; i++)
+			fwd_mm_task(j, i, 0);
 }
 
 /* ---- element-wise pieces --------------------------------------------- */
@@ -330,32 +391,6 @@ fwd_rope_apply(float *v, int n_heads, int head_dim, int n_rot,
 }
 
 /* ---- attention ------------------------------------------------------- */
-
-/* Store rows' K and V (kvd floats each) at their positions in the cache. */
-static void
-fwd_kv_store(struct fwd *f, int layer)
-{
-	const struct step_batch *b = f->b;
-	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
-	uint32_t kv_type = kv_params(f->kv)->type;
-	int r;
-
-	for (r = 0; r < b->n_tokens; r++) {
-		const struct batch_seq *bs = &b->seqs[f->row_entry[r]];
-		const int32_t *tab = kv_seq_blocks(f->kv, bs->seq);
-		int pos = f->row_pos[r];
-		int blk = tab[pos / f->bt], slot = pos % f->bt;
-		unsigned char *kd = f->kv_mem + kv_block_offset(f->kv, blk,
-		    layer, KV_K) + (size_t)slot * rowb;
-		unsigned char *vd = f->kv_mem + kv_block_offset(f->kv, blk,
-		    layer, KV_V) + (size_t)slot * rowb;
-		const float *ks = f->k + (size_t)r * (size_t)f->kvd;
-		const float *vs = f->v + (size_t)r * (size_t)f->kvd;
-
-		(void)quant_row(kv_type, ks, kd, (size_t)f->kvd);
-		(void)quant_row(kv_type, vs, vd, (size_t)f->kvd);
-	}
-}
 
 /*
  * One task: rows [r0, r1) of an entry and the query heads that share KV
@@ -427,56 +462,146 @@ fwd_attention(struct fwd *f, int layer)
 
 /* ---- the step -------------------------------------------------------- */
 
+/*
+ * Row-wise work between the products, split into tasks of rows when a
+ * step has FWD_ROWS_PAR rows or more (a decode step does it inline).
+ */
+typedef void fwd_row_fn(struct fwd *f, int r);
+
+struct fwd_rows_job {
+	struct fwd *f;
+	fwd_row_fn *fn;
+	int n, chunk;
+};
+
+static void
+fwd_rows_task(void *arg, int task, int thread)
+{
+	struct fwd_rows_job *j = arg;
+	int r1 = (task + 1) * j->chunk;
+
+	(void)thread;
+	for (int r = task * j->chunk; r < r1 && r < j->n; r++)
+		j->fn(j->f, r);
+}
+
+static void
+fwd_rows(struct fwd *f, fwd_row_fn *fn, int n)
+{
+	struct fwd_rows_job j = { f, fn, n, n };
+	int nt = f->n_threads * 2;
+
+	if (f->p.tp == NULL || n < FWD_ROWS_PAR) {
+		fwd_rows_task(&j, 0, 0);
+		return;
+	}
+	j.chunk = (n + nt - 1) / nt;
+	tp_run(f->p.tp, fwd_rows_task, &j, (n + j.chunk - 1) / j.chunk);
+}
+
+/* x[r] += tmp[r] (the previous product's output), when f->add_tmp. */
+static void
+fwd_row_residual(struct fwd *f, int r)
+{
+	size_t ne = (size_t)f->m->hp.n_embd;
+	float *x = f->x + (size_t)r * ne;
+	const float *t = f->tmp + (size_t)r * ne;
+
+	if (f->add_tmp)
+		for (size_t i = 0; i < ne; i++)
+			x[i] += t[i];
+}
+
+/* The residual, then xn[r] = the attention norm of x[r]. */
+static void
+fwd_row_attn_norm(struct fwd *f, int r)
+{
+	const struct model_hparams *hp = &f->m->hp;
+	size_t ne = (size_t)hp->n_embd;
+
+	fwd_row_residual(f, r);
+	fwd_rmsnorm(f->xn + (size_t)r * ne, f->x + (size_t)r * ne,
+	    f->m->layers[f->layer].attn_norm, hp->n_embd, hp->rms_eps);
+}
+
+/* The residual, then xn[r] = the feed-forward norm of x[r]. */
+static void
+fwd_row_ffn_norm(struct fwd *f, int r)
+{
+	const struct model_hparams *hp = &f->m->hp;
+	size_t ne = (size_t)hp->n_embd;
+
+	fwd_row_residual(f, r);
+	fwd_rmsnorm(f->xn + (size_t)r * ne, f->x + (size_t)r * ne,
+	    f->m->layers[f->layer].ffn_norm, hp->n_embd, hp->rms_eps);
+}
+
+/*
+ * RoPE on row r's q and k; with an F16 cache q is rounded to F16 (it meets
+ * K in F16 precision); then k and v go into the cache at the row's
+ * position.
+ */
+static void
+fwd_row_rope_store(struct fwd *f, int r)
+{
+	const struct model_hparams *hp = &f->m->hp;
+	const struct batch_seq *bs = &f->b->seqs[f->row_entry[r]];
+	uint32_t kv_type = kv_params(f->kv)->type;
+	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
+	float *q = f->q + (size_t)r * (size_t)f->qd;
+	float *k = f->k + (size_t)r * (size_t)f->kvd;
+	const float *cs = f->rope + (size_t)r * (size_t)hp->n_rot;
+	int pos = f->row_pos[r];
+	int blk = kv_seq_blocks(f->kv, bs->seq)[pos / f->bt];
+	size_t slot = (size_t)(pos % f->bt) * rowb;
+
+	fwd_rope_apply(q, hp->n_head, hp->head_dim, hp->n_rot, cs);
+	fwd_rope_apply(k, hp->n_head_kv, hp->head_dim, hp->n_rot, cs);
+	if (es == 2)
+		dot_round_row(CP_T_F16, q, q, f->qd);
+	(void)quant_row(kv_type, k, f->kv_mem + kv_block_offset(f->kv, blk,
+	    f->layer, KV_K) + slot, (size_t)f->kvd);
+	(void)quant_row(kv_type, f->v + (size_t)r * (size_t)f->kvd,
+	    f->kv_mem + kv_block_offset(f->kv, blk, f->layer, KV_V) + slot,
+	    (size_t)f->kvd);
+}
+
+/*
+ * Layer il.  On entry x holds the residual stream less tmp when
+ * f->add_tmp (the previous layer's last product, added while normalizing);
+ * on return the same holds for this layer's.
+ */
 static void
 fwd_layer(struct fwd *f, int il)
 {
-	const struct model_hparams *hp = &f->m->hp;
 	const struct model_layer *l = &f->m->layers[il];
-	int T = f->b->n_tokens, r;
-	size_t i, nf;
-	bool round_q = kv_elem_bytes(f->kv) == 2;
+	int T = f->b->n_tokens;
+	struct fwd_mm_job j;
 
-	for (r = 0; r < T; r++)
-		fwd_rmsnorm(f->xn + (size_t)r * (size_t)hp->n_embd,
-		    f->x + (size_t)r * (size_t)hp->n_embd, l->attn_norm,
-		    hp->n_embd, hp->rms_eps);
-	f->prep_x = NULL;
-	fwd_mm(f, &l->wq, f->xn, T, f->q);
-	fwd_mm(f, &l->wk, f->xn, T, f->k);
-	fwd_mm(f, &l->wv, f->xn, T, f->v);
-	for (r = 0; r < T; r++) {
-		float *q = f->q + (size_t)r * (size_t)f->qd;
-		const float *cs = f->rope + (size_t)r * (size_t)hp->n_rot;
-
-		fwd_rope_apply(q, hp->n_head, hp->head_dim, hp->n_rot, cs);
-		fwd_rope_apply(f->k + (size_t)r * (size_t)f->kvd,
-		    hp->n_head_kv, hp->head_dim, hp->n_rot, cs);
-		/* With an F16 cache, Q meets K in F16 precision. */
-		if (round_q)
-			dot_round_row(CP_T_F16, q, q, f->qd);
-	}
-	fwd_kv_store(f, il);
+	f->layer = il;
+	fwd_rows(f, fwd_row_attn_norm, T);
+	j.n_mat = 0;
+	j.swiglu = false;
+	fwd_mm_add(&j, &l->wq, f->xn, T, f->q);
+	fwd_mm_add(&j, &l->wk, f->xn, T, f->k);
+	fwd_mm_add(&j, &l->wv, f->xn, T, f->v);
+	fwd_mm_run(f, &j);
+	fwd_rows(f, fwd_row_rope_store, T);
 	fwd_attention(f, il);
-	fwd_mm(f, &l->wo, f->att, T, f->tmp);
-	for (i = 0; i < (size_t)T * (size_t)hp->n_embd; i++)
-		f->x[i] += f->tmp[i];
-
-	for (r = 0; r < T; r++)
-		fwd_rmsnorm(f->xn + (size_t)r * (size_t)hp->n_embd,
-		    f->x + (size_t)r * (size_t)hp->n_embd, l->ffn_norm,
-		    hp->n_embd, hp->rms_eps);
-	f->prep_x = NULL;
-	fwd_mm(f, &l->w_gate, f->xn, T, f->gate);
-	fwd_mm(f, &l->w_up, f->xn, T, f->up);
-	nf = (size_t)T * (size_t)hp->n_ff;
-	for (i = 0; i < nf; i++) {
-		float g = f->gate[i];
-
-		f->gate[i] = g / (1.0f + expf(-g)) * f->up[i];
-	}
-	fwd_mm(f, &l->w_down, f->gate, T, f->tmp);
-	for (i = 0; i < (size_t)T * (size_t)hp->n_embd; i++)
-		f->x[i] += f->tmp[i];
+	j.n_mat = 0;
+	fwd_mm_add(&j, &l->wo, f->att, T, f->tmp);
+	fwd_mm_run(f, &j);
+	f->add_tmp = true;
+	fwd_rows(f, fwd_row_ffn_norm, T);
+	j.n_mat = 0;
+	j.swiglu = true;
+	fwd_mm_add(&j, &l->w_gate, f->xn, T, f->gate);
+	fwd_mm_add(&j, &l->w_up, f->xn, T, f->up);
+	fwd_mm_run(f, &j);
+	j.n_mat = 0;
+	j.swiglu = false;
+	fwd_mm_add(&j, &l->w_down, f->gate, T, f->tmp);
+	fwd_mm_run(f, &j);
 }
 
 int
@@ -517,16 +642,22 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 		fwd_rope_row(f->rope + (size_t)r * (size_t)hp->n_rot,
 		    f->row_pos[r], hp);
 	}
+	f->add_tmp = false;
 	for (il = 0; il < hp->n_layer; il++)
 		fwd_layer(f, il);
-	f->b = NULL;
-	if (n_out == 0)
-		return 0;
-	for (j = 0; j < n_out; j++)
+	/* only the rows that give logits need the last residual */
+	for (j = 0; j < n_out; j++) {
+		fwd_row_residual(f, f->logit_rows[j]);
 		fwd_rmsnorm(f->xn + (size_t)j * (size_t)hp->n_embd,
 		    f->x + (size_t)f->logit_rows[j] * (size_t)hp->n_embd,
 		    m->out_norm, hp->n_embd, hp->rms_eps);
-	f->prep_x = NULL;
-	fwd_mm(f, &m->output, f->xn, n_out, logits);
+	}
+	f->b = NULL;
+	if (n_out > 0) {
+		struct fwd_mm_job mj = { .n_mat = 0, .swiglu = false };
+
+		fwd_mm_add(&mj, &m->output, f->xn, n_out, logits);
+		fwd_mm_run(f, &mj);
+	}
 	return 0;
 }

@@ -1,14 +1,40 @@
+/*
+ * threadpool.c - persistent workers that spin, then sleep on a futex.
+ *
+ * A decode step runs about a hundred short jobs (matrix products of a few
+ * hundred microseconds each, with serial work of a few microseconds in
+ * between), so a job's start and end must cost far less than a wake-up
+ * through the kernel.  Workers therefore poll the job counter for a while
+ * after each job (TP_SPIN_NS), long enough to bridge the serial work
+ * between the jobs of a step, short enough that a thread which lost its
+ * CPU to another process soon stops spinning; then sleep.  tp_run() wakes
+ * sleepers only when there are any, so a busy pool makes no system call.
+ */
 #include "threadpool.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
 
-#define TP_SPIN 4096	/* polls of the job word before sleeping */
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TP_PAUSE() _mm_pause()
+#else
+#define TP_PAUSE() ((void)0)
+#endif
+
+#define TP_SPIN_NS 200000	/* polling before a thread sleeps */
+#define TP_CLOCK_EVERY 64	/* polls between clock reads */
 
 struct tp_worker {
 	struct threadpool *tp;
@@ -17,27 +43,79 @@ struct tp_worker {
 };
 
 /*
- * A job is published by storing fn/arg/n_tasks, resetting next and active,
- * then bumping gen under mu (release).  A worker that sees a new gen claims
- * tasks from next until they run out and decrements active; the last one
- * signals done.  tp_run() returns only when active is 0, so no worker
- * still touches a job once the next one is published.
+ * Protocol.  tp_run() stores fn, arg and n_tasks, resets next and sets
+ * pending to the number of workers, then bumps gen (sequentially
+ * consistent); if sleepers is non-zero it wakes the futex on gen.  A
+ * worker that sees gen change claims task indices from next until they
+ * run out, then decrements pending; the one that brings it to zero wakes
+ * the futex on pending if the caller sleeps there (waiting set).  A
+ * worker about to sleep increments sleepers and then waits on gen with
+ * the value it last saw, so a bump in between is never missed; the
+ * caller's wait on pending mirrors that.  tp_run() returns only when
+ * pending is zero, so no worker still touches a job's fields when the
+ * next job is stored.
  */
 struct threadpool {
 	int n;				/* threads, caller included */
 	int n_workers;			/* started workers */
 	struct tp_worker *workers;
-	pthread_mutex_t mu;
-	pthread_cond_t wake;
-	pthread_cond_t done;
-	atomic_uint gen;
-	atomic_int next;
-	atomic_int active;
-	tp_fn *fn;
+	_Alignas(64) atomic_uint gen;	/* futex word: job counter */
+	atomic_int sleepers;		/* workers in or entering a wait */
+	atomic_int stop;
+	_Alignas(64) atomic_int next;	/* next task index to claim */
+	_Alignas(64) atomic_uint pending; /* futex word: workers not done */
+	atomic_int waiting;		/* the caller sleeps on pending */
+	_Alignas(64) tp_fn *fn;
 	void *arg;
 	int n_tasks;
-	bool stop;			/* under mu */
 };
+
+static void
+tp_futex_wait(atomic_uint *word, unsigned val)
+{
+	(void)syscall(SYS_futex, (void *)word, FUTEX_WAIT_PRIVATE, val,
+	    NULL, NULL, 0);
+}
+
+static void
+tp_futex_wake(atomic_uint *word)
+{
+	(void)syscall(SYS_futex, (void *)word, FUTEX_WAKE_PRIVATE, INT_MAX,
+	    NULL, NULL, 0);
+}
+
+static int64_t
+tp_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/*
+ * Poll until *word != val or TP_SPIN_NS pass; returns true if it changed.
+ * The clock is read only every TP_CLOCK_EVERY polls.  No sched_yield():
+ * on a loaded machine it hands the rest of the time slice to another
+ * process, which costs more than it saves.
+ */
+static bool
+tp_spin(const atomic_uint *word, unsigned val)
+{
+	int64_t t0 = 0;
+
+	for (unsigned i = 1;; i++) {
+		if (atomic_load_explicit(word, memory_order_acquire) != val)
+			return true;
+		TP_PAUSE();
+		if (i % TP_CLOCK_EVERY == 0) {
+			if (t0 == 0)
+				t0 = tp_now_ns();
+			else if (tp_now_ns() - t0 > TP_SPIN_NS)
+				return false;
+		}
+	}
+}
 
 static void
 tp_work(struct threadpool *tp, int thread)
@@ -54,34 +132,23 @@ tp_main(void *p)
 {
 	struct tp_worker *w = p;
 	struct threadpool *tp = w->tp;
-	unsigned seen = 0, g;
-	int i;
+	unsigned seen = 0;
 
 	for (;;) {
-		g = seen;
-		for (i = 0; i < TP_SPIN; i++)
-			if ((g = atomic_load_explicit(&tp->gen,
-			    memory_order_acquire)) != seen)
-				break;
-		if (g == seen) {
-			pthread_mutex_lock(&tp->mu);
-			while ((g = atomic_load_explicit(&tp->gen,
-			    memory_order_acquire)) == seen && !tp->stop)
-				pthread_cond_wait(&tp->wake, &tp->mu);
-			if (tp->stop) {
-				pthread_mutex_unlock(&tp->mu);
-				return NULL;
-			}
-			pthread_mutex_unlock(&tp->mu);
+		if (!tp_spin(&tp->gen, seen)) {
+			atomic_fetch_add(&tp->sleepers, 1);
+			while (atomic_load(&tp->gen) == seen &&
+			    !atomic_load(&tp->stop))
+				tp_futex_wait(&tp->gen, seen);
+			atomic_fetch_sub(&tp->sleepers, 1);
 		}
-		seen = g;
+		if (atomic_load(&tp->stop))
+			return NULL;
+		seen = atomic_load_explicit(&tp->gen, memory_order_acquire);
 		tp_work(tp, w->index);
-		if (atomic_fetch_sub_explicit(&tp->active, 1,
-		    memory_order_acq_rel) == 1) {
-			pthread_mutex_lock(&tp->mu);
-			pthread_cond_signal(&tp->done);
-			pthread_mutex_unlock(&tp->mu);
-		}
+		if (atomic_fetch_sub(&tp->pending, 1) == 1 &&
+		    atomic_load(&tp->waiting))
+			tp_futex_wake(&tp->pending);
 	}
 }
 
@@ -94,20 +161,24 @@ tp_new(int n_threads, struct threadpool **out)
 	*out = NULL;
 	if (n_threads < 1 || n_threads > TP_MAX_THREADS)
 		return -EINVAL;
-	if ((tp = calloc(1, sizeof(*tp))) == NULL)
+	if ((tp = aligned_alloc(64, sizeof(*tp))) == NULL)
 		return -ENOMEM;
 	tp->n = n_threads;
+	tp->n_workers = 0;
+	tp->fn = NULL;
+	tp->arg = NULL;
+	tp->n_tasks = 0;
+	atomic_init(&tp->gen, 0);
+	atomic_init(&tp->sleepers, 0);
+	atomic_init(&tp->stop, 0);
+	atomic_init(&tp->next, 0);
+	atomic_init(&tp->pending, 0);
+	atomic_init(&tp->waiting, 0);
 	if ((tp->workers = calloc((size_t)n_threads,
 	    sizeof(*tp->workers))) == NULL) {
 		free(tp);
 		return -ENOMEM;
 	}
-	pthread_mutex_init(&tp->mu, NULL);
-	pthread_cond_init(&tp->wake, NULL);
-	pthread_cond_init(&tp->done, NULL);
-	atomic_init(&tp->gen, 0);
-	atomic_init(&tp->next, 0);
-	atomic_init(&tp->active, 0);
 	for (i = 1; i < n_threads; i++) {
 		struct tp_worker *w = &tp->workers[i - 1];
 
@@ -130,15 +201,11 @@ tp_free(struct threadpool *tp)
 
 	if (tp == NULL)
 		return;
-	pthread_mutex_lock(&tp->mu);
-	tp->stop = true;
-	pthread_cond_broadcast(&tp->wake);
-	pthread_mutex_unlock(&tp->mu);
+	atomic_store(&tp->stop, 1);
+	atomic_fetch_add(&tp->gen, 1);
+	tp_futex_wake(&tp->gen);
 	for (i = 0; i < tp->n_workers; i++)
 		pthread_join(tp->workers[i].th, NULL);
-	pthread_cond_destroy(&tp->done);
-	pthread_cond_destroy(&tp->wake);
-	pthread_mutex_destroy(&tp->mu);
 	free(tp->workers);
 	free(tp);
 }
@@ -152,6 +219,7 @@ tp_threads(const struct threadpool *tp)
 void
 tp_run(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
 {
+	unsigned p;
 	int i;
 
 	if (n_tasks <= 0)
@@ -165,21 +233,22 @@ tp_run(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
 	tp->arg = arg;
 	tp->n_tasks = n_tasks;
 	atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
-	atomic_store_explicit(&tp->active, tp->n_workers,
+	atomic_store_explicit(&tp->pending, (unsigned)tp->n_workers,
 	    memory_order_relaxed);
-	pthread_mutex_lock(&tp->mu);
-	atomic_fetch_add_explicit(&tp->gen, 1, memory_order_release);
-	pthread_cond_broadcast(&tp->wake);
-	pthread_mutex_unlock(&tp->mu);
+	atomic_fetch_add(&tp->gen, 1);
+	if (atomic_load(&tp->sleepers) > 0)
+		tp_futex_wake(&tp->gen);
 	tp_work(tp, 0);
-	for (i = 0; i < TP_SPIN; i++)
-		if (atomic_load_explicit(&tp->active,
-		    memory_order_acquire) == 0)
-			return;
-	pthread_mutex_lock(&tp->mu);
-	while (atomic_load_explicit(&tp->active, memory_order_acquire) != 0)
-		pthread_cond_wait(&tp->done, &tp->mu);
-	pthread_mutex_unlock(&tp->mu);
+	/* pending only falls: spin while it is not 0, then sleep */
+	while ((p = atomic_load_explicit(&tp->pending,
+	    memory_order_acquire)) != 0) {
+		if (tp_spin(&tp->pending, p))
+			continue;
+		atomic_store(&tp->waiting, 1);
+		while ((p = atomic_load(&tp->pending)) != 0)
+			tp_futex_wait(&tp->pending, p);
+		atomic_store(&tp->waiting, 0);
+	}
 }
 
 /* Read one small non-negative integer from a sysfs file; -1 on failure. */
