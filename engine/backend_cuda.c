@@ -572,7 +572,7 @@ cuda_upload_weights(struct backend *be, struct cuda_plan *pl,
 	const struct model_hparams *hp = &m->hp;
 	struct cuda_upload up;
 	size_t D = (size_t)hp->n_embd;
-	float *norms = (float *)((char *)c->arena + pl->norm_off);
+	float *norms = (void *)((char *)c->arena + pl->norm_off);
 	int il, rc, max_cols = hp->n_embd;
 
 	memset(&up, 0, sizeof(up));
