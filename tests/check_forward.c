@@ -1234,6 +1234,15 @@ START_TEST(test_cli_errors)
 		free(err);
 	}
 	{
+		const char *a[] = { model, "hi", "--backend", "bogus", NULL };
+
+		ck_assert_int_eq(run_generate(a, &out, &err), 1);
+		ck_assert_ptr_nonnull(strstr(err, "backend 'bogus'"));
+		ck_assert_str_eq(out, "");
+		free(out);
+		free(err);
+	}
+	{
 		const char *a[] = { "/nonexistent.gguf", "hi", NULL };
 
 		ck_assert_int_eq(run_generate(a, &out, &err), 1);

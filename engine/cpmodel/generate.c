@@ -42,6 +42,7 @@ struct gen_opts {
 	int threads;		/* 0: physical cores */
 	bool ids;
 	bool kv_f32;
+	const char *backend;	/* be_open() name: auto, cpu, cuda */
 	struct sampler_params sp;
 };
 
@@ -64,7 +65,8 @@ gen_usage(void)
 	    "[--top-k K] [--top-p P]\n"
 	    "           [--min-p M] [--repeat-penalty R] [--seed S] "
 	    "[--ignore-eos] [--ids]\n"
-	    "           [--chunk N] [--threads N] [--kv-f32]\n", stderr);
+	    "           [--chunk N] [--threads N] [--kv-f32] "
+	    "[--backend NAME]\n", stderr);
 }
 
 static int
@@ -124,6 +126,7 @@ gen_seed(const char *s, uint64_t *out)
 enum {
 	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT, OPT_SEED,
 	OPT_IDS, OPT_CHUNK, OPT_THREADS, OPT_IGNORE_EOS, OPT_KV_F32,
+	OPT_BACKEND,
 };
 
 static int
@@ -141,12 +144,14 @@ gen_parse(int argc, char **argv, struct gen_opts *o)
 		{ "threads", required_argument, NULL, OPT_THREADS },
 		{ "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
 		{ "kv-f32", no_argument, NULL, OPT_KV_F32 },
+		{ "backend", required_argument, NULL, OPT_BACKEND },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c, rc = 0;
 
 	memset(o, 0, sizeof(*o));
 	o->n_predict = GEN_DEFAULT_N;
+	o->backend = "auto";
 	o->sp = sampler_params_default();
 	opterr = 0;
 	optind = 1;
@@ -191,6 +196,9 @@ gen_parse(int argc, char **argv, struct gen_opts *o)
 			break;
 		case OPT_KV_F32:
 			o->kv_f32 = true;
+			break;
+		case OPT_BACKEND:
+			o->backend = optarg;	/* be_open() names what is wrong */
 			break;
 		default:
 			fprintf(stderr, "cpmodel generate: option '%s' unknown "
@@ -384,7 +392,7 @@ gen_run(struct gen *g, const struct gen_opts *o)
 	    n_ctx - n_prompt);
 	bp.n_ctx = n;
 	bp.kv_tokens = n;
-	if (be_open("auto", g->m, &bp, &g->be, &e) < 0) {
+	if (be_open(o->backend, g->m, &bp, &g->be, &e) < 0) {
 		fprintf(stderr, "cpmodel generate: %s\n", e.msg);
 		return -1;
 	}
