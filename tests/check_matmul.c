@@ -386,15 +386,17 @@ START_TEST(test_batch_invariance)
 END_TEST
 
 /*
- * Each AVX2 kernel against its scalar reference on the same prepared rows:
- * bit-identical (both follow one summation order); and each SIMD element
- * identical whatever tile it fell in.
+ * Each AVX2 (loop index < N_TYPES) and AVX-512 kernel against its scalar
+ * reference on the same prepared rows: bit-identical (all follow one
+ * summation order); and each SIMD element identical whatever tile it fell
+ * in.
  */
 START_TEST(test_simd_vs_scalar)
 {
-	uint32_t t = all_types[_i];
+	uint32_t t = all_types[_i % N_TYPES];
 	const struct dot_kernel *ks = dot_kernel_scalar(t);
-	const struct dot_kernel *kv = dot_kernel_avx2(t);
+	const struct dot_kernel *kv = _i < (int)N_TYPES ? dot_kernel_avx2(t) :
+	    dot_kernel_avx512(t);
 	int k = min_k(t) == 1 ? 333 : min_k(t) * 11, n = 13, m = 7;
 	size_t ws, sb;
 	uint8_t *w;
@@ -408,7 +410,7 @@ START_TEST(test_simd_vs_scalar)
 	if (!cpu_has_avx2())
 		return;
 	if (kv == NULL)
-		return;		/* no SIMD kernel for this type yet */
+		return;		/* no kernel for this type and CPU */
 	ck_assert_uint_eq(kv->xtype, ks->xtype);
 	ck_assert_uint_eq(kv->xround, ks->xround);
 	rng_seed(4242 + t);
@@ -992,7 +994,7 @@ matmul_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_reference, 0, N_TYPES);
 	tcase_add_loop_test(tc, test_batch_invariance, 0, N_TYPES);
-	tcase_add_loop_test(tc, test_simd_vs_scalar, 0, N_TYPES);
+	tcase_add_loop_test(tc, test_simd_vs_scalar, 0, 2 * N_TYPES);
 	tcase_add_test(tc, test_supported);
 	tcase_add_test(tc, test_activation_formats);
 	tcase_add_test(tc, test_f16_rounds_activations);

@@ -160,6 +160,10 @@ static const struct dot_kernel avx2_kernels[] = {
 	K(Q5_K, Q8_K, F32, dot_q5_K_q8_K_avx2, "q5_K.q8_K/avx2"),
 	K(Q6_K, Q8_K, F32, dot_q6_K_q8_K_avx2, "q6_K.q8_K/avx2"),
 };
+
+static const struct dot_kernel avx512_kernels[] = {
+	K(Q8_0, Q8_0, F32, dot_q8_0_q8_0_avx512, "q8_0.q8_0/avx512"),
+};
 #endif
 
 #undef K
@@ -195,11 +199,27 @@ dot_kernel_avx2(uint32_t wtype)
 }
 
 const struct dot_kernel *
+dot_kernel_avx512(uint32_t wtype)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	if (!cpu_has_avx512vnni())
+		return NULL;
+	return find(avx512_kernels,
+	    sizeof(avx512_kernels) / sizeof(avx512_kernels[0]), wtype);
+#else
+	(void)wtype;
+	return NULL;
+#endif
+}
+
+const struct dot_kernel *
 dot_kernel(uint32_t wtype)
 {
 	const struct dot_kernel *kern = NULL;
 
-	if (cpu_use_simd())
+	if (cpu_use_avx512())
+		kern = dot_kernel_avx512(wtype);
+	if (kern == NULL && cpu_use_simd())
 		kern = dot_kernel_avx2(wtype);
 	return kern != NULL ? kern : dot_kernel_scalar(wtype);
 }

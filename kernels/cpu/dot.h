@@ -54,10 +54,11 @@ struct dot_kernel {
 };
 
 /*
- * The kernel for weights of type wtype that this process uses: the AVX2 one
- * when the CPU has AVX2, FMA and F16C and CP_NO_SIMD is not set to a value
- * other than 0 (decided once per process), else the scalar one.  NULL when
- * wtype has no kernel.  Static storage.
+ * The kernel for weights of type wtype that this process uses: the
+ * AVX-512 one when cpu_use_avx512() and there is one, else the AVX2 one
+ * when cpu_use_simd() (the CPU has AVX2, FMA and F16C and CP_NO_SIMD is
+ * not set to a value other than 0), else the scalar one; all give the same
+ * bits.  NULL when wtype has no kernel.  Static storage.
  */
 const struct dot_kernel *dot_kernel(uint32_t wtype);
 
@@ -106,6 +107,18 @@ dot_fn dot_q3_K_q8_K_avx2;
 dot_fn dot_q4_K_q8_K_avx2;
 dot_fn dot_q5_K_q8_K_avx2;
 dot_fn dot_q6_K_q8_K_avx2;
+/*
+ * AVX-512 VL/BW/VNNI kernels (dot_avx512.c, 256-bit vectors: the same bits
+ * as the AVX2 ones); call only when cpu_has_avx512vnni().
+ */
+dot_fn dot_q8_0_q8_0_avx512;
+
+/*
+ * The AVX-512 kernel for wtype, or NULL when there is none or this CPU
+ * cannot run it.  Static storage.
+ */
+const struct dot_kernel *dot_kernel_avx512(uint32_t wtype);
+
 /* dot_round_row(CP_T_F16, ...) with F16C. */
 void dot_round_f16_avx2(const float *src, float *dst, int n);
 
