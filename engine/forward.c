@@ -13,6 +13,7 @@
 #include "ttype.h"
 
 #define FWD_ATT_TILE 32		/* rows of one attention task */
+#define FWD_SCORE_CAP 2048	/* positions whose scores a task keeps */
 #define FWD_MM_SPLIT 4		/* matmul tasks per thread */
 #define FWD_MAX_MATS 3		/* products in one job */
 #define FWD_ROWS_PAR 16		/* rows from which row-wise work is split */
@@ -56,6 +57,7 @@ struct fwd {
 	size_t mm_scratch_bytes;	/* one product's, FWD_ALIGN multiple */
 	unsigned char *att_scratch;
 	size_t att_scratch_bytes;	/* per thread, FWD_ALIGN multiple */
+	int score_cap;		/* attn_args.score_cap */
 	struct fwd_att_task *tasks;
 	int max_tasks;
 	bool add_tmp;		/* x lacks tmp, the last product's output */
@@ -162,9 +164,12 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->logit_rows = fwd_alloc(S * sizeof(int));
 	f->entry_row0 = fwd_alloc(S * sizeof(int));
 	f->mm_scratch = fwd_alloc(FWD_MAX_MATS * f->mm_scratch_bytes);
+	f->score_cap = kp->n_ctx < FWD_SCORE_CAP ? kp->n_ctx : FWD_SCORE_CAP;
+	if (f->score_cap < 0)
+		f->score_cap = 0;
 	f->att_scratch_bytes = (attn_scratch_bytes(hp->head_dim,
-	    hp->n_head / hp->n_head_kv, FWD_ATT_TILE, f->bt) + FWD_ALIGN -
-	    1) / FWD_ALIGN * FWD_ALIGN;
+	    hp->n_head / hp->n_head_kv, FWD_ATT_TILE, f->bt, f->score_cap) +
+	    FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
 	f->att_scratch = fwd_alloc(nt * f->att_scratch_bytes);
 	f->tasks = fwd_alloc((size_t)f->max_tasks * sizeof(*f->tasks));
 	if (f->x == NULL || f->xn == NULL || f->q == NULL || f->k == NULL ||
@@ -429,6 +434,7 @@ fwd_att_task(void *arg, int task, int thread)
 	a.blocks = kv_seq_blocks(f->kv, bs->seq);
 	a.block_tokens = f->bt;
 	a.scale = 1.0f / sqrtf((float)hd);
+	a.score_cap = f->score_cap;
 	(void)attn_rows(&a, f->att_scratch + (size_t)thread *
 	    f->att_scratch_bytes);
 }

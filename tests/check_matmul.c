@@ -763,13 +763,16 @@ att_fx_elem(const struct att_fx *f, int kind, int p, int i)
 	return v;
 }
 
-/* Rows [r0, r0 + n) of the fixture through attn_rows_with() into out. */
+/*
+ * Rows [r0, r0 + n) of the fixture through attn_rows_with() into out,
+ * keeping the scores of cap positions.
+ */
 static void
 att_fx_run(const struct att_fx *f, int r0, int n, float *out,
-    const struct attn_ops *ops, const struct dot_kernel *kdot)
+    const struct attn_ops *ops, const struct dot_kernel *kdot, int cap)
 {
 	struct attn_args a;
-	size_t sb = attn_scratch_bytes(f->hd, f->group, n, f->bt);
+	size_t sb = attn_scratch_bytes(f->hd, f->group, n, f->bt, cap);
 	void *scr = malloc(sb);
 	size_t ld = (size_t)(f->group * f->hd);
 
@@ -790,6 +793,7 @@ att_fx_run(const struct att_fx *f, int r0, int n, float *out,
 	a.blocks = f->tab;
 	a.block_tokens = f->bt;
 	a.scale = 1.0f / sqrtf((float)f->hd);
+	a.score_cap = cap;
 	ck_assert_int_eq(attn_rows_with(&a, scr, ops, kdot), 0);
 	free(scr);
 }
@@ -834,7 +838,7 @@ START_TEST(test_attn_reference)
 	s = calloc((size_t)n, sizeof(double));
 	ck_assert_ptr_nonnull(out);
 	ck_assert_ptr_nonnull(s);
-	att_fx_run(&f, 0, n, out, att_simd_ops(), dot_kernel(f.type));
+	att_fx_run(&f, 0, n, out, att_simd_ops(), dot_kernel(f.type), n);
 	for (int p = 0; p < n; p++) {
 		for (int h = 0; h < G; h++) {
 			const float *q = f.q + (size_t)p * (size_t)(G * hd) +
@@ -876,14 +880,15 @@ END_TEST
 
 /*
  * The same bits for every row whether its tile is all rows, the row alone
- * or a tile starting elsewhere (batch and chunk invariance), and on the
- * scalar and SIMD paths.
+ * or a tile starting elsewhere (batch and chunk invariance), whether the
+ * scores are kept or computed in three walks (or kept for some tiles
+ * only), and on the scalar and SIMD paths.
  */
 START_TEST(test_attn_invariance)
 {
 	struct att_fx f;
 	int n, ld;
-	float *all, *one, *split, *scal;
+	float *all, *one, *split, *scal, *walk;
 
 	rng_seed(9100 + _i);
 	att_fx_make(&f, att_shapes[_i].type, att_shapes[_i].hd,
@@ -894,17 +899,26 @@ START_TEST(test_attn_invariance)
 	one = calloc((size_t)n * (size_t)ld, sizeof(float));
 	split = calloc((size_t)n * (size_t)ld, sizeof(float));
 	scal = calloc((size_t)n * (size_t)ld, sizeof(float));
+	walk = calloc((size_t)n * (size_t)ld, sizeof(float));
+	ck_assert_ptr_nonnull(walk);
 	ck_assert_ptr_nonnull(all);
 	ck_assert_ptr_nonnull(one);
 	ck_assert_ptr_nonnull(split);
 	ck_assert_ptr_nonnull(scal);
-	att_fx_run(&f, 0, n, all, att_simd_ops(), dot_kernel(f.type));
+	att_fx_run(&f, 0, n, all, att_simd_ops(), dot_kernel(f.type), n);
+	/* kept scores for the first rows, three walks after */
 	for (int r = 0; r < n; r++)
-		att_fx_run(&f, r, 1, one, att_simd_ops(), dot_kernel(f.type));
-	att_fx_run(&f, 0, 5, split, att_simd_ops(), dot_kernel(f.type));
-	att_fx_run(&f, 5, n - 5, split, att_simd_ops(), dot_kernel(f.type));
-	att_fx_run(&f, 0, n, scal, &attn_ops_scalar, dot_kernel_scalar(f.type));
+		att_fx_run(&f, r, 1, one, att_simd_ops(), dot_kernel(f.type),
+		    n / 2);
+	att_fx_run(&f, 0, 5, split, att_simd_ops(), dot_kernel(f.type), n);
+	att_fx_run(&f, 5, n - 5, split, att_simd_ops(), dot_kernel(f.type), n);
+	att_fx_run(&f, 0, n, scal, &attn_ops_scalar, dot_kernel_scalar(f.type),
+	    n);
+	att_fx_run(&f, 0, n, walk, att_simd_ops(), dot_kernel(f.type), 0);
 	for (int i = 0; i < n * ld; i++) {
+		ck_assert_msg(memcmp(&all[i], &walk[i], 4) == 0,
+		    "attn element %d: kept scores %.9g, three walks %.9g", i,
+		    all[i], walk[i]);
 		ck_assert_msg(memcmp(&all[i], &one[i], 4) == 0,
 		    "attn element %d: tile %.9g, alone %.9g", i, all[i],
 		    one[i]);
@@ -915,6 +929,7 @@ START_TEST(test_attn_invariance)
 			    "attn element %d: simd %.9g, scalar %.9g", i,
 			    all[i], scal[i]);
 	}
+	free(walk);
 	free(scal);
 	free(split);
 	free(one);
@@ -940,9 +955,23 @@ START_TEST(test_attn_ops)
 	for (int j = 0; j < 40; j++)
 		w0[j] = w1[j] = j % 3 == 0 ? rng_f() : j % 3 == 1 ?
 		    rng_f() * 1e-6f : 1.0f + (float)(2 * j + 1) * 0x1p-11f;
-	sc->round_f16(w0, 37);
-	v->round_f16(w1, 37);
+	sc->weights(w0, 37, 1.0f, true);
+	v->weights(w1, 37, 1.0f, true);
 	ck_assert_mem_eq(w0, w1, sizeof(w0));
+	for (int j = 0; j < 40; j++)
+		w0[j] = w1[j] = rng_f() * 7.0f;
+	w0[3] = w1[3] = 0.0f;
+	w0[9] = w1[9] = -0.0f;
+	for (int n = 0; n <= 40; n += 3) {
+		float m0 = sc->scale_max(w0, n, 0.125f, -INFINITY);
+		float m1 = v->scale_max(w1, n, 0.125f, -INFINITY);
+
+		ck_assert_mem_eq(w0, w1, sizeof(w0));
+		ck_assert_float_eq(m0, m1);
+		sc->weights(w0, n, 1.5f, false);
+		v->weights(w1, n, 1.5f, false);
+		ck_assert_mem_eq(w0, w1, sizeof(w0));
+	}
 	vt0 = malloc(40 * 128 * sizeof(float));
 	vt1 = malloc(40 * 128 * sizeof(float));
 	a0 = malloc(128 * sizeof(float));

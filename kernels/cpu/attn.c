@@ -18,6 +18,7 @@
 
 /* Scratch layout, each part ATTN_ALIGN-aligned from an aligned base. */
 struct attn_scratch {
+	float *st;		/* [group][n_rows][score_cap] score store */
 	float *sc;		/* [group][n_rows][bt] scores of one block */
 	float *vt;		/* [bt][hd] V rows of one block as float */
 	float *w;		/* [bt] weights of one row */
@@ -32,14 +33,17 @@ attn_round(size_t n)
 }
 
 size_t
-attn_scratch_bytes(int head_dim, int group, int n_rows, int block_tokens)
+attn_scratch_bytes(int head_dim, int group, int n_rows, int block_tokens,
+    int score_cap)
 {
 	size_t hd = (size_t)head_dim, g = (size_t)group, r = (size_t)n_rows;
-	size_t bt = (size_t)block_tokens;
+	size_t bt = (size_t)block_tokens, cap = (size_t)score_cap;
 
-	if (head_dim <= 0 || group <= 0 || n_rows <= 0 || block_tokens <= 0)
+	if (head_dim <= 0 || group <= 0 || n_rows <= 0 || block_tokens <= 0 ||
+	    score_cap < 0)
 		return 0;
-	return ATTN_ALIGN + attn_round(g * r * bt * sizeof(float)) +
+	return ATTN_ALIGN + attn_round(g * r * cap * sizeof(float)) +
+	    attn_round(g * r * bt * sizeof(float)) +
 	    attn_round(bt * hd * sizeof(float)) +
 	    attn_round(bt * sizeof(float)) +
 	    attn_round(r * g * sizeof(float)) +
@@ -52,8 +56,11 @@ attn_carve(const struct attn_args *a, void *scratch, struct attn_scratch *s)
 	uintptr_t p = (uintptr_t)scratch;
 	size_t hd = (size_t)a->head_dim, g = (size_t)a->group;
 	size_t r = (size_t)a->n_rows, bt = (size_t)a->block_tokens;
+	size_t cap = (size_t)a->score_cap;
 
 	p = (p + ATTN_ALIGN - 1) / ATTN_ALIGN * ATTN_ALIGN;
+	s->st = (float *)p;
+	p += attn_round(g * r * cap * sizeof(float));
 	s->sc = (float *)p;
 	p += attn_round(g * r * bt * sizeof(float));
 	s->vt = (float *)p;
@@ -95,8 +102,28 @@ accum_scalar(float *acc, const float *w, const float *vt, int n, int hd)
 	}
 }
 
+static float
+scale_max_scalar(float *s, int n, float scale, float mx)
+{
+	for (int j = 0; j < n; j++) {
+		s[j] *= scale;
+		if (s[j] > mx)
+			mx = s[j];
+	}
+	return mx;
+}
+
+static void
+weights_scalar(float *w, int n, float inv, bool round)
+{
+	for (int j = 0; j < n; j++)
+		w[j] *= inv;
+	if (round)
+		round_f16_scalar(w, n);
+}
+
 const struct attn_ops attn_ops_scalar = {
-	v_load_scalar, round_f16_scalar, accum_scalar,
+	v_load_scalar, scale_max_scalar, weights_scalar, accum_scalar,
 };
 
 static const struct attn_ops *
@@ -117,15 +144,161 @@ attn_rows(const struct attn_args *a, void *scratch)
 	return attn_rows_with(a, scratch, attn_ops(), dot_kernel(a->kv_type));
 }
 
+/*
+ * Scores of the tile's rows r1.. for the n positions of block b, query
+ * head h, into sc + (r - r1) * ld (sc[j] for position p0 + j), unscaled.
+ */
+static void
+attn_scores(const struct attn_args *a, const struct dot_kernel *kdot,
+    int b, int n, int r1, int h, float *sc, size_t ld)
+{
+	kdot->fn(a->head_dim, a->k + (size_t)a->blocks[b] * a->block_bytes,
+	    a->slot_bytes, n, a->q + (size_t)r1 * a->ldq + (size_t)h *
+	    (size_t)a->head_dim, a->ldq * sizeof(float), a->n_rows - r1, sc,
+	    ld);
+}
+
+/* Row r, head h of the output. */
+static float *
+attn_out(const struct attn_args *a, int r, int h)
+{
+	return a->out + (size_t)r * a->ldo + (size_t)h * (size_t)a->head_dim;
+}
+
+/*
+ * The tile's whole context fits in the score store: every score is
+ * computed once and kept ([G][R][cap], positions 0..pos of row r), then
+ * replaced by exp(s - m), then by its weight.
+ */
+static void
+attn_stored(const struct attn_args *a, const struct attn_scratch *s,
+    const struct attn_ops *ops, const struct dot_kernel *kdot)
+{
+	int hd = a->head_dim, G = a->group, R = a->n_rows;
+	int bt = a->block_tokens, pmax = a->pos0 + R - 1;
+	int nb = pmax / bt + 1;
+	size_t cap = (size_t)a->score_cap;
+	bool round_w = a->kv_type == CP_T_F16;
+
+	for (int b = 0; b < nb; b++) {
+		int p0 = b * bt, n = pmax - p0 + 1;
+		int r1 = p0 > a->pos0 ? p0 - a->pos0 : 0;
+
+		if (n > bt)
+			n = bt;
+		for (int h = 0; h < G; h++)
+			attn_scores(a, kdot, b, n, r1, h, s->st + ((size_t)h *
+			    (size_t)R + (size_t)r1) * cap + (size_t)p0, cap);
+	}
+	for (int r = 0; r < R; r++) {
+		for (int h = 0; h < G; h++) {
+			float *sc = s->st + ((size_t)h * (size_t)R +
+			    (size_t)r) * cap, mx;
+			int nv = a->pos0 + r + 1;
+			double l = 0;
+
+			mx = ops->scale_max(sc, nv, a->scale, -INFINITY);
+			for (int j = 0; j < nv; j++) {
+				sc[j] = expf(sc[j] - mx);
+				l += (double)sc[j];
+			}
+			ops->weights(sc, nv, (float)(1.0 / l), round_w);
+		}
+	}
+	for (int b = 0; b < nb; b++) {
+		int p0 = b * bt, n = pmax - p0 + 1;
+		int r1 = p0 > a->pos0 ? p0 - a->pos0 : 0;
+
+		if (n > bt)
+			n = bt;
+		ops->v_load(a->kv_type, a->v + (size_t)a->blocks[b] *
+		    a->block_bytes, a->slot_bytes, n, hd, s->vt);
+		for (int r = r1; r < R; r++) {
+			int nv = a->pos0 + r - p0 + 1;
+
+			if (nv > n)
+				nv = n;
+			for (int h = 0; h < G; h++)
+				ops->accum(attn_out(a, r, h), s->st +
+				    ((size_t)h * (size_t)R + (size_t)r) * cap +
+				    (size_t)p0, s->vt, nv, hd);
+		}
+	}
+}
+
+/*
+ * A longer context: three walks over the blocks, computing each block's
+ * scores again in each (O(rows x block) state).
+ */
+static void
+attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
+    const struct attn_ops *ops, const struct dot_kernel *kdot)
+{
+	int hd = a->head_dim, G = a->group, R = a->n_rows;
+	int bt = a->block_tokens;
+	int pmax = a->pos0 + R - 1, nb = pmax / bt + 1;
+	bool round_w = a->kv_type == CP_T_F16;
+
+	for (int pass = 0; pass < 3; pass++) {
+		for (int b = 0; b < nb; b++) {
+			int p0 = b * bt, n = pmax - p0 + 1;
+			/* rows before r1 sit at positions below p0 */
+			int r1 = p0 > a->pos0 ? p0 - a->pos0 : 0;
+
+			if (n > bt)
+				n = bt;
+			for (int h = 0; h < G; h++)
+				attn_scores(a, kdot, b, n, r1, h, s->sc +
+				    (size_t)h * (size_t)R * (size_t)bt,
+				    (size_t)bt);
+			if (pass == 2)
+				ops->v_load(a->kv_type, a->v +
+				    (size_t)a->blocks[b] * a->block_bytes,
+				    a->slot_bytes, n, hd, s->vt);
+			for (int r = r1; r < R; r++) {
+				int nv = a->pos0 + r - p0 + 1;
+
+				if (nv > n)
+					nv = n;
+				for (int h = 0; h < G; h++) {
+					float *sc = s->sc + ((size_t)h *
+					    (size_t)R + (size_t)(r - r1)) *
+					    (size_t)bt;
+					float *mp = &s->m[r * G + h], mx;
+					double *lp = &s->l[r * G + h];
+					int j;
+
+					mx = ops->scale_max(sc, nv, a->scale,
+					    *mp);
+					if (pass == 0) {
+						*mp = mx;
+						continue;
+					}
+					mx = *mp;
+					if (pass == 1) {
+						for (j = 0; j < nv; j++)
+							*lp += (double)expf(
+							    sc[j] - mx);
+						continue;
+					}
+					for (j = 0; j < nv; j++)
+						s->w[j] = expf(sc[j] - mx);
+					ops->weights(s->w, nv,
+					    (float)(1.0 / *lp), round_w);
+					ops->accum(attn_out(a, r, h), s->w,
+					    s->vt, nv, hd);
+				}
+			}
+		}
+	}
+}
+
 int
 attn_rows_with(const struct attn_args *a, void *scratch,
     const struct attn_ops *ops, const struct dot_kernel *kdot)
 {
 	struct attn_scratch s;
-	int hd = a->head_dim, G = a->group, R = a->n_rows;
-	int bt = a->block_tokens;
-	int pmax = a->pos0 + R - 1, nb = pmax / bt + 1;
-	bool round_w = a->kv_type == CP_T_F16;
+	int G = a->group, R = a->n_rows;
 
 	if (kdot == NULL || kdot->wtype != a->kv_type ||
 	    (a->kv_type != CP_T_F16 && a->kv_type != CP_T_F32))
@@ -135,68 +308,13 @@ attn_rows_with(const struct attn_args *a, void *scratch,
 		for (int h = 0; h < G; h++) {
 			s.m[r * G + h] = -INFINITY;
 			s.l[r * G + h] = 0;
-			memset(a->out + (size_t)r * a->ldo + (size_t)h *
-			    (size_t)hd, 0, (size_t)hd * sizeof(float));
+			memset(attn_out(a, r, h), 0,
+			    (size_t)a->head_dim * sizeof(float));
 		}
 	}
-	for (int pass = 0; pass < 3; pass++) {
-		for (int b = 0; b < nb; b++) {
-			int p0 = b * bt, n = pmax - p0 + 1;
-			/* rows before r1 sit at positions below p0 */
-			int r1 = p0 > a->pos0 ? p0 - a->pos0 : 0;
-			size_t boff = (size_t)a->blocks[b] * a->block_bytes;
-
-			if (n > bt)
-				n = bt;
-			for (int h = 0; h < G; h++)
-				kdot->fn(hd, a->k + boff, a->slot_bytes, n,
-				    a->q + (size_t)r1 * a->ldq + (size_t)h *
-				    (size_t)hd, a->ldq * sizeof(float), R - r1,
-				    s.sc + (size_t)h * (size_t)R * (size_t)bt,
-				    (size_t)bt);
-			if (pass == 2)
-				ops->v_load(a->kv_type, a->v + boff,
-				    a->slot_bytes, n, hd, s.vt);
-			for (int r = r1; r < R; r++) {
-				int nv = a->pos0 + r - p0 + 1;
-
-				if (nv > n)
-					nv = n;
-				for (int h = 0; h < G; h++) {
-					float *sc = s.sc + ((size_t)h *
-					    (size_t)R + (size_t)(r - r1)) *
-					    (size_t)bt;
-					float *mp = &s.m[r * G + h], mx, inv;
-					double *lp = &s.l[r * G + h];
-					int j;
-
-					for (j = 0; j < nv; j++)
-						sc[j] *= a->scale;
-					mx = *mp;
-					if (pass == 0) {
-						for (j = 0; j < nv; j++)
-							if (sc[j] > mx)
-								mx = sc[j];
-						*mp = mx;
-						continue;
-					}
-					if (pass == 1) {
-						for (j = 0; j < nv; j++)
-							*lp += (double)expf(
-							    sc[j] - mx);
-						continue;
-					}
-					inv = (float)(1.0 / *lp);
-					for (j = 0; j < nv; j++)
-						s.w[j] = expf(sc[j] - mx) * inv;
-					if (round_w)
-						ops->round_f16(s.w, nv);
-					ops->accum(a->out + (size_t)r * a->ldo +
-					    (size_t)h * (size_t)hd, s.w, s.vt,
-					    nv, hd);
-				}
-			}
-		}
-	}
+	if (a->pos0 + R <= a->score_cap)
+		attn_stored(a, &s, ops, kdot);
+	else
+		attn_walk3(a, &s, ops, kdot);
 	return 0;
 }

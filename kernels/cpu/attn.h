@@ -19,16 +19,19 @@
  *						 product then a sum, never
  *						 fused)
  *
- * computed in three walks over the blocks in position order (the maximum,
- * the sum, the weighted V rows), so the state per row is O(1) and the
- * scratch O(rows x block), never O(context).  A row's result depends only
- * on its query, its position and the cache: never on the other rows of the
- * tile, the tile's size or where the tile starts.  exp() is libm's expf.
- * The SIMD and scalar paths give the same bits.
+ * When the tile's last position is below score_cap, every score is
+ * computed once and kept in the scratch (O(rows x score_cap)); otherwise
+ * the scores are computed again in each of three walks over the blocks in
+ * position order (the maximum, the sum, the weighted V rows), with O(rows x
+ * block) scratch.  Both give the same bits.  A row's result depends only
+ * on its query, its position and the cache: never on the other rows of
+ * the tile, the tile's size or where the tile starts.  exp() is libm's
+ * expf.  The SIMD and scalar paths give the same bits.
  */
 #ifndef CP_ATTN_H
 #define CP_ATTN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,14 +52,16 @@ struct attn_args {
 	const int32_t *blocks;	/* the sequence's block table */
 	int block_tokens;
 	float scale;		/* usually 1 / sqrt(head_dim) */
+	int score_cap;		/* positions whose scores the scratch keeps */
 };
 
 /*
- * Bytes of scratch attn_rows() needs for tiles of at most n_rows rows, or
- * 0 when a size is not positive.
+ * Bytes of scratch attn_rows() needs for tiles of at most n_rows rows that
+ * keep the scores of up to score_cap positions (0 or more), or 0 when a
+ * size is not positive.
  */
 size_t attn_scratch_bytes(int head_dim, int group, int n_rows,
-    int block_tokens);
+    int block_tokens, int score_cap);
 
 /*
  * Write out for every row and head of the tile (the formulas above).
@@ -85,8 +90,10 @@ struct attn_ops {
 	/* vt[j * hd + i] = V row j element i as float, j < n, i < hd. */
 	void (*v_load)(uint32_t type, const unsigned char *v, size_t slot_bytes,
 	    int n, int hd, float *vt);
-	/* w[j] = fp16(w[j]) as float (round to nearest even), j < n. */
-	void (*round_f16)(float *w, int n);
+	/* s[j] *= scale for j < n; max(mx, s[0..n)) ("s > max" order). */
+	float (*scale_max)(float *s, int n, float scale, float mx);
+	/* w[j] *= inv, then if round, w[j] = fp16(w[j]) as float (RNE). */
+	void (*weights)(float *w, int n, float inv, bool round);
 	/* acc[i] = acc[i] + w[j] * vt[j * hd + i] for j = 0..n-1 in order. */
 	void (*accum)(float *acc, const float *w, const float *vt, int n,
 	    int hd);

@@ -10,6 +10,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "quant.h"
@@ -97,8 +98,58 @@ accum_avx2(float *acc, const float *w, const float *vt, int n, int hd)
 			acc[i] += w[j] * vt[(size_t)j * (size_t)hd + i];
 }
 
+/*
+ * The maximum is exact whatever the order: only a zero's sign can differ
+ * from the scalar walk's, and exp(s - m) is the same for m = +0 and -0.
+ * A NaN score is skipped by both (max_ps returns its second operand).
+ */
+static float
+scale_max_avx2(float *s, int n, float scale, float mx)
+{
+	__m256 sv = _mm256_set1_ps(scale), m = _mm256_set1_ps(mx);
+	__m128 h;
+	int j = 0;
+
+	for (; j + 8 <= n; j += 8) {
+		__m256 v = _mm256_mul_ps(_mm256_loadu_ps(s + j), sv);
+
+		_mm256_storeu_ps(s + j, v);
+		m = _mm256_max_ps(v, m);
+	}
+	h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+	h = _mm_max_ss(h, _mm_movehdup_ps(h));
+	mx = _mm_cvtss_f32(h);
+	for (; j < n; j++) {
+		s[j] *= scale;
+		if (s[j] > mx)
+			mx = s[j];
+	}
+	return mx;
+}
+
+static void
+weights_avx2(float *w, int n, float inv, bool round)
+{
+	__m256 iv = _mm256_set1_ps(inv);
+	int j = 0;
+
+	for (; j + 8 <= n; j += 8) {
+		__m256 v = _mm256_mul_ps(_mm256_loadu_ps(w + j), iv);
+
+		if (round)
+			v = _mm256_cvtph_ps(_mm256_cvtps_ph(v,
+			    _MM_FROUND_TO_NEAREST_INT));
+		_mm256_storeu_ps(w + j, v);
+	}
+	for (; j < n; j++)
+		w[j] *= inv;
+	if (round)
+		round_f16_avx2(w + n / 8 * 8, n % 8);
+}
+
 const struct attn_ops attn_ops_avx2 = {
-	v_load_avx2, round_f16_avx2, accum_avx2,
+	v_load_avx2, scale_max_avx2, weights_avx2, accum_avx2,
 };
 
 #endif
