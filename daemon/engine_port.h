@@ -41,6 +41,16 @@
  *     UTF-8 sequence, a possible stop string) and release them later.
  *  7. SHUTDOWN: the engine drops every request without events and returns
  *     from its thread; the caller joins it.
+ *  8. PROGRESS events go only to a request submitted with
+ *     EP_SUBMIT_PROGRESS, one after each step that computed some of its
+ *     prompt, carrying that step, n_prompt (prompt tokens computed so
+ *     far, > 0) and n_total (the prompt's tokens, >= n_prompt).  PROGRESS
+ *     is not terminal; it comes only before the request's first TOKEN
+ *     (the step that completes the prompt posts n_total, then the TOKEN)
+ *     and never after its DONE or ERROR.  A preemption by recompute
+ *     before the first TOKEN starts the count again: the next PROGRESS
+ *     reports the positions recomputed so far, which may be fewer than
+ *     reported before.
  */
 #ifndef CP_ENGINE_PORT_H
 #define CP_ENGINE_PORT_H
@@ -65,6 +75,7 @@
 #define EP_SUBMIT_TOKENS	0x1u	/* prompt is tokens[], not text */
 #define EP_SUBMIT_SEED		0x2u	/* params.seed is the client's */
 #define EP_SUBMIT_LOGPROB	0x4u	/* fill ep_event.logprob */
+#define EP_SUBMIT_PROGRESS	0x8u	/* PROGRESS events (promise 8) */
 
 /* Sampling parameters, already range-checked (cp_proto.h, cp_wire_params). */
 struct ep_params {
@@ -102,6 +113,7 @@ struct ep_cmd {
 #define EP_EV_TOKEN	1	/* token (may be -1: text only) and its text */
 #define EP_EV_DONE	2	/* finished: finish, counts, trailing text */
 #define EP_EV_ERROR	3	/* failed: error, counts, text = message */
+#define EP_EV_PROGRESS	4	/* prefill: n_prompt of n_total (promise 8) */
 
 struct ep_event {
 	uint64_t id;
@@ -110,11 +122,14 @@ struct ep_event {
 	int32_t token;		/* TOKEN: sampled id or -1; else -1 */
 	float logprob;		/* with EP_SUBMIT_LOGPROB, else 0 */
 	int32_t error;		/* ERROR: negative errno or CP_E* code */
-	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens */
+	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens; PROGRESS:
+				   prompt tokens computed so far */
 	uint32_t n_gen;		/* DONE/ERROR: generated tokens */
+	uint32_t n_total;	/* PROGRESS: the prompt's tokens; else 0 */
 	uint32_t text_off;	/* text is batch->text + text_off ... */
 	uint32_t text_len;	/* ... for text_len bytes */
-	uint64_t step;		/* the step that sampled the token or ended
+	uint64_t step;		/* the step that sampled the token, computed
+				   the prompt tokens (PROGRESS) or ended
 				   the request (ep_stats.steps after it), 0
 				   when none did */
 };

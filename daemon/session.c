@@ -34,6 +34,11 @@
  *     empty nothing is written to the CQ around it, so the client sees
  *     every request's events in engine order.
  *  7. n_reqs + (build.active ? 1 : 0) <= max_reqs.
+ *  8. A PROGRESS event reaches the CQ only for a request that asked for it
+ *     (CP_PF_PROGRESS), only when its whole CQE fits at once with nothing
+ *     in the overflow, and with 0 < n_prompt <= n_total; otherwise it is
+ *     dropped.  Progress is advisory: it never pauses a client nor takes
+ *     room that tokens need.
  */
 #include "session.h"
 
@@ -373,6 +378,7 @@ sess_setup(struct session *s, const struct cp_hello *hello,
 	w->arena_bytes = arena;
 	w->max_prompt_bytes = lim->max_prompt_bytes;
 	w->max_reqs = lim->max_reqs;
+	w->features = CP_FEAT_PROGRESS;
 	fds[CP_FD_MEMFD] = memfd;
 	fds[CP_FD_CQ_WAKE] = cqp[0];
 	*nfds = 2;
@@ -547,6 +553,8 @@ build_finish(struct session *s, struct sess_out *out)
 		c->flags |= EP_SUBMIT_SEED;
 	if (wp->flags & CP_PF_LOGPROB)
 		c->flags |= EP_SUBMIT_LOGPROB;
+	if (wp->flags & CP_PF_PROGRESS)
+		c->flags |= EP_SUBMIT_PROGRESS;
 	c->params.max_tokens = wp->max_tokens;
 	c->params.temperature = wp->temperature;
 	c->params.top_p = wp->top_p;
@@ -557,6 +565,7 @@ build_finish(struct session *s, struct sess_out *out)
 	c->params.seed = wp->seed;
 
 	memset(&s->reqs[s->n_reqs], 0, sizeof(s->reqs[0]));
+	s->reqs[s->n_reqs].progress = (wp->flags & CP_PF_PROGRESS) != 0;
 	s->reqs[s->n_reqs++].req_id = b->req_id;
 	s->n_submitted++;
 	b->active = 0;
@@ -837,6 +846,33 @@ emit_group(struct session *s, const struct cp_cqe *first, const char *text,
 	return to_ovf;
 }
 
+/* A PROGRESS event into the CQ, or nowhere (invariant 8); 0 or -EPROTO. */
+static int
+post_progress(struct session *s, const struct sess_req *r, uint32_t req_id,
+    const struct ep_event *ev)
+{
+	struct cp_cqe q;
+	uint32_t space = 0;
+	int rc;
+
+	if (!r->progress || ev->n_prompt == 0 || ev->n_prompt > ev->n_total ||
+	    s->ovf_n > 0)
+		return 0;
+	if ((rc = cq_space(s, &space)) < 0)
+		return rc;
+	if (space == 0)
+		return 0;
+	memset(&q, 0, sizeof(q));
+	q.req_id = req_id;
+	q.type = CP_EV_PROGRESS;
+	q.token = -1;
+	q.n_prompt = ev->n_prompt;
+	q.n_total = ev->n_total;
+	q.step = (uint32_t)ev->step;
+	rc = emit_group(s, &q, NULL, 0);
+	return rc < 0 ? rc : 0;
+}
+
 int
 sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
     const char *text)
@@ -852,6 +888,8 @@ sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
 	if (r == NULL)
 		return 0;
 	terminal = ev->type == EP_EV_DONE || ev->type == EP_EV_ERROR;
+	if (ev->type == EP_EV_PROGRESS)
+		return post_progress(s, r, req_id, ev);
 
 	/* Text beyond one group goes ahead as text-only token events. */
 	while (len > chunk) {

@@ -42,6 +42,7 @@ struct sess_req {
 	uint8_t stalled;	/* cancelled because the CQ stayed full */
 	uint8_t paused;		/* PAUSE sent, no RESUME yet */
 	uint8_t pushed;		/* handed to the engine (server.c sets it) */
+	uint8_t progress;	/* submitted with CP_PF_PROGRESS */
 };
 
 /* The request being assembled from one SUBMIT and its APPEND entries. */
@@ -187,8 +188,10 @@ void sess_idle_leave(struct session *s);
 /*
  * Writes one engine event for req_id as CQEs: into the CQ when the whole
  * group fits and nothing waits before it, else into the overflow queue.
- * Events of unknown or ended requests are dropped.  A terminal event ends
- * the request.  Returns 0, 1 when the event went to overflow (pause the
+ * Events of unknown or ended requests are dropped, and so is a PROGRESS
+ * the request did not ask for or that finds no room in the CQ at once (it
+ * never goes to the overflow).  A terminal event ends the request.
+ * Returns 0, 1 when the event went to overflow (pause the
  * client), -ENOBUFS when the overflow limit is passed, -EPROTO for a bad
  * cq_head (s->why set).
  */

@@ -74,7 +74,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CP_PROTO_VERSION	2	/* 2: cp_cqe.step, stats version 2 */
+/*
+ * 2: cp_cqe.step, stats version 2.  What a peer of this version meets only
+ * when it asks (a CP_FEAT_* bit the welcome offers, then the flag and the
+ * event it enables) is added without a new version: an older client never
+ * sets the flag, so never sees the event, and a newer client sets it only
+ * where the welcome offers it.
+ */
+#define CP_PROTO_VERSION	2
 #define CP_PROTO_MAGIC		0x31445043u	/* "CPD1": socket messages */
 #define CP_SEG_MAGIC		0x47455343u	/* "CSEG": segment header */
 
@@ -160,7 +167,9 @@ struct cp_seg_ctl {
 /* Sampling parameter flags. */
 #define CP_PF_SEED		0x1u	/* use seed (otherwise the daemon picks one) */
 #define CP_PF_LOGPROB		0x2u	/* fill cp_cqe.logprob for sampled tokens */
-#define CP_PF_MASK		0x3u
+#define CP_PF_PROGRESS		0x4u	/* CP_EV_PROGRESS during the prefill
+					   (only where CP_FEAT_PROGRESS) */
+#define CP_PF_MASK		0x7u
 
 /* Sampling parameters as they cross the ring (SUBMIT only; zero otherwise). */
 struct cp_wire_params {
@@ -200,6 +209,7 @@ struct cp_sqe {
 #define CP_EV_TEXT		2u	/* continuation of the previous event's text */
 #define CP_EV_DONE		3u	/* request finished (finish says why) */
 #define CP_EV_ERROR		4u	/* request failed (error, text = message) */
+#define CP_EV_PROGRESS		5u	/* prefill progress (CP_PF_PROGRESS) */
 
 /* CQ event flags. */
 #define CP_CQF_MORE		0x01u	/* text continues in the next CP_EV_TEXT */
@@ -221,6 +231,16 @@ struct cp_sqe {
  * subtraction); a TOKEN carries the step that sampled it, a DONE or ERROR
  * the step that ended the request, or 0 when no step did (a request
  * refused before it ran).  Continuations (CP_EV_TEXT) carry 0.
+ *
+ * PROGRESS (only for a request submitted with CP_PF_PROGRESS) follows a
+ * step that computed some of the request's prompt: step is that step,
+ * n_prompt the prompt tokens computed so far, n_total the prompt's length
+ * in tokens (0 < n_prompt <= n_total), no text, token -1, no flags.  It
+ * is not terminal and comes only before the request's first TOKEN (the
+ * step that completes the prompt reports n_total, then its TOKEN); after a
+ * preemption by recompute n_prompt starts again from the recomputed
+ * positions.  The daemon drops a PROGRESS that finds the CQ full rather
+ * than wait, so a client may see any subset of them, in step order.
  */
 struct cp_cqe {
 	uint32_t req_id;
@@ -230,8 +250,12 @@ struct cp_cqe {
 	uint8_t finish;		/* CP_FINISH_* (DONE); else 0 */
 	int32_t token;		/* TOKEN: token id; else -1 */
 	float logprob;		/* TOKEN with CP_PF_LOGPROB: natural log; else 0 */
-	int32_t error;		/* ERROR: negative errno or CP_E* code; else 0 */
-	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens processed */
+	union {
+		int32_t error;	/* ERROR: negative errno or CP_E* code; else 0 */
+		uint32_t n_total;	/* PROGRESS: the prompt's tokens */
+	};
+	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens processed;
+				   PROGRESS: prompt tokens computed so far */
 	uint32_t n_gen;		/* DONE/ERROR: tokens generated */
 	uint32_t step;		/* engine step of the event, see above */
 	uint8_t text[CP_CQE_TEXT];
@@ -286,6 +310,9 @@ struct cp_wire_model {
 #define CP_FD_SQ_WAKE		2	/* write end, CP_WAKE_FD only */
 #define CP_FD_MAX		3
 
+/* Welcome features: what a client may ask for (older daemons send 0). */
+#define CP_FEAT_PROGRESS	0x1u	/* CP_PF_PROGRESS, CP_EV_PROGRESS */
+
 struct cp_welcome {
 	struct cp_msg_hdr hdr;
 	int32_t status;		/* 0, or a negative error and no descriptors */
@@ -298,7 +325,8 @@ struct cp_welcome {
 	uint32_t max_prompt_bytes;	/* longest prompt, all fragments */
 	uint32_t max_reqs;		/* requests in flight per client */
 	uint32_t client_id;		/* daemon's session number, for logs */
-	uint32_t reserved[4];
+	uint32_t features;		/* CP_FEAT_* the daemon offers */
+	uint32_t reserved[3];
 	struct cp_wire_model model;
 };
 
@@ -427,6 +455,8 @@ _Static_assert(offsetof(struct cp_cqe, text_len) == 6, "cqe.text_len");
 _Static_assert(offsetof(struct cp_cqe, token) == 8, "cqe.token");
 _Static_assert(offsetof(struct cp_cqe, logprob) == 12, "cqe.logprob");
 _Static_assert(offsetof(struct cp_cqe, error) == 16, "cqe.error");
+_Static_assert(offsetof(struct cp_cqe, n_total) == 16, "cqe.n_total");
+_Static_assert(offsetof(struct cp_cqe, n_prompt) == 20, "cqe.n_prompt");
 _Static_assert(offsetof(struct cp_cqe, n_gen) == 24, "cqe.n_gen");
 _Static_assert(offsetof(struct cp_cqe, step) == 28, "cqe.step");
 _Static_assert(offsetof(struct cp_cqe, text) == 32, "cqe.text");
@@ -447,6 +477,8 @@ _Static_assert(offsetof(struct cp_welcome, status) == 8, "welcome.status");
 _Static_assert(offsetof(struct cp_welcome, seg_bytes) == 20,
     "welcome.seg_bytes");
 _Static_assert(offsetof(struct cp_welcome, max_reqs) == 40, "welcome.max_reqs");
+_Static_assert(offsetof(struct cp_welcome, features) == 48,
+    "welcome.features");
 _Static_assert(offsetof(struct cp_welcome, model) == 64, "welcome.model");
 _Static_assert(sizeof(struct cp_stats_req) == 16, "cp_stats_req size");
 _Static_assert(sizeof(struct cp_wire_hist) == 32 + 16 * CP_STATS_BUCKETS,

@@ -401,6 +401,7 @@ cp_connect(const struct cp_connect_opts *o, struct cp_client **out)
 	c->arena_bytes = w.arena_bytes;
 	c->max_prompt = w.max_prompt_bytes;
 	c->max_reqs = w.max_reqs;
+	c->features = w.features;
 	c->slot_start = calloc(c->sq_entries, sizeof(*c->slot_start));
 	if (c->slot_start == NULL) {
 		r = -ENOMEM;

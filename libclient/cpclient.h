@@ -16,10 +16,19 @@
  *	while ((r = cp_next_event(c, &ev, 30000)) == 0) {
  *		if (ev.type != CP_EVENT_ERROR)	(DONE may carry the last bytes)
  *			fwrite(ev.text, 1, ev.text_len, stdout);
- *		if (ev.type != CP_EVENT_TOKEN && ev.req_id == id)
- *			break;		(CP_EVENT_DONE or CP_EVENT_ERROR)
+ *		if ((ev.type == CP_EVENT_DONE || ev.type == CP_EVENT_ERROR) &&
+ *		    ev.req_id == id)
+ *			break;
  *	}
  *	cp_close(c);
+ *
+ * PROGRESS.  A request submitted with cp_params.progress set may get
+ * CP_EVENT_PROGRESS events before its first token: after each engine step
+ * that computed some of its prompt, n_prompt of n_total prompt tokens
+ * done (the last one says n_total).  They carry no text, end nothing, may
+ * be skipped (the daemon drops them rather than wait for ring room), and
+ * after the daemon set the request back to make room (recompute) the count
+ * may start again lower.  A daemon that does not offer them sends none.
  *
  * ERRORS.  Functions return 0 (or a request id, or a descriptor) on
  * success and a negative number on failure: a negative errno value, or one
@@ -59,6 +68,8 @@ extern "C" {
 #define CP_EVENT_TOKEN	1	/* text (and usually a token) of a request */
 #define CP_EVENT_DONE	2	/* the request finished; finish says why */
 #define CP_EVENT_ERROR	3	/* the request failed; error and text say why */
+#define CP_EVENT_PROGRESS 4	/* prefill: n_prompt of n_total prompt tokens
+				   computed (cp_params.progress) */
 
 /* Why a request finished (CP_EVENT_DONE). */
 #define CP_DONE_STOP		1	/* end of sequence, or a stop string */
@@ -105,6 +116,9 @@ struct cp_params {
 	int logprobs;			/* nonzero: fill cp_event.logprob */
 	const char *const *stop;	/* up to 8 non-empty strings, 511 bytes */
 	size_t n_stop;
+	int progress;			/* nonzero: CP_EVENT_PROGRESS events
+					   until the first token (where the
+					   daemon offers them; else none) */
 };
 
 struct cp_event {
@@ -118,11 +132,15 @@ struct cp_event {
 	int error;		/* ERROR: negative errno or CP_E*; -EUSERS:
 				   the user's quota, -ESHUTDOWN: the daemon
 				   is stopping */
-	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens */
+	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens; PROGRESS:
+				   prompt tokens computed so far (> 0) */
 	uint32_t n_gen;		/* DONE/ERROR: generated tokens */
 	uint32_t step;		/* the daemon's engine step (counted from 1,
-				   wraps at 2^32) that sampled the token or
+				   wraps at 2^32) that sampled the token,
+				   computed the prompt tokens (PROGRESS) or
 				   ended the request; 0 when none did */
+	uint32_t n_total;	/* PROGRESS: the prompt's tokens (>= n_prompt);
+				   else 0 */
 };
 
 struct cp_model_info {

@@ -30,12 +30,14 @@ struct cp_client {
 	const struct cp_cqe *cq;
 	uint32_t sq_entries, cq_entries, arena_bytes;
 	uint32_t max_prompt, max_reqs;
+	uint32_t features;		/* CP_FEAT_* of the welcome */
 	struct cp_model_info info;
 
 	int broken;			/* CP_EPROTO or another fatal error, atomic */
 	int gone;			/* the daemon hung up, atomic */
 	uint32_t live;			/* requests not ended yet, atomic */
 	uint32_t last_id;		/* highest id submitted, atomic */
+	int progress_asked;		/* a SUBMIT carried CP_PF_PROGRESS, atomic */
 
 	pthread_mutex_t sq_lock;	/* everything below up to cq_lock */
 	uint32_t sq_tail;		/* published */

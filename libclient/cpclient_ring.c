@@ -196,6 +196,9 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	memset(&e, 0, sizeof(e));
 	if ((r = params_to_wire(p, &e.params, stops, &stop_bytes)) < 0)
 		return r;
+	/* Asked of a daemon that does not offer it: quietly no progress. */
+	if (p->progress && (c->features & CP_FEAT_PROGRESS))
+		e.params.flags |= CP_PF_PROGRESS;
 	if (len > c->max_prompt)
 		return -E2BIG;
 	if ((len > 0 && prompt == NULL) || len % unit != 0)
@@ -233,6 +236,8 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	 */
 	__atomic_store_n(&c->last_id, id, __ATOMIC_SEQ_CST);
 	__atomic_add_fetch(&c->live, 1, __ATOMIC_SEQ_CST);
+	if (e.params.flags & CP_PF_PROGRESS)
+		__atomic_store_n(&c->progress_asked, 1, __ATOMIC_SEQ_CST);
 	if ((r = put_entry(c, &e, stops, stop_bytes, prompt, first, end)) < 0) {
 		__atomic_store_n(&c->last_id, id - 1, __ATOMIC_SEQ_CST);
 		__atomic_sub_fetch(&c->live, 1, __ATOMIC_SEQ_CST);
@@ -326,6 +331,19 @@ text_reserve(struct cp_client *c, size_t need)
 }
 
 /*
+ * A PROGRESS CQE as cp_proto.h defines it: asked for on this connection,
+ * 0 < n_prompt <= n_total, alone (no text, no continuation), no token.
+ */
+static int
+progress_ok(struct cp_client *c, const struct cp_cqe *q)
+{
+	return __atomic_load_n(&c->progress_asked, __ATOMIC_SEQ_CST) &&
+	    q->n_prompt > 0 && q->n_prompt <= q->n_total &&
+	    q->text_len == 0 && q->flags == 0 && q->finish == 0 &&
+	    q->token == -1;
+}
+
+/*
  * Takes one whole event group from the CQ into *ev.  Returns 1, 0 when the
  * ring is empty, or CP_EPROTO / -ENOMEM.
  */
@@ -351,8 +369,10 @@ take_event(struct cp_client *c, struct cp_event *ev)
 		if (i == 0) {
 			first = q;
 			if ((q.type != CP_EV_TOKEN && q.type != CP_EV_DONE &&
-			    q.type != CP_EV_ERROR) || q.req_id == 0 ||
-			    q.req_id > last || q.finish > CP_FINISH_MAX)
+			    q.type != CP_EV_ERROR && q.type != CP_EV_PROGRESS) ||
+			    q.req_id == 0 || q.req_id > last ||
+			    q.finish > CP_FINISH_MAX ||
+			    (q.type == CP_EV_PROGRESS && !progress_ok(c, &q)))
 				return cpc_fail(c, CP_EPROTO);
 		} else if (q.type != CP_EV_TEXT || q.req_id != first.req_id) {
 			return cpc_fail(c, CP_EPROTO);
@@ -384,6 +404,11 @@ take_event(struct cp_client *c, struct cp_event *ev)
 		ev->type = CP_EVENT_TOKEN;
 		ev->token = first.token;
 		ev->logprob = first.logprob;
+		return 1;
+	case CP_EV_PROGRESS:
+		ev->type = CP_EVENT_PROGRESS;
+		ev->n_prompt = first.n_prompt;
+		ev->n_total = first.n_total;
 		return 1;
 	case CP_EV_DONE:
 		ev->type = CP_EVENT_DONE;

@@ -789,6 +789,71 @@ START_TEST(test_exports_only_cp)
 }
 END_TEST
 
+/*
+ * Prefill progress through the real io loop and session: the mock
+ * computes 4 prompt bytes a step, so a 10-byte prompt reports 4, 8 and 10
+ * of 10 in consecutive steps, the last in the step of the first token;
+ * the same prompt without cp_params.progress reports nothing.
+ */
+START_TEST(test_progress)
+{
+	static const uint32_t want[] = { 4, 8, 10 };
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct cp_client *c;
+	struct cp_params p;
+	struct cp_event ev;
+	char out[64];
+	uint32_t steps[3];
+	size_t used;
+	int id, k, n_prog;
+	struct hd d;
+
+	cfg_init(&cfg, IOLOOP_AUTO);
+	mock_opts_default(&mo);
+	mo.prefill_chunk = 4;
+	start(&d, &cfg, &mo);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	cp_params_init(&p);
+	for (k = 0; k < 2; k++) {
+		p.progress = k == 0;
+		id = cp_submit(c, "0123456789", 10, &p);
+		ck_assert_int_eq(id, k + 1);
+		n_prog = 0;
+		used = 0;
+		for (;;) {
+			ck_assert_int_eq(cp_next_event(c, &ev, 5000), 0);
+			ck_assert_int_eq(ev.req_id, id);
+			if (ev.type == CP_EVENT_PROGRESS) {
+				ck_assert_int_eq(used, 0);
+				ck_assert_int_lt(n_prog, 3);
+				ck_assert_uint_eq(ev.n_prompt, want[n_prog]);
+				ck_assert_uint_eq(ev.n_total, 10);
+				ck_assert_uint_eq(ev.text_len, 0);
+				if (n_prog > 0)
+					ck_assert_uint_eq(ev.step,
+					    steps[n_prog - 1] + 1);
+				steps[n_prog++] = ev.step;
+				continue;
+			}
+			if (ev.type != CP_EVENT_TOKEN)
+				break;
+			if (used == 0 && k == 0)
+				ck_assert_uint_eq(ev.step, steps[2]);
+			ck_assert_uint_lt(used + ev.text_len, sizeof(out));
+			memcpy(out + used, ev.text, ev.text_len);
+			used += ev.text_len;
+		}
+		ck_assert_int_eq(ev.type, CP_EVENT_DONE);
+		ck_assert_int_eq(n_prog, k == 0 ? 3 : 0);
+		ck_assert_uint_eq(used, 10);
+		ck_assert(memcmp(out, "0123456789", 10) == 0);
+	}
+	cp_close(c);
+	ck_assert_int_eq(hd_stop(&d), 0);
+}
+END_TEST
+
 /* ---- a daemon that lies ------------------------------------------------ */
 
 struct fake {
@@ -804,6 +869,7 @@ struct fake {
 #define FAKE_HEADER	3	/* header magic wrong */
 #define FAKE_ONEFD	4	/* too few descriptors */
 #define FAKE_LAYOUT	5	/* welcome sizes disagree with seg_bytes */
+#define FAKE_NOFEAT	6	/* a daemon that offers no features */
 
 static void *
 fake_daemon(void *arg)
@@ -849,6 +915,9 @@ fake_daemon(void *arg)
 		break;
 	case FAKE_LAYOUT:
 		w.cq_entries = 32;
+		break;
+	case FAKE_NOFEAT:
+		w.features = 0;
 		break;
 	}
 	sess_send(fd, &w, f->mode == FAKE_SHORT ? 20 : sizeof(w), fds, nfds);
@@ -955,10 +1024,30 @@ START_TEST(test_lying_rings)
 		q.req_id = 1;
 		q.type = CP_EV_TEXT;
 		break;
+	case 6:		/* progress past the prompt's end */
+	case 7:		/* progress for a request never submitted */
+	case 8:		/* progress nobody asked for */
+	case 9:		/* progress of nothing */
+	case 10:	/* progress with text */
+		q.req_id = _i == 7 ? 5 : 1;
+		q.type = CP_EV_PROGRESS;
+		q.token = -1;
+		q.n_prompt = _i == 6 ? 11 : _i == 9 ? 0 : 3;
+		q.n_total = 10;
+		q.text_len = _i == 10 ? 1 : 0;
+		q.step = 1;
+		break;
 	}
-	if (_i < 5)
+	if (_i < 5 || _i == 8)
 		ck_assert_int_eq(cp_submit(c, "a", 1, NULL), 1);
-	if (_i >= 1 && _i <= 4) {
+	if (_i >= 6 && _i != 8) {
+		struct cp_params p;
+
+		cp_params_init(&p);
+		p.progress = 1;
+		ck_assert_int_eq(cp_submit(c, "a", 1, &p), 1);
+	}
+	if (_i != 0 && _i != 5) {
 		memcpy(&f.s->cq[0], &q, sizeof(q));
 		ring_store_release(&f.s->ctl->cq_tail.v, 1);
 	}
@@ -972,6 +1061,68 @@ START_TEST(test_lying_rings)
 	ck_assert_int_eq(r, CP_EPROTO);
 	/* Latched: the client is unusable from now on. */
 	ck_assert_int_eq(cp_next_event(c, &ev, 0), CP_EPROTO);
+	cp_close(c);
+	fake_stop(&f);
+}
+END_TEST
+
+/*
+ * Progress as cp_proto.h defines it is passed on whole; a daemon that
+ * does not offer progress is never asked for it (an older daemon would
+ * take the unknown flag for a violation).
+ */
+START_TEST(test_fake_progress)
+{
+	struct cp_client *c;
+	struct cp_params p;
+	struct cp_event ev;
+	struct cp_cqe q;
+	struct fake f;
+	int i;
+
+	cp_params_init(&p);
+	p.progress = 1;
+	fake_start(&f, 0);
+	ck_assert_int_eq(fake_connect(&f, &c), 0);
+	ck_assert_int_eq(cp_submit(c, "abc", 3, &p), 1);
+	ck_assert_uint_eq(f.s->sq[0].params.flags & CP_PF_PROGRESS,
+	    CP_PF_PROGRESS);
+	memset(&q, 0, sizeof(q));
+	q.req_id = 1;
+	q.type = CP_EV_PROGRESS;
+	q.token = -1;
+	q.n_prompt = 2;
+	q.n_total = 3;
+	q.step = 41;
+	memcpy(&f.s->cq[0], &q, sizeof(q));
+	q.n_prompt = 3;
+	q.step = 42;
+	memcpy(&f.s->cq[1], &q, sizeof(q));
+	ring_store_release(&f.s->ctl->cq_tail.v, 2);
+	ck_assert_int_eq(cp_next_event(c, &ev, 1000), 0);
+	ck_assert_int_eq(ev.type, CP_EVENT_PROGRESS);
+	ck_assert_int_eq(ev.req_id, 1);
+	ck_assert_uint_eq(ev.n_prompt, 2);
+	ck_assert_uint_eq(ev.n_total, 3);
+	ck_assert_uint_eq(ev.step, 41);
+	ck_assert_uint_eq(ev.text_len, 0);
+	ck_assert_int_eq(ev.token, -1);
+	ck_assert_int_eq(cp_next_event(c, &ev, 1000), 0);
+	ck_assert_int_eq(ev.type, CP_EVENT_PROGRESS);
+	ck_assert_uint_eq(ev.n_prompt, 3);
+	ck_assert_uint_eq(ev.step, 42);
+	ck_assert_int_eq(cp_next_event(c, &ev, 0), -EAGAIN);
+	/* Not terminal: request 1 still counts against the 8 in flight. */
+	for (i = 2; i <= 8; i++)
+		ck_assert_int_eq(cp_submit(c, "a", 1, NULL), i);
+	ck_assert_int_eq(cp_submit(c, "a", 1, NULL), -EBUSY);
+	cp_close(c);
+	fake_stop(&f);
+
+	fake_start(&f, FAKE_NOFEAT);
+	ck_assert_int_eq(fake_connect(&f, &c), 0);
+	ck_assert_int_eq(cp_submit(c, "abc", 3, &p), 1);
+	ck_assert_uint_eq(f.s->sq[0].params.flags & CP_PF_PROGRESS, 0);
 	cp_close(c);
 	fake_stop(&f);
 }
@@ -1139,11 +1290,13 @@ client_suite(void)
 	tcase_add_test(tf, test_refusals);
 	tcase_add_test(tf, test_env_forces_loop);
 	tcase_add_test(tf, test_exports_only_cp);
+	tcase_add_test(tf, test_progress);
 	tcase_set_timeout(tf, 30);
 	suite_add_tcase(s, tf);
 
 	tcase_add_test(tl, test_lying_handshake);
-	tcase_add_loop_test(tl, test_lying_rings, 0, 6);
+	tcase_add_loop_test(tl, test_lying_rings, 0, 11);
+	tcase_add_test(tl, test_fake_progress);
 	tcase_add_loop_test(tl, test_lying_stats, 0, 14);
 	tcase_set_timeout(tl, 20);
 	suite_add_tcase(s, tl);

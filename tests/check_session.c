@@ -222,6 +222,9 @@ START_TEST(test_setup_segment)
 	ck_assert_uint_eq(f.w.cq_entries, 16);
 	ck_assert_uint_eq(f.w.arena_bytes, 4096);
 	ck_assert_uint_eq(f.w.max_reqs, 8);
+	ck_assert_uint_eq(f.w.features, CP_FEAT_PROGRESS);
+	ck_assert_uint_eq(f.w.reserved[0] | f.w.reserved[1] | f.w.reserved[2],
+	    0);
 	ck_assert_int_eq(cp_seg_layout(16, 16, 4096, &l), 0);
 	ck_assert_uint_eq(f.w.seg_bytes, l.seg_bytes);
 	h = (struct cp_seg_hdr *)f.map;
@@ -708,7 +711,7 @@ START_TEST(test_bad_params)
 		case 8: e.params.top_k = -1; break;
 		case 9: e.params.top_k = (1 << 20) + 1; break;
 		case 10: e.params.repeat_last_n = (1u << 20) + 1; break;
-		case 11: e.params.flags = 0x8; break;
+		case 11: e.params.flags = CP_PF_MASK + 1; break;
 		}
 		sf_put(&f, &e);
 		expect_violation(&f, "req 1");
@@ -942,7 +945,34 @@ START_TEST(test_concurrent_scribbler)
 }
 END_TEST
 
+/* CP_PF_PROGRESS becomes EP_SUBMIT_PROGRESS, and nothing else asks for it. */
+START_TEST(test_submit_progress_flag)
+{
+	struct sess_out out;
+	struct cp_sqe e;
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_submit(1, sf_arena(&f, "abc", 3), 3);
+	e.params.flags = CP_PF_PROGRESS;
+	sf_put(&f, &e);
+	e = sqe_submit(2, sf_arena(&f, "abc", 3), 3);
+	e.params.flags = CP_PF_LOGPROB;
+	sf_put(&f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f.s, &out), 2);
+	ck_assert_uint_eq(out.n, 2);
+	ck_assert_uint_eq(out.head->flags, EP_SUBMIT_PROGRESS);
+	ck_assert_uint_eq(out.head->next->flags, EP_SUBMIT_LOGPROB);
+	ck_assert_uint_eq(sess_req_find(f.s, 1)->progress, 1);
+	ck_assert_uint_eq(sess_req_find(f.s, 2)->progress, 0);
+	ep_cmd_free_list(out.head);
+	sf_close(&f);
+}
+END_TEST
+
 /* ---- CQ ---------------------------------------------------------------- */
+
 
 static struct ep_event
 token_ev(int32_t tok, uint32_t text_len)
@@ -1033,6 +1063,102 @@ START_TEST(test_cq_groups)
 	ck_assert_int_eq(memcmp(q[0].text, text, 32), 0);
 	ck_assert_int_eq(memcmp(q[1].text, text + 32, 32), 0);
 	ck_assert_int_eq(memcmp(q[2].text, text + 64, 26), 0);
+	sf_close(&f);
+}
+END_TEST
+
+static struct ep_event
+progress_ev(uint32_t done, uint32_t total, uint64_t step)
+{
+	struct ep_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.type = EP_EV_PROGRESS;
+	ev.token = -1;
+	ev.n_prompt = done;
+	ev.n_total = total;
+	ev.step = step;
+	return ev;
+}
+
+/* Submits request id as the client would, with flags (CP_PF_*). */
+static void
+sf_submit_flags(struct sf *f, uint32_t id, uint32_t flags)
+{
+	struct sess_out out;
+	struct cp_sqe e;
+
+	e = sqe_submit(id, sf_arena(f, "abcd", 4), 4);
+	e.params.flags = flags;
+	sf_put(f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f->s, &out), 1);
+	ep_cmd_free_list(out.head);
+}
+
+/*
+ * Session invariant 8: PROGRESS reaches the CQ as one CQE for a request
+ * that asked, is dropped for one that did not, for impossible counts and
+ * when the CQ has no room (never overflowed, never a pause), and is not
+ * terminal.
+ */
+START_TEST(test_cq_progress)
+{
+	struct ep_event ev;
+	struct cp_cqe q;
+	struct sf f;
+	uint32_t i;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	sf_submit_flags(&f, 1, CP_PF_PROGRESS);
+	sf_submit_flags(&f, 2, 0);
+	ev = progress_ev(16, 100, 0x100000005ull);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);
+	ck_assert_int_eq(sess_post(f.s, 2, &ev, ""), 0);	/* not asked */
+	ev = progress_ev(101, 100, 6);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);	/* past total */
+	ev = progress_ev(0, 100, 6);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);	/* nothing */
+	sess_flush(f.s);
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->cq_tail.v), 1);
+	memcpy(&q, &f.cq[0], sizeof(q));
+	ck_assert_uint_eq(q.req_id, 1);
+	ck_assert_uint_eq(q.type, CP_EV_PROGRESS);
+	ck_assert_uint_eq(q.n_prompt, 16);
+	ck_assert_uint_eq(q.n_total, 100);
+	ck_assert_uint_eq(q.step, 5);
+	ck_assert_int_eq(q.token, -1);
+	ck_assert_uint_eq(q.text_len, 0);
+	ck_assert_uint_eq(q.flags, 0);
+	ck_assert_uint_eq(q.finish, 0);
+	ck_assert_ptr_nonnull(sess_req_find(f.s, 1));
+
+	/* Fill the CQ (16 entries) with tokens: progress finds no room. */
+	for (i = 1; i < 16; i++) {
+		ev = token_ev((int32_t)i, 0);
+		ck_assert_int_eq(sess_post(f.s, 2, &ev, ""), 0);
+	}
+	ev = progress_ev(32, 100, 7);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);
+	ck_assert_uint_eq(f.s->ovf_n, 0);
+	/* Behind overflowed tokens it is dropped too, even with room. */
+	ev = token_ev(99, 0);
+	ck_assert_int_eq(sess_post(f.s, 2, &ev, ""), 1);
+	ring_store_release(&f.ctl->cq_head.v, 1);
+	ev = progress_ev(32, 100, 7);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);
+	ck_assert_uint_eq(f.s->ovf_n, 1);
+	sess_flush(f.s);
+	ck_assert_uint_eq(f.s->ovf_n, 0);
+	ring_store_release(&f.ctl->cq_head.v, 2);
+	ck_assert_int_eq(sess_post(f.s, 1, &ev, ""), 0);
+	sess_flush(f.s);
+	/* 16 before, the overflowed token, then this one. */
+	ck_assert_uint_eq(ring_load_acquire(&f.ctl->cq_tail.v), 18);
+	ck_assert_int_eq(f.cq[16 & 15].token, 99);
+	memcpy(&q, &f.cq[17 & 15], sizeof(q));
+	ck_assert_uint_eq(q.type, CP_EV_PROGRESS);
+	ck_assert_uint_eq(q.n_prompt, 32);
 	sf_close(&f);
 }
 END_TEST
@@ -1228,6 +1354,7 @@ session_suite(void)
 	tcase_add_test(tq, test_cancel_active_and_ended);
 	tcase_add_test(tq, test_cancel_while_building);
 	tcase_add_test(tq, test_bad_params);
+	tcase_add_test(tq, test_submit_progress_flag);
 	tcase_add_test(tq, test_bad_stops);
 	tcase_add_test(tq, test_max_reqs);
 	tcase_add_test(tq, test_max_prompt);
@@ -1238,6 +1365,7 @@ session_suite(void)
 
 	tcase_add_test(tc, test_cq_post_flush);
 	tcase_add_test(tc, test_cq_groups);
+	tcase_add_test(tc, test_cq_progress);
 	tcase_add_test(tc, test_cq_overflow_keeps_order);
 	tcase_add_test(tc, test_cq_bad_head);
 	tcase_add_test(tc, test_cq_overflow_limit);

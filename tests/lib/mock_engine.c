@@ -13,6 +13,7 @@
 struct mock_req {
 	struct ep_cmd *cmd;		/* owned */
 	size_t pos;			/* next prompt element to echo */
+	size_t prefilled;		/* prompt elements "computed" */
 	uint32_t gen;
 	int paused;
 	char *out;			/* generated text, for stop strings */
@@ -36,6 +37,7 @@ mock_opts_default(struct mock_opts *o)
 	o->step_us = 200;
 	o->text_repeat = 1;
 	o->default_max_tokens = 4096;
+	o->prefill_chunk = 0;
 }
 
 static size_t
@@ -142,6 +144,32 @@ ends_with_stop(const struct mock_req *r)
 	return 0;
 }
 
+/*
+ * Computes this step's share of r's prompt and reports it when asked;
+ * returns 1 when the prompt is complete (the step goes on to a token).
+ */
+static int
+prefill(struct mock_engine *m, struct mock_req *r)
+{
+	size_t total = prompt_len(r->cmd), n = total - r->prefilled;
+	struct ep_event ev;
+
+	if (m->o.prefill_chunk > 0 && n > m->o.prefill_chunk)
+		n = m->o.prefill_chunk;
+	r->prefilled += n;
+	if (r->cmd->flags & EP_SUBMIT_PROGRESS) {
+		memset(&ev, 0, sizeof(ev));
+		ev.id = r->cmd->id;
+		ev.type = EP_EV_PROGRESS;
+		ev.token = -1;
+		ev.n_prompt = (uint32_t)r->prefilled;
+		ev.n_total = (uint32_t)total;
+		ev.step = m->cur_step;
+		ep_batch_add(&m->batch, &ev, NULL, 0);
+	}
+	return r->prefilled == total;
+}
+
 /* One token for request i; may finish it. */
 static void
 step_one(struct mock_engine *m, size_t i)
@@ -159,6 +187,8 @@ step_one(struct mock_engine *m, size_t i)
 		finish(m, i, EP_EV_ERROR, 0, -EINVAL, "mock: error requested");
 		return;
 	}
+	if (r->prefilled < prompt_len(c) && !prefill(m, r))
+		return;
 	if (r->pos >= prompt_len(c)) {
 		finish(m, i, EP_EV_DONE, CP_FINISH_STOP, 0, NULL);
 		return;

@@ -12,6 +12,14 @@
  * with "!error".  PAUSE, RESUME, CANCEL and SHUTDOWN behave as the port
  * promises.  Every request that runs gets one token a step; events made
  * in a step carry its number (from 1), those of commands (CANCEL) 0.
+ *
+ * Prefill: each prompt element counts as one prompt token.  With
+ * prefill_chunk 0 a request's first step computes its whole prompt; else
+ * each step computes up to prefill_chunk elements, and the step that
+ * completes the prompt also makes the first token (as the real engine's
+ * last chunk samples).  A request submitted with EP_SUBMIT_PROGRESS gets
+ * a PROGRESS event (n_prompt done of n_total) after each such step,
+ * before that step's token (engine_port.h, promise 8).
  */
 #ifndef CP_TEST_MOCK_ENGINE_H
 #define CP_TEST_MOCK_ENGINE_H
@@ -22,11 +30,15 @@ struct mock_opts {
 	int step_us;			/* pause between steps with work */
 	uint32_t text_repeat;		/* copies of each byte per token, >= 1 */
 	uint32_t default_max_tokens;	/* for max_tokens 0 */
+	uint32_t prefill_chunk;		/* prompt elements per step, 0: all */
 };
 
 struct mock_engine;
 
-/* Fills o with 200 us steps, 1 byte per token, 4096 default max_tokens. */
+/*
+ * Fills o with 200 us steps, 1 byte per token, 4096 default max_tokens,
+ * the whole prompt in the first step.
+ */
 void mock_opts_default(struct mock_opts *o);
 
 /* Starts the thread on port (borrowed); 0 and *out, or -errno. */
