@@ -15,9 +15,11 @@
  *      admission or preemption), grown by the item's tokens, and the
  *      item's token range is copied into one step_batch, items in plan
  *      order.
- *   5. Step: be_step().  Per logits row, in entry order: sample, accept,
- *      detokenize (streaming), match stop strings, TOKEN event with the
- *      text that is safe to send.  Steps are numbered from 1 (the count
+ *   5. Step: be_step().  Per entry, in order: a PROGRESS event when the
+ *      entry computed prompt positions of a request that asked for them
+ *      and has no token yet; then, for an entry with a logits row: sample,
+ *      accept, detokenize (streaming), match stop strings, TOKEN event
+ *      with the text that is safe to send.  Steps are numbered from 1 (the count
  *      of steps run, st.steps, after them); every event emitted during
  *      a step carries its number, other events (a refused SUBMIT) 0.
  *   6. Commit: sched_commit(); each item that ended its request gets its
@@ -62,6 +64,13 @@
  *     back and sent with a later token or in DONE.
  *  7. SHUTDOWN: worker_run() frees every request and its KV without events
  *     and returns.
+ *  8. step_run() posts a request's PROGRESS, when it asked, for each of its
+ *     entries of a step that ran and covered prompt positions, before that
+ *     entry is sampled, and only while n_gen is 0 (no TOKEN sent yet): the
+ *     count is the end of the entry's range within the prompt, so the
+ *     step completing the prompt reports n_prompt, and a recompute after
+ *     a preemption (still before any token) reports its own positions
+ *     again from the first chunk.  A failed step posts none.
  *
  * A failed step (the backend refuses or fails a batch) fails the requests
  * of that batch only, each with an ERROR; the worker goes on serving.
@@ -100,6 +109,7 @@ struct wreq {
 	int n_gen;		/* generated tokens, toks[n_prompt..] */
 	bool unlimited;		/* max_tokens 0: the limit is the context */
 	bool logprob;		/* EP_SUBMIT_LOGPROB */
+	bool progress;		/* EP_SUBMIT_PROGRESS */
 	int32_t *toks;		/* (cap) prompt, then generated ids */
 	struct sampler *smp;
 	struct stopstr *ss;	/* NULL without stop strings */
@@ -206,6 +216,21 @@ emit_done(struct worker *w, const struct wreq *r, uint32_t finish,
 	ev.n_prompt = (uint32_t)r->n_prompt;
 	ev.n_gen = (uint32_t)r->n_gen;
 	emit(w, &ev, text, len);
+}
+
+/* PROGRESS of r: its prompt computed up to position done (promise 8). */
+static void
+emit_progress(struct worker *w, const struct wreq *r, int done)
+{
+	struct ep_event ev;
+
+	memset(&ev, 0, sizeof(ev));
+	ev.id = r->id;
+	ev.type = EP_EV_PROGRESS;
+	ev.token = -1;
+	ev.n_prompt = (uint32_t)done;
+	ev.n_total = (uint32_t)r->n_prompt;
+	emit(w, &ev, NULL, 0);
 }
 
 /* The ERROR event of live request r (its slot is freed after commit). */
@@ -392,6 +417,7 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 		    r->cap);
 	memcpy(r->toks, w->enc, (size_t)n * sizeof(*r->toks));
 	r->logprob = (c->flags & EP_SUBMIT_LOGPROB) != 0;
+	r->progress = (c->flags & EP_SUBMIT_PROGRESS) != 0;
 	if ((rc = submit_sampler(w, r, c, e)) < 0 ||
 	    (rc = submit_stops(r, c, e)) < 0)
 		return rc;
@@ -652,7 +678,7 @@ step_run(struct worker *w, struct sched_plan *plan, int n_ent, int n_tok)
 	const float *logits = NULL;
 	struct sched_item *it;
 	struct wreq *r;
-	int i, j, want = 0, n_logits = 0, rc;
+	int i, j, want = 0, n_logits = 0, rc, end;
 
 	for (i = 0; i < n_ent; i++)
 		want += w->bseq[i].logits;
@@ -676,10 +702,13 @@ step_run(struct worker *w, struct sched_plan *plan, int n_ent, int n_tok)
 	for (i = 0, j = 0; i < n_ent; i++) {
 		it = &plan->items[w->bitem[i]];
 		r = &w->req[it->req_id];
-		if (it->pos < r->n_prompt)
-			w->st.tokens_prompt += (uint64_t)((it->pos + it->n <
-			    r->n_prompt ? it->pos + it->n : r->n_prompt) -
-			    it->pos);
+		if (it->pos < r->n_prompt) {
+			end = it->pos + it->n < r->n_prompt ? it->pos + it->n :
+			    r->n_prompt;
+			w->st.tokens_prompt += (uint64_t)(end - it->pos);
+			if (r->progress && r->n_gen == 0)
+				emit_progress(w, r, end);
+		}
 		if (!it->logits)
 			continue;
 		item_sample(w, r, it, logits + (size_t)j * (size_t)w->n_vocab);

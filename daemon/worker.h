@@ -5,7 +5,7 @@
  * The worker joins the scheduler (sched.h), a backend (backend.h) for the
  * model, the tokenizer, one sampler, one streaming detokenizer and one
  * stop-string matcher per request.  It keeps every promise of
- * engine_port.h (numbered 1-7 there); worker.c's opening comment says how.
+ * engine_port.h (numbered 1-8 there); worker.c's opening comment says how.
  *
  * Ownership: the caller loads the model and its tokenizer (it needs them
  * for the model information it hands to clients) and keeps both alive

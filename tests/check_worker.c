@@ -73,6 +73,7 @@ _Static_assert(EP_MAX_LAG >= 1 && EP_MAX_LAG < 100,
 #define MAX_IDS		160
 #define MAX_TEXT	4096
 #define MAX_RECS	16
+#define MAX_PROG	64
 
 struct rec {
 	uint64_t id;
@@ -90,6 +91,10 @@ struct rec {
 	uint64_t steps[MAX_IDS];	/* step of each token */
 	uint64_t end_step;	/* of the terminal event */
 	int after;		/* events after the terminal one */
+	int n_prog;		/* PROGRESS events */
+	uint32_t prog[MAX_PROG];	/* their n_prompt */
+	uint32_t prog_total[MAX_PROG];	/* their n_total */
+	uint64_t prog_step[MAX_PROG];	/* their step */
 };
 
 struct tw {
@@ -221,6 +226,18 @@ tw_take(struct tw *t)
 				r->logprob[r->n_ids] = ev->logprob;
 				r->ids[r->n_ids++] = ev->token;
 			}
+			break;
+		case EP_EV_PROGRESS:
+			/* Promise 8: before the first TOKEN, no text. */
+			ck_assert_int_eq(r->n_token_ev, 0);
+			ck_assert_uint_eq(ev->text_len, 0);
+			ck_assert_uint_gt(ev->n_prompt, 0);
+			ck_assert_uint_le(ev->n_prompt, ev->n_total);
+			ck_assert_uint_gt(ev->step, 0);
+			ck_assert_int_lt(r->n_prog, MAX_PROG);
+			r->prog[r->n_prog] = ev->n_prompt;
+			r->prog_total[r->n_prog] = ev->n_total;
+			r->prog_step[r->n_prog++] = ev->step;
 			break;
 		case EP_EV_DONE:
 		case EP_EV_ERROR:
@@ -602,16 +619,28 @@ alone_vs_together(struct tw *t, int n, const struct ep_params *ps,
 		tw_drain(t, i, 30000);
 	}
 	memcpy(alone, t->recs, sizeof(*alone) * (size_t)n);
-	/* Clients past the default 256 share round-robin turns. */
+	/*
+	 * Clients past the default 256 share round-robin turns.  Together,
+	 * with progress asked: it changes no token, and its last report, the
+	 * step of the first token, is the whole prompt (promise 8), also when
+	 * a preemption set the count back.
+	 */
 	for (i = 0; i < n; i++)
 		tw_submit(t, n + i, 200 + (uint64_t)i, (uint32_t)(i * 300),
-		    prompts[i], NULL, 0, &ps[i], 0, NULL, 0);
+		    prompts[i], NULL, 0, &ps[i], EP_SUBMIT_PROGRESS, NULL, 0);
 	tw_drain(t, -1, 30000);
 	memcpy(together, t->recs + n, sizeof(*together) * (size_t)n);
 	for (i = 0; i < n; i++) {
+		const struct rec *r = &together[i];
+
 		assert_done(&alone[i], CP_FINISH_LENGTH);
 		ck_assert_uint_eq(alone[i].n_gen, ps[i].max_tokens);
-		assert_same(&together[i], &alone[i]);
+		assert_same(r, &alone[i]);
+		ck_assert_int_eq(alone[i].n_prog, 0);
+		ck_assert_int_gt(r->n_prog, 0);
+		ck_assert_uint_eq(r->prog[r->n_prog - 1], r->n_prompt);
+		ck_assert_uint_eq(r->prog_total[r->n_prog - 1], r->n_prompt);
+		ck_assert_uint_eq(r->prog_step[r->n_prog - 1], r->steps[0]);
 	}
 }
 
@@ -661,6 +690,63 @@ START_TEST(test_preempt_recompute)
 	worker_stats(t.w, &st);
 	ck_assert_uint_gt(st.preempted, 0);
 	ck_assert_int_eq(st.kv_blocks_total, 6);
+	tw_close(&t);
+}
+END_TEST
+
+/* ---- prefill progress ---------------------------------------------------- */
+
+/*
+ * A 100-token prompt under a budget of 16 tokens a step: the scheduler
+ * gives it 16 positions a step (DESIGN.md, rules 1 and 5), so PROGRESS
+ * reports 16, 32, ..., 96, then 100 in the seventh step, the step that
+ * samples the first token; each in its own step, all before that TOKEN.
+ * The same prompt without EP_SUBMIT_PROGRESS gets none and the same ids.
+ */
+START_TEST(test_progress_chunks)
+{
+	static const uint32_t want[] = { 16, 32, 48, 64, 80, 96, 100 };
+	struct rec recs[3];
+	struct ep_params p = greedy(4);
+	int32_t toks[100];
+	struct tw t;
+	int i;
+
+	for (i = 0; i < 100; i++)
+		toks[i] = (int32_t)(3 + (i * 37) % (N_VOCAB - 3));
+	tw_open(&t, recs, 3, 16, 0, 4, 4 * N_CTX);
+	tw_submit(&t, 0, 1, 0, NULL, toks, 100, &p, EP_SUBMIT_PROGRESS, NULL,
+	    0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[0], CP_FINISH_LENGTH);
+	ck_assert_int_eq(recs[0].n_prog, 7);
+	for (i = 0; i < 7; i++) {
+		ck_assert_uint_eq(recs[0].prog[i], want[i]);
+		ck_assert_uint_eq(recs[0].prog_total[i], 100);
+		if (i > 0)
+			ck_assert_uint_eq(recs[0].prog_step[i],
+			    recs[0].prog_step[i - 1] + 1);
+	}
+	/* The last chunk's step sampled the first token. */
+	ck_assert_uint_eq(recs[0].prog_step[6], recs[0].steps[0]);
+
+	tw_submit(&t, 1, 2, 0, NULL, toks, 100, &p, 0, NULL, 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[1], CP_FINISH_LENGTH);
+	ck_assert_int_eq(recs[1].n_prog, 0);
+	assert_same(&recs[1], &recs[0]);
+
+	/* A prompt of one chunk: one PROGRESS, 13 of 13, then its tokens. */
+	tw_submit(&t, 2, 3, 0, NULL, ref_prompt_ids, REF_N_PROMPT, &p,
+	    EP_SUBMIT_PROGRESS, NULL, 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[2], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[2], ref_ids, 4);
+	ck_assert_int_eq(recs[2].n_prog, 1);
+	ck_assert_uint_eq(recs[2].prog[0], REF_N_PROMPT);
+	ck_assert_uint_eq(recs[2].prog_total[0], REF_N_PROMPT);
+	ck_assert_uint_eq(recs[2].prog_step[0], recs[2].steps[0]);
+	tw_check_clean(&t);
 	tw_close(&t);
 }
 END_TEST
@@ -1080,6 +1166,7 @@ worker_suite(void)
 	tc = tcase_create("control");
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_cancel_mid_prefill);
+	tcase_add_test(tc, test_progress_chunks);
 	tcase_add_test(tc, test_pause_resume);
 	tcase_add_test(tc, test_shutdown_in_flight);
 	tcase_add_test(tc, test_step_error);
