@@ -17,9 +17,15 @@
  * second SIGINT exits at once.  Every wait for an event is cut into
  * WAIT_SLICE_MS pieces so the flag is seen quickly.
  *
- * Prefill: the protocol reports no progress before a request's first
- * token, so on a terminal cpq shows only what it knows while it waits for
- * a long prompt: its size and the time spent (never a made-up count).
+ * Prefill: when standard error is a terminal and the prompt is long
+ * (PROGRESS_BYTES, or any length with --progress), cpq asks the daemon for
+ * prefill progress and, once PROGRESS_MS have passed without a token,
+ * keeps one line on stderr up to date: "prefill: N/M tokens" from the
+ * daemon's latest report, or, before any report (or from a daemon that
+ * offers none), the prompt's size and the time spent, never a made-up
+ * count.  The first token (or the end) erases the line.  With --json,
+ * --progress also prints each report as a "progress" object; without
+ * --progress JSON output is only tokens and the end, as before.
  */
 #include "cpclient.h"
 
@@ -45,8 +51,8 @@
 
 #define WAIT_SLICE_MS	100	/* longest wait before looking at the flags */
 #define CANCEL_WAIT_MS	2000	/* after cancelling, wait this long for DONE */
-#define PROGRESS_BYTES	1024	/* shorter prompts show no waiting line */
-#define PROGRESS_MS	500	/* waiting line after this long, no token */
+#define PROGRESS_BYTES	1024	/* shorter prompts show no prefill line */
+#define PROGRESS_MS	500	/* prefill line after this long, no token */
 
 enum mode { MODE_TEXT, MODE_IDS, MODE_JSON };
 
@@ -60,6 +66,7 @@ struct opts {
 	const char *system;
 	const char *template_name;	/* --chat-template */
 	int info, stats, prometheus;
+	int progress;			/* --progress */
 	char **args;			/* prompt words */
 	int n_args;
 };
@@ -70,7 +77,9 @@ struct run {
 	uint64_t n_tokens;			/* TOKEN events */
 	int ids_printed;
 	int last_byte;		/* last text byte written, -1 none */
-	int waiting_shown;	/* the waiting line is on stderr */
+	int waiting_shown;	/* the prefill line is on stderr */
+	uint32_t prog_done;	/* latest PROGRESS: prompt tokens done ... */
+	uint32_t prog_total;	/* ... of this many; 0 before any */
 };
 
 static volatile sig_atomic_t n_sigint;	/* SIGINTs since the submission */
@@ -132,6 +141,10 @@ usage(FILE *f)
 	    "      --ids                print the generated token ids, not "
 	    "text\n"
 	    "      --json               print one JSON object per event\n"
+	    "      --progress           report prefill progress: JSON "
+	    "objects with\n"
+	    "                           --json; on a terminal's stderr, for "
+	    "any prompt\n"
 	    "      --info               print model and daemon information\n"
 	    "      --stats              print the daemon's counters\n"
 	    "      --prometheus         with --stats: Prometheus text format\n"
@@ -194,6 +207,7 @@ enum {
 	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
 	OPT_CHAT_TEMPLATE, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
+	OPT_PROGRESS,
 };
 
 static const struct option longopts[] = {
@@ -208,6 +222,7 @@ static const struct option longopts[] = {
 	{ "stop", required_argument, NULL, 's' },
 	{ "ids", no_argument, NULL, OPT_IDS },
 	{ "json", no_argument, NULL, OPT_JSON },
+	{ "progress", no_argument, NULL, OPT_PROGRESS },
 	{ "system", required_argument, NULL, OPT_SYSTEM },
 	{ "chat", no_argument, NULL, OPT_CHAT },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
@@ -325,6 +340,9 @@ parse_args(int argc, char **argv, struct opts *o)
 			if (o->mode == MODE_IDS)
 				goto conflict;
 			o->mode = MODE_JSON;
+			break;
+		case OPT_PROGRESS:
+			o->progress = 1;
 			break;
 		case OPT_SYSTEM:
 			o->system = a;
@@ -1044,19 +1062,41 @@ apply_chat(const struct opts *o, enum chat_kind kind, char **prompt,
 
 /* ---- streaming ------------------------------------------------------ */
 
+/* The prefill line on stderr: the latest progress, else the time waited. */
 static void
 waiting_line(struct run *r, size_t prompt_len, int clear)
 {
+	double s = ms_between(r->t_submit, now_ns()) / 1000;
+
 	if (clear) {
 		if (r->waiting_shown)
 			fputs("\r\033[K", stderr);
 		r->waiting_shown = 0;
 		return;
 	}
-	fprintf(stderr, "\rcpq: %zu-byte prompt, waiting for the first token: "
-	    "%.1f s\033[K", prompt_len,
-	    ms_between(r->t_submit, now_ns()) / 1000);
+	if (r->prog_total > 0)
+		fprintf(stderr, "\rcpq: prefill: %u/%u tokens, %.1f s\033[K",
+		    r->prog_done, r->prog_total, s);
+	else
+		fprintf(stderr, "\rcpq: %zu-byte prompt, waiting for the "
+		    "first token: %.1f s\033[K", prompt_len, s);
 	r->waiting_shown = 1;
+}
+
+/* A PROGRESS event: kept for the prefill line, printed with --json --progress. */
+static void
+on_progress(struct run *r, const struct opts *o, const struct cp_event *ev)
+{
+	if (r->n_tokens > 0)
+		return;
+	r->prog_done = ev->n_prompt;
+	r->prog_total = ev->n_total;
+	if (o->mode == MODE_JSON && o->progress) {
+		printf("{\"event\":\"progress\",\"done\":%u,\"total\":%u,"
+		    "\"step\":%u,\"t_ms\":%.3f}\n", ev->n_prompt, ev->n_total,
+		    ev->step, ms_between(r->t_submit, now_ns()));
+		fflush(stdout);
+	}
 }
 
 static void
@@ -1170,6 +1210,13 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 	return EXIT_DAEMON;
 }
 
+/* 1 when the prefill line goes to stderr (a terminal) for a prompt of len bytes. */
+static int
+show_prefill(const struct opts *o, size_t len)
+{
+	return (len >= PROGRESS_BYTES || o->progress) && isatty(2);
+}
+
 /* Reads request id's events to its end; returns the exit status. */
 static int
 stream(struct cp_client *c, const struct opts *o, int id, size_t len,
@@ -1177,7 +1224,7 @@ stream(struct cp_client *c, const struct opts *o, int id, size_t len,
 {
 	struct cp_event ev;
 	uint64_t cancel_at = 0;
-	int e, show_wait = len >= PROGRESS_BYTES && isatty(2);
+	int e, show_wait = show_prefill(o, len);
 
 	for (;;) {
 		if (n_sigint > 0 && cancel_at == 0) {
@@ -1204,6 +1251,13 @@ stream(struct cp_client *c, const struct opts *o, int id, size_t len,
 		}
 		if (e == 0 && ev.req_id != id)
 			continue;
+		if (e == 0 && ev.type == CP_EVENT_PROGRESS) {
+			on_progress(r, o, &ev);
+			if (show_wait && r->n_tokens == 0 && cancel_at == 0 &&
+			    ms_between(r->t_submit, now_ns()) >= PROGRESS_MS)
+				waiting_line(r, len, 0);
+			continue;
+		}
 		waiting_line(r, len, 1);
 		if (e < 0) {
 			end_line(r, o->mode);
@@ -1224,14 +1278,17 @@ generate(struct cp_client *c, const struct opts *o, const char *prompt,
     size_t len)
 {
 	struct cp_model_info mi;
+	struct cp_params p = o->p;
 	struct run r;
 	int id;
 
 	memset(&r, 0, sizeof(r));
 	r.last_byte = -1;
+	p.progress = show_prefill(o, len) || (o->mode == MODE_JSON &&
+	    o->progress);
 	submitted = 1;
 	r.t_submit = now_ns();
-	id = cp_submit(c, prompt, len, &o->p);
+	id = cp_submit(c, prompt, len, &p);
 	if (id == -E2BIG) {
 		cp_model_info(c, &mi);
 		fprintf(stderr, "cpq: the prompt (%zu bytes) is longer than "

@@ -83,6 +83,20 @@ start(struct hd *d, const char *tmpl, int step_us)
 	ck_assert_int_eq(hd_start(d, &cfg, &mo), 0);
 }
 
+/* A daemon whose mock computes chunk prompt bytes a step of step_us. */
+static void
+start_prefill(struct hd *d, int step_us, uint32_t chunk)
+{
+	struct srv_config cfg;
+	struct mock_opts mo;
+
+	cfg_init(&cfg, "");
+	mock_opts_default(&mo);
+	mo.step_us = step_us;
+	mo.prefill_chunk = chunk;
+	ck_assert_int_eq(hd_start(d, &cfg, &mo), 0);
+}
+
 /* The daemon's counters, through a connection of the test's own. */
 static void
 stats(const struct hd *d, struct cp_wire_stats *st)
@@ -578,6 +592,58 @@ START_TEST(test_json)
 	ck_assert(jnum(tm, "ttft_ms") <= jnum(js[0], "t_ms"));
 	ck_assert(jnum(tm, "gen_tokens_per_s") > 0);
 	ck_assert_ptr_nonnull(json_get(tm, "prompt_tokens_per_s"));
+	json_lines_free(js, n);
+	buf_free(&out);
+	buf_free(&err);
+	hd_stop(&d);
+}
+END_TEST
+
+/*
+ * --json --progress: a "progress" object per prefill report before the
+ * tokens (the mock computes 4 of the 10 prompt bytes a step: 4, 8, 10,
+ * in consecutive steps); plain --json prints none.
+ */
+START_TEST(test_json_progress)
+{
+	static const double want[] = { 4, 8, 10 };
+	const char *args[] = { "--socket", NULL, "--json", "--progress",
+	    "0123456789", NULL };
+	struct json *js[32];
+	struct buf out, err;
+	size_t n, i;
+	struct hd d;
+
+	start_prefill(&d, 200, 4);
+	args[1] = d.path;
+	ck_assert_int_eq(run(args, &out, &err), 0);
+	ck_assert_str_eq(err.p, "");
+	n = json_lines(out.p, js, 32);
+	ck_assert_uint_eq(n, 3 + 10 + 1);
+	for (i = 0; i < 3; i++) {
+		ck_assert_str_eq(jstr(js[i], "event"), "progress");
+		ck_assert_double_eq(jnum(js[i], "done"), want[i]);
+		ck_assert_double_eq(jnum(js[i], "total"), 10);
+		ck_assert(jnum(js[i], "t_ms") >= 0);
+		if (i > 0)
+			ck_assert_double_eq(jnum(js[i], "step"),
+			    jnum(js[i - 1], "step") + 1);
+	}
+	for (i = 3; i < 13; i++)
+		ck_assert_str_eq(jstr(js[i], "event"), "token");
+	ck_assert_str_eq(jstr(js[13], "event"), "done");
+	json_lines_free(js, n);
+	buf_free(&out);
+	buf_free(&err);
+
+	/* Without --progress, JSON output is what it always was. */
+	args[3] = "0123456789";
+	args[4] = NULL;
+	ck_assert_int_eq(run(args, &out, &err), 0);
+	n = json_lines(out.p, js, 32);
+	ck_assert_uint_eq(n, 10 + 1);
+	for (i = 0; i < n; i++)
+		ck_assert_str_ne(jstr(js[i], "event"), "progress");
 	json_lines_free(js, n);
 	buf_free(&out);
 	buf_free(&err);
@@ -1414,6 +1480,85 @@ START_TEST(test_wait_line_on_tty)
 }
 END_TEST
 
+/* A pseudo-terminal; returns the master (non-blocking), its slave's name in *slave. */
+static int
+open_pty(char **slave)
+{
+	int m, fl;
+
+	m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	ck_assert_int_ge(m, 0);
+	ck_assert_int_eq(grantpt(m), 0);
+	ck_assert_int_eq(unlockpt(m), 0);
+	*slave = ptsname(m);
+	ck_assert_ptr_nonnull(*slave);
+	fl = fcntl(m, F_GETFL);
+	fcntl(m, F_SETFL, fl | O_NONBLOCK);
+	return m;
+}
+
+/*
+ * On a terminal, a long prompt's prefill progress is shown on stderr and
+ * updated in place, then erased by the first token: 1024 prompt bytes,
+ * 64 a step of 50 ms, so reports 64, 128, ... 1024 over 0.8 s, and the
+ * line shows from 0.5 s on.
+ */
+START_TEST(test_progress_line_on_tty)
+{
+	const char *args[] = { "--socket", NULL, "-n", "2", NULL, NULL };
+	struct spawn_opts so = { 0 };
+	struct buf out = { 0 }, err = { 0 }, tty = { 0 };
+	char prompt[1025], *slave, *last, *q;
+	unsigned done, total;
+	struct proc p;
+	ssize_t k;
+	int m, i, n_lines = 0;
+	struct hd d;
+
+	memset(prompt, 'p', sizeof(prompt) - 1);
+	prompt[sizeof(prompt) - 1] = '\0';
+	m = open_pty(&slave);
+	start_prefill(&d, 50000, 64);
+	args[1] = d.path;
+	args[4] = prompt;
+	so.err_path = slave;
+	spawn(&p, args, &so);
+	ck_assert(read_until(m, &tty, "/1024 tokens", 5000));
+	ck_assert_int_eq(finish(&p, NULL, 0, &out, &err), 0);
+	ck_assert_str_eq(out.p, "pp");
+	for (i = 0; i < 20; i++) {
+		char b[1024];
+
+		k = read(m, b, sizeof(b));
+		if (k > 0)
+			buf_add(&tty, b, (size_t)k);
+		else
+			break;
+	}
+	/* Each line in place: carriage return, text, erase to the end. */
+	last = NULL;
+	for (q = tty.p; (q = strstr(q, "\rcpq: prefill: ")) != NULL; q++) {
+		ck_assert_int_eq(sscanf(q, "\rcpq: prefill: %u/%u tokens",
+		    &done, &total), 2);
+		ck_assert_uint_eq(total, 1024);
+		ck_assert_uint_eq(done % 64, 0);
+		ck_assert_uint_gt(done, 0);
+		ck_assert_uint_le(done, 1024);
+		last = q;
+		n_lines++;
+	}
+	ck_assert_int_ge(n_lines, 1);
+	ck_assert_ptr_null(strstr(tty.p, "waiting for the first token"));
+	/* The first token erased it. */
+	ck_assert_ptr_nonnull(strstr(last + 1, "\r\033[K"));
+	close(m);
+	buf_free(&out);
+	buf_free(&err);
+	buf_free(&tty);
+	hd_stop(&d);
+}
+END_TEST
+
 Suite *
 cpq_suite(void)
 {
@@ -1428,6 +1573,7 @@ cpq_suite(void)
 	tcase_add_test(tc, test_ids);
 	tcase_add_test(tc, test_max_tokens_and_stop);
 	tcase_add_test(tc, test_json);
+	tcase_add_test(tc, test_json_progress);
 	tcase_add_test(tc, test_request_error);
 	tcase_add_test(tc, test_prompt_too_long);
 	suite_add_tcase(s, tc);
@@ -1458,6 +1604,7 @@ cpq_suite(void)
 	tcase_add_test(tc, test_sigint);
 	tcase_add_test(tc, test_sigint_before_prompt);
 	tcase_add_test(tc, test_wait_line_on_tty);
+	tcase_add_test(tc, test_progress_line_on_tty);
 	suite_add_tcase(s, tc);
 	return s;
 }
