@@ -344,6 +344,10 @@ struct stream {
 	int error;
 	uint32_t n_prompt, n_gen;
 	uint32_t end_step;
+	int n_prog;			/* PROGRESS events */
+	uint32_t prog[MAX_IDS];		/* their n_prompt */
+	uint32_t prog_total[MAX_IDS];	/* their n_total */
+	uint32_t prog_step[MAX_IDS];	/* their step */
 };
 
 static void
@@ -359,6 +363,15 @@ stream_add(struct stream *s, const struct cp_event *ev)
 {
 	ck_assert_int_eq(ev->req_id, s->id);
 	ck_assert_msg(!s->done, "event after the end of request %d", s->id);
+	if (ev->type == CP_EVENT_PROGRESS) {
+		/* Only before the first token (cpclient.h, PROGRESS). */
+		ck_assert_int_eq(s->n, 0);
+		ck_assert_int_lt(s->n_prog, MAX_IDS);
+		s->prog[s->n_prog] = ev->n_prompt;
+		s->prog_total[s->n_prog] = ev->n_total;
+		s->prog_step[s->n_prog++] = ev->step;
+		return;
+	}
 	if (ev->type == CP_EVENT_TOKEN) {
 		if (ev->token < 0)
 			return;		/* text alone */
@@ -694,6 +707,55 @@ START_TEST(test_chunked_prefill)
 	ck_assert_uint_le(st.step_prefill.max, 32);
 	ck_assert_uint_le(st.step_seqs.max, 5);
 	ck_assert_uint_eq(st.preemptions, 0);
+	cp_close(c);
+	cpd_stop(&d);
+}
+END_TEST
+
+/*
+ * Prefill progress from the real engine: under a budget of 16 tokens a
+ * step (and max_prefill_chunk clamped to it), the 100-token prompt alone
+ * is computed 16 tokens a step, so it reports 16, 32, ..., 96 and 100 in
+ * consecutive steps, the last one in the step of its first token, with
+ * the unchunked greedy ids.  The same prompt without progress reports
+ * nothing.
+ */
+START_TEST(test_prefill_progress)
+{
+	const char *args[] = { "--max-batch-tokens", "16", NULL };
+	int32_t want[8];
+	struct cp_client *c;
+	struct cp_params p;
+	struct stream s[2];
+	int i, k, n_want;
+	struct cpd d;
+
+	n_want = golden(long_prompt, 8, want);
+	ck_assert_int_eq(n_want, 8);
+	cpd_start(&d, args);
+	c = client(&d, 0);
+	for (k = 0; k < 2; k++) {
+		greedy(&p, (uint32_t)n_want);
+		p.progress = k == 0;
+		stream_init(&s[k], cp_submit(c, long_prompt,
+		    strlen(long_prompt), &p));
+		ck_assert_int_gt(s[k].id, 0);
+		drain_streams(c, &s[k], 1);
+		ck_assert_int_eq(s[k].type, CP_EVENT_DONE);
+		ck_assert_uint_eq(s[k].n_prompt, LONG_N_PROMPT);
+		assert_ids(&s[k], want, n_want);
+	}
+	ck_assert_int_eq(s[0].n_prog, 7);
+	for (i = 0; i < 7; i++) {
+		ck_assert_uint_eq(s[0].prog[i], i < 6 ? 16 * (i + 1) :
+		    LONG_N_PROMPT);
+		ck_assert_uint_eq(s[0].prog_total[i], LONG_N_PROMPT);
+		if (i > 0)
+			ck_assert_uint_eq(s[0].prog_step[i],
+			    s[0].prog_step[i - 1] + 1);
+	}
+	ck_assert_uint_eq(s[0].prog_step[6], s[0].steps[0]);
+	ck_assert_int_eq(s[1].n_prog, 0);
 	cp_close(c);
 	cpd_stop(&d);
 }
@@ -1188,6 +1250,7 @@ daemon_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_sixteen_processes);
 	tcase_add_test(tc, test_chunked_prefill);
+	tcase_add_test(tc, test_prefill_progress);
 	tcase_add_test(tc, test_client_killed);
 	tcase_add_test(tc, test_garbage_clients);
 	tcase_add_test(tc, test_cancel_frees_blocks);
