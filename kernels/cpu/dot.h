@@ -112,6 +112,8 @@ dot_fn dot_q6_K_q8_K_avx2;
  * as the AVX2 ones); call only when cpu_has_avx512vnni().
  */
 dot_fn dot_q8_0_q8_0_avx512;
+dot_fn dot_q4_K_q8_K_avx512;
+dot_fn dot_q6_K_q8_K_avx512;
 
 /*
  * The AVX-512 kernel for wtype, or NULL when there is none or this CPU

@@ -161,6 +161,307 @@ dot_q8_0_q8_0_avx512(int k, const void *w, size_t bw, int nw, const void *x,
 #undef T
 }
 
+/* ---- K-quants ----------------------------------------------------------- */
+
+/*
+ * The K-quant kernels follow dot_avx2.c's tile_k45() (Q4_K) and
+ * tile_q6_K(): per 32-value chunk the pair sums of maddubs are multiplied
+ * by the sub-block scale and added into 8 int32 lanes, here by one
+ * VPDPWSSD instead of madd + add (the same integers); the float side is
+ * unchanged.  Tiles of NW <= 2 weight rows share the activation loads
+ * (and, for Q6_K, the maddubs(32, x) term); one activation row takes two
+ * weight rows q apart, as the other matrix-vector kernels do.
+ */
+#define KT 4		/* activation rows per tile */
+
+static ALWAYS_INLINE const struct blk_q8_K *
+xblk(const char *x, size_t bx, int r, int b)
+{
+	return (const struct blk_q8_K *)(x + (size_t)r * bx) + b;
+}
+
+/* sc[0..7], mn[0..7] of a Q4_K block's 12 scale bytes (as dot_avx2.c). */
+static ALWAYS_INLINE __m256i
+k_scales_mins(const uint8_t *q)
+{
+	uint32_t u[3], sc_lo, sc_hi, mn_lo, mn_hi;
+
+	memcpy(u, q, sizeof(u));
+	sc_lo = u[0] & 0x3f3f3f3f;
+	mn_lo = u[1] & 0x3f3f3f3f;
+	sc_hi = (u[2] & 0x0f0f0f0f) | (u[0] >> 6 & 0x03030303) << 4;
+	mn_hi = (u[2] >> 4 & 0x0f0f0f0f) | (u[1] >> 6 & 0x03030303) << 4;
+	return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi,
+	    (int)mn_lo, (int)mn_hi));
+}
+
+/*
+ * Chunk c (values 64c..64c+63) of a Q4_K block: its low and high nibbles
+ * and their scales sc[2c], sc[2c + 1] in every int16 lane (scl holds
+ * sc[0..7] in both halves).
+ */
+static ALWAYS_INLINE void
+q4_chunk(const struct blk_q4_K *wb, __m256i scl, int c, __m256i *lo,
+    __m256i *hi, __m256i *s0, __m256i *s1)
+{
+	const __m256i m4 = _mm256_set1_epi8(15);
+	__m256i qb = _mm256_loadu_si256((const __m256i *)(wb->qs + 32 * c));
+
+	*lo = _mm256_and_si256(qb, m4);
+	*hi = _mm256_and_si256(_mm256_srli_epi16(qb, 4), m4);
+	*s0 = _mm256_shuffle_epi8(scl, _mm256_set1_epi16((short)(0x0100 +
+	    0x0404 * c)));
+	*s1 = _mm256_shuffle_epi8(scl, _mm256_set1_epi16((short)(0x0302 +
+	    0x0404 * c)));
+}
+
+/*
+ * Chunk c of half h of a Q6_K block: its 6-bit values and the scales
+ * 8h + 2c (low 8 int16 lanes) and 8h + 2c + 1 (high 8); s16 holds the 16
+ * scales as int16.
+ */
+static ALWAYS_INLINE void
+q6_chunk(const struct blk_q6_K *wb, __m256i s16, int h, int c, __m256i *q,
+    __m256i *sv)
+{
+	const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+	const short a = (short)(0x0100 + 0x0404 * c), b = (short)(a + 0x0202);
+	__m256i nib = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * h +
+	    32 * (c & 1)));
+	__m256i qh = _mm256_loadu_si256((const __m256i *)(wb->qh + 32 * h));
+	__m256i hs = _mm256_permute2x128_si256(s16, s16, h ? 0x11 : 0x00);
+
+	if (c >= 2)
+		nib = _mm256_srli_epi16(nib, 4);
+	*q = _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_slli_epi16(
+	    _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4));
+	*sv = _mm256_shuffle_epi8(hs, _mm256_setr_epi16(a, a, a, a, a, a, a,
+	    a, b, b, b, b, b, b, b, b));
+}
+
+static ALWAYS_INLINE void
+tile_q4_K(int nb, const char *w, size_t bw, int NW, const char *x,
+    size_t bx, int NX, float *y, size_t ldy, size_t yo)
+{
+	__m256 acc[2][KT];
+	__m128 accm[2][KT];
+
+#pragma GCC unroll 2
+	for (int o = 0; o < NW; o++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			acc[o][r] = _mm256_setzero_ps();
+			accm[o][r] = _mm_setzero_ps();
+		}
+	for (int b = 0; b < nb; b++) {
+		const struct blk_q4_K *wb[2];
+		__m256i scl[2], sumi[2][KT];
+		__m128i mins16[2], pairs[KT];
+		float dw[2], dmw[2];
+
+#pragma GCC unroll 2
+		for (int o = 0; o < NW; o++) {
+			__m256i scm;
+
+			wb[o] = (const struct blk_q4_K *)(w + (size_t)o * bw) +
+			    b;
+			scm = k_scales_mins(wb[o]->scales);
+			mins16[o] = _mm256_extracti128_si256(scm, 1);
+			scl[o] = _mm256_permute2x128_si256(scm, scm, 0x00);
+			dw[o] = f16(wb[o]->d);
+			dmw[o] = f16(wb[o]->dmin);
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const struct blk_q8_K *xb = xblk(x, bx, r, b);
+			__m256i bs = _mm256_loadu_si256((const __m256i *)
+			    xb->bsums);
+
+			pairs[r] = _mm_hadd_epi16(_mm256_castsi256_si128(bs),
+			    _mm256_extracti128_si256(bs, 1));
+#pragma GCC unroll 2
+			for (int o = 0; o < NW; o++) {
+				accm[o][r] = _mm_fmadd_ps(_mm_set1_ps(-xb->d *
+				    dmw[o]), _mm_cvtepi32_ps(_mm_madd_epi16(
+				    mins16[o], pairs[r])), accm[o][r]);
+				sumi[o][r] = _mm256_setzero_si256();
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			__m256i lo[2], hi[2], s0[2], s1[2];
+
+#pragma GCC unroll 2
+			for (int o = 0; o < NW; o++)
+				q4_chunk(wb[o], scl[o], c, &lo[o], &hi[o],
+				    &s0[o], &s1[o]);
+#pragma GCC unroll 4
+			for (int r = 0; r < NX; r++) {
+				const int8_t *q8 = xblk(x, bx, r, b)->qs +
+				    64 * c;
+				__m256i x0 = _mm256_loadu_si256(
+				    (const __m256i *)q8);
+				__m256i x1 = _mm256_loadu_si256(
+				    (const __m256i *)(q8 + 32));
+
+#pragma GCC unroll 2
+				for (int o = 0; o < NW; o++) {
+					sumi[o][r] = _mm256_dpwssd_epi32(
+					    sumi[o][r], s0[o],
+					    _mm256_maddubs_epi16(lo[o], x0));
+					sumi[o][r] = _mm256_dpwssd_epi32(
+					    sumi[o][r], s1[o],
+					    _mm256_maddubs_epi16(hi[o], x1));
+				}
+			}
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			float dx = xblk(x, bx, r, b)->d;
+
+#pragma GCC unroll 2
+			for (int o = 0; o < NW; o++)
+				acc[o][r] = _mm256_fmadd_ps(_mm256_set1_ps(dx *
+				    dw[o]), _mm256_cvtepi32_ps(sumi[o][r]),
+				    acc[o][r]);
+		}
+	}
+#pragma GCC unroll 2
+	for (int o = 0; o < NW; o++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			__m128 m = _mm_add_ps(accm[o][r],
+			    _mm_movehl_ps(accm[o][r], accm[o][r]));
+
+			m = _mm_add_ss(m, _mm_movehdup_ps(m));
+			y[(size_t)r * ldy + (size_t)o * yo] =
+			    hsum_f32(acc[o][r]) + _mm_cvtss_f32(m);
+		}
+}
+
+static ALWAYS_INLINE void
+tile_q6_K(int nb, const char *w, size_t bw, int NW, const char *x,
+    size_t bx, int NX, float *y, size_t ldy, size_t yo)
+{
+	const __m256i m32 = _mm256_set1_epi8(32);
+	__m256 acc[2][KT];
+
+#pragma GCC unroll 2
+	for (int o = 0; o < NW; o++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			acc[o][r] = _mm256_setzero_ps();
+	for (int b = 0; b < nb; b++) {
+		const struct blk_q6_K *wb[2];
+		__m256i s16[2], sumi[2][KT];
+
+#pragma GCC unroll 2
+		for (int o = 0; o < NW; o++) {
+			wb[o] = (const struct blk_q6_K *)(w + (size_t)o * bw) +
+			    b;
+			s16[o] = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+			    (const __m128i *)wb[o]->scales));
+#pragma GCC unroll 4
+			for (int r = 0; r < NX; r++)
+				sumi[o][r] = _mm256_setzero_si256();
+		}
+#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+#pragma GCC unroll 4
+			for (int c = 0; c < 4; c++) {
+				__m256i q[2], sv[2];
+
+#pragma GCC unroll 2
+				for (int o = 0; o < NW; o++)
+					q6_chunk(wb[o], s16[o], h, c, &q[o],
+					    &sv[o]);
+#pragma GCC unroll 4
+				for (int r = 0; r < NX; r++) {
+					__m256i xv = _mm256_loadu_si256(
+					    (const __m256i *)(xblk(x, bx, r,
+					    b)->qs + 128 * h + 32 * c));
+					__m256i q8s = _mm256_maddubs_epi16(m32,
+					    xv);
+
+#pragma GCC unroll 2
+					for (int o = 0; o < NW; o++) {
+						__m256i p = _mm256_sub_epi16(
+						    _mm256_maddubs_epi16(q[o],
+						    xv), q8s);
+
+						sumi[o][r] =
+						    _mm256_dpwssd_epi32(
+						    sumi[o][r], sv[o], p);
+					}
+				}
+			}
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			float dx = xblk(x, bx, r, b)->d;
+
+#pragma GCC unroll 2
+			for (int o = 0; o < NW; o++)
+				acc[o][r] = _mm256_fmadd_ps(_mm256_set1_ps(dx *
+				    f16(wb[o]->d)), _mm256_cvtepi32_ps(
+				    sumi[o][r]), acc[o][r]);
+		}
+	}
+#pragma GCC unroll 2
+	for (int o = 0; o < NW; o++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			y[(size_t)r * ldy + (size_t)o * yo] =
+			    hsum_f32(acc[o][r]);
+}
+
+/* Tiles of 2 x KT; one activation row: two weight rows q apart. */
+#define K_DOT(name, tile)						\
+void									\
+name(int k, const void *w, size_t bw, int nw, const void *x, size_t bx,\
+    int nx, float *y, size_t ldy)					\
+{									\
+	const char *wc = w, *xc = x;					\
+	int nb = k / QUANT_QK_K, o = 0, r, q;				\
+									\
+	if (nx == 1) {							\
+		q = nw / 2;						\
+		for (; o < q; o++)					\
+			tile(nb, wc + (size_t)o * bw, (size_t)q * bw, 2,\
+			    xc, bx, 1, y + o, ldy, (size_t)q);		\
+		for (o = 2 * q; o < nw; o++)				\
+			tile(nb, wc + (size_t)o * bw, bw, 1, xc, bx, 1,	\
+			    y + o, ldy, 1);				\
+		return;							\
+	}								\
+	for (; o < nw; o += 2) {					\
+		int NW = nw - o >= 2 ? 2 : 1;				\
+									\
+		for (r = 0; r + KT <= nx; r += KT) {			\
+			if (NW == 2)					\
+				K_T(tile, 2, KT);			\
+			else						\
+				K_T(tile, 1, KT);			\
+		}							\
+		switch ((nx - r) * 2 + NW - 1) {			\
+		case 7: K_T(tile, 2, 3); break;				\
+		case 6: K_T(tile, 1, 3); break;				\
+		case 5: K_T(tile, 2, 2); break;				\
+		case 4: K_T(tile, 1, 2); break;				\
+		case 3: K_T(tile, 2, 1); break;				\
+		case 2: K_T(tile, 1, 1); break;				\
+		}							\
+	}								\
+}
+#define K_T(tile, NW, NX) tile(nb, wc + (size_t)o * bw, bw, NW,	\
+	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy, 1)
+
+K_DOT(dot_q4_K_q8_K_avx512, tile_q4_K)
+K_DOT(dot_q6_K_q8_K_avx512, tile_q6_K)
+
+#undef K_T
+#undef K_DOT
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif
