@@ -19,9 +19,10 @@
  *      entry computed prompt positions of a request that asked for them
  *      and has no token yet; then, for an entry with a logits row: sample,
  *      accept, detokenize (streaming), match stop strings, TOKEN event
- *      with the text that is safe to send.  Steps are numbered from 1 (the count
- *      of steps run, st.steps, after them); every event emitted during
- *      a step carries its number, other events (a refused SUBMIT) 0.
+ *      with the text that is safe to send.  Steps are numbered from 1
+ *      (the count of steps run, st.steps, after them); every event
+ *      emitted during a step carries its number, other events (a refused
+ *      SUBMIT) 0.
  *   6. Commit: sched_commit(); each item that ended its request gets its
  *      terminal event (DONE with the held-back text; an ERROR was sent
  *      when the failure was found), its KV freed and its slot freed.

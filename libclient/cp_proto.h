@@ -251,7 +251,7 @@ struct cp_cqe {
 	int32_t token;		/* TOKEN: token id; else -1 */
 	float logprob;		/* TOKEN with CP_PF_LOGPROB: natural log; else 0 */
 	union {
-		int32_t error;	/* ERROR: negative errno or CP_E* code; else 0 */
+		int32_t error;	/* ERROR: negative errno or CP_E*; else 0 */
 		uint32_t n_total;	/* PROGRESS: the prompt's tokens */
 	};
 	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens processed;

@@ -37,7 +37,7 @@ struct cp_client {
 	int gone;			/* the daemon hung up, atomic */
 	uint32_t live;			/* requests not ended yet, atomic */
 	uint32_t last_id;		/* highest id submitted, atomic */
-	int progress_asked;		/* a SUBMIT carried CP_PF_PROGRESS, atomic */
+	int progress_asked;		/* progress asked for once, atomic */
 
 	pthread_mutex_t sq_lock;	/* everything below up to cq_lock */
 	uint32_t sq_tail;		/* published */

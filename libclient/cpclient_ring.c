@@ -369,7 +369,8 @@ take_event(struct cp_client *c, struct cp_event *ev)
 		if (i == 0) {
 			first = q;
 			if ((q.type != CP_EV_TOKEN && q.type != CP_EV_DONE &&
-			    q.type != CP_EV_ERROR && q.type != CP_EV_PROGRESS) ||
+			    q.type != CP_EV_ERROR &&
+			    q.type != CP_EV_PROGRESS) ||
 			    q.req_id == 0 || q.req_id > last ||
 			    q.finish > CP_FINISH_MAX ||
 			    (q.type == CP_EV_PROGRESS && !progress_ok(c, &q)))

@@ -1083,7 +1083,7 @@ waiting_line(struct run *r, size_t prompt_len, int clear)
 	r->waiting_shown = 1;
 }
 
-/* A PROGRESS event: kept for the prefill line, printed with --json --progress. */
+/* A PROGRESS event: for the prefill line; printed with --json --progress. */
 static void
 on_progress(struct run *r, const struct opts *o, const struct cp_event *ev)
 {
@@ -1210,7 +1210,7 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 	return EXIT_DAEMON;
 }
 
-/* 1 when the prefill line goes to stderr (a terminal) for a prompt of len bytes. */
+/* 1 when a prompt of len bytes gets the prefill line (stderr a terminal). */
 static int
 show_prefill(const struct opts *o, size_t len)
 {

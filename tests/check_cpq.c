@@ -1480,7 +1480,7 @@ START_TEST(test_wait_line_on_tty)
 }
 END_TEST
 
-/* A pseudo-terminal; returns the master (non-blocking), its slave's name in *slave. */
+/* A pseudo-terminal: its master (non-blocking); its slave's name in *slave. */
 static int
 open_pty(char **slave)
 {
