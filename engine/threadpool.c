@@ -1,14 +1,13 @@
 /*
  * threadpool.c - persistent workers that spin, then sleep on a futex.
  *
- * A decode step runs about a hundred short jobs (matrix products of a few
- * hundred microseconds each, with serial work of a few microseconds in
- * between), so a job's start and end must cost far less than a wake-up
- * through the kernel.  Workers therefore poll the job counter for a while
- * after each job (TP_SPIN_NS), long enough to bridge the serial work
- * between the jobs of a step, short enough that a thread which lost its
- * CPU to another process soon stops spinning; then sleep.  tp_run() wakes
- * sleepers only when there are any, so a busy pool makes no system call.
+ * A decode step runs about sixty short jobs (matrix products of tens of
+ * microseconds each, with serial work of a few microseconds in between),
+ * so a job's start and end must cost far less than a wake-up through the
+ * kernel.  Workers therefore poll the job counter after each job, and the
+ * caller polls for the workers' end, for an adaptive time (tp_spin()),
+ * then sleep on a futex.  tp_run() wakes sleepers only when there are
+ * any, so a busy pool makes no system call.
  */
 #include "threadpool.h"
 
@@ -33,7 +32,8 @@
 #define TP_PAUSE() ((void)0)
 #endif
 
-#define TP_SPIN_NS 200000	/* polling before a thread sleeps */
+#define TP_SPIN_MAX_NS 200000	/* longest polling before a thread sleeps */
+#define TP_SPIN_MIN_NS 4000	/* shortest */
 #define TP_CLOCK_EVERY 64	/* polls between clock reads */
 
 struct tp_worker {
@@ -65,6 +65,7 @@ struct threadpool {
 	_Alignas(64) atomic_int next;	/* next task index to claim */
 	_Alignas(64) atomic_uint pending; /* futex word: workers not done */
 	atomic_int waiting;		/* the caller sleeps on pending */
+	int64_t budget;			/* the caller's polling budget, ns */
 	_Alignas(64) tp_fn *fn;
 	void *arg;
 	int n_tasks;
@@ -94,25 +95,36 @@ tp_now_ns(void)
 }
 
 /*
- * Poll until *word != val or TP_SPIN_NS pass; returns true if it changed.
- * The clock is read only every TP_CLOCK_EVERY polls.  No sched_yield():
- * on a loaded machine it hands the rest of the time slice to another
- * process, which costs more than it saves.
+ * Poll until *word != val or *budget ns pass; returns true if it changed.
+ * The clock is read only every TP_CLOCK_EVERY polls.  The budget adapts:
+ * it doubles (up to TP_SPIN_MAX_NS) when the wait ends while polling and
+ * falls to a quarter (down to TP_SPIN_MIN_NS) when it runs out.  On an
+ * idle machine waits are short and polling wins; when other processes
+ * take the cores, the thread being waited for is often descheduled, and
+ * long polling would only burn the time slice it needs.  No sched_yield():
+ * on a loaded machine it hands the rest of the slice to another process.
  */
 static bool
-tp_spin(const atomic_uint *word, unsigned val)
+tp_spin(const atomic_uint *word, unsigned val, int64_t *budget)
 {
 	int64_t t0 = 0;
 
 	for (unsigned i = 1;; i++) {
-		if (atomic_load_explicit(word, memory_order_acquire) != val)
+		if (atomic_load_explicit(word, memory_order_acquire) != val) {
+			if (t0 != 0 && *budget < TP_SPIN_MAX_NS)
+				*budget = *budget * 2 < TP_SPIN_MAX_NS ?
+				    *budget * 2 : TP_SPIN_MAX_NS;
 			return true;
+		}
 		TP_PAUSE();
 		if (i % TP_CLOCK_EVERY == 0) {
-			if (t0 == 0)
+			if (t0 == 0) {
 				t0 = tp_now_ns();
-			else if (tp_now_ns() - t0 > TP_SPIN_NS)
+			} else if (tp_now_ns() - t0 > *budget) {
+				*budget = *budget / 4 > TP_SPIN_MIN_NS ?
+				    *budget / 4 : TP_SPIN_MIN_NS;
 				return false;
+			}
 		}
 	}
 }
@@ -132,10 +144,11 @@ tp_main(void *p)
 {
 	struct tp_worker *w = p;
 	struct threadpool *tp = w->tp;
+	int64_t budget = TP_SPIN_MAX_NS;
 	unsigned seen = 0;
 
 	for (;;) {
-		if (!tp_spin(&tp->gen, seen)) {
+		if (!tp_spin(&tp->gen, seen, &budget)) {
 			atomic_fetch_add(&tp->sleepers, 1);
 			while (atomic_load(&tp->gen) == seen &&
 			    !atomic_load(&tp->stop))
@@ -174,6 +187,7 @@ tp_new(int n_threads, struct threadpool **out)
 	atomic_init(&tp->next, 0);
 	atomic_init(&tp->pending, 0);
 	atomic_init(&tp->waiting, 0);
+	tp->budget = TP_SPIN_MAX_NS;
 	if ((tp->workers = calloc((size_t)n_threads,
 	    sizeof(*tp->workers))) == NULL) {
 		free(tp);
@@ -242,7 +256,7 @@ tp_run(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
 	/* pending only falls: spin while it is not 0, then sleep */
 	while ((p = atomic_load_explicit(&tp->pending,
 	    memory_order_acquire)) != 0) {
-		if (tp_spin(&tp->pending, p))
+		if (tp_spin(&tp->pending, p, &tp->budget))
 			continue;
 		atomic_store(&tp->waiting, 1);
 		while ((p = atomic_load(&tp->pending)) != 0)
