@@ -36,6 +36,8 @@ usage(void)
 {
 	fputs("usage: cpbench engine -m FILE [-p N] [-n N] [-r N] [-t N] "
 	    "[-b BACKEND] [-o md|json]\n"
+	    "       cpbench kernels [-w TYPES] [-k K] [-n N] [-m ROWS] "
+	    "[-r REPS] [-t THREADS] [-f FILE]\n"
 	    "       cpbench serve [--socket S] [-c N] [--prompt-len P] "
 	    "[--gen-len G] [-r R]\n"
 	    "           [--long-prompt L --long-every MS] [-o md|json]\n"
@@ -48,6 +50,8 @@ main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "engine") == 0)
 		return bench_engine(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "kernels") == 0)
+		return bench_kernels(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "serve") == 0)
 		return bench_serve(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "ipc") == 0)

@@ -9,6 +9,9 @@
 /* `cpbench engine ...`: prompt processing and generation throughput. */
 int bench_engine(int argc, char **argv);
 
+/* `cpbench kernels ...`: matrix-product kernels and read bandwidth. */
+int bench_kernels(int argc, char **argv);
+
 /* `cpbench serve ...`: clients streaming through the daemon (bench_serve.c). */
 int bench_serve(int argc, char **argv);
 
