@@ -224,7 +224,7 @@ static ALWAYS_INLINE void
 q6_chunk(const struct blk_q6_K *wb, __m256i s16, int h, int c, __m256i *q,
     __m256i *sv)
 {
-	const __m256i m4 = _mm256_set1_epi8(15), m2 = _mm256_set1_epi8(3);
+	const __m256i m4 = _mm256_set1_epi8(15);
 	const short a = (short)(0x0100 + 0x0404 * c), b = (short)(a + 0x0202);
 	__m256i nib = _mm256_loadu_si256((const __m256i *)(wb->ql + 64 * h +
 	    32 * (c & 1)));
@@ -233,8 +233,17 @@ q6_chunk(const struct blk_q6_K *wb, __m256i s16, int h, int c, __m256i *q,
 
 	if (c >= 2)
 		nib = _mm256_srli_epi16(nib, 4);
-	*q = _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_slli_epi16(
-	    _mm256_and_si256(_mm256_srli_epi16(qh, 2 * c), m2), 4));
+	/* bits 2c, 2c + 1 of each qh byte to bits 4, 5 (16-bit shifts: what
+	 * crosses into the neighbouring byte is masked off) */
+	if (c == 0)
+		qh = _mm256_slli_epi16(qh, 4);
+	else if (c == 1)
+		qh = _mm256_slli_epi16(qh, 2);
+	else if (c == 3)
+		qh = _mm256_srli_epi16(qh, 2);
+	qh = _mm256_and_si256(qh, _mm256_set1_epi8(0x30));
+	/* (nib & 15) | qh */
+	*q = _mm256_ternarylogic_epi32(nib, m4, qh, 0xea);
 	*sv = _mm256_shuffle_epi8(hs, _mm256_setr_epi16(a, a, a, a, a, a, a,
 	    a, b, b, b, b, b, b, b, b));
 }
