@@ -59,6 +59,17 @@ f16(const uint8_t *p)
 
 /* ---- Q8_0 ------------------------------------------------------------- */
 
+/*
+ * v, hidden from the optimizer: the products of two broadcast scales stay
+ * one vector multiply each instead of a scalar multiply and a broadcast.
+ */
+static ALWAYS_INLINE __m256
+opaque(__m256 v)
+{
+	__asm__("" : "+v"(v));
+	return v;
+}
+
 #define Q8B sizeof(struct blk_q8_0)
 
 /*
@@ -89,7 +100,7 @@ tile_q8_0(int nb, const char *w, size_t bw, int NW, const char *x,
 
 			wq[o] = _mm256_xor_si256(_mm256_loadu_si256(
 			    (const __m256i *)(p + 2)), off);
-			dw[o] = _mm256_set1_ps(f16(p));
+			dw[o] = opaque(_mm256_set1_ps(f16(p)));
 		}
 #pragma GCC unroll 4
 		for (int r = 0; r < NX; r++) {
@@ -100,7 +111,7 @@ tile_q8_0(int nb, const char *w, size_t bw, int NW, const char *x,
 			    (p + 2));
 			__m256i nc = _mm256_sub_epi32(zero,
 			    _mm256_dpbusd_epi32(zero, off, xv));
-			__m256 dx = _mm256_set1_ps(f16(p));
+			__m256 dx = opaque(_mm256_set1_ps(f16(p)));
 
 #pragma GCC unroll 4
 			for (int o = 0; o < NW; o++) {
