@@ -286,15 +286,41 @@ fwd_mm_add(struct fwd_mm_job *j, const struct model_tensor *w,
 	a->ldy = (size_t)w->rows;
 }
 
+/* Preparation of a job's activations: tasks of rows of each product. */
+struct fwd_prep_job {
+	struct fwd_mm_job *j;
+	int prep[FWD_MAX_MATS];	/* products whose scratch to fill */
+	int n_prep;
+	int chunk;		/* rows per task */
+	int tasks_per;		/* tasks per product */
+};
+
+static void
+fwd_prep_task(void *arg, int task, int thread)
+{
+	struct fwd_prep_job *p = arg;
+	const struct mm_args *a = &p->j->a[p->prep[task / p->tasks_per]];
+	int r0 = task % p->tasks_per * p->chunk, r1 = r0 + p->chunk;
+
+	(void)thread;
+	if (r1 > a->m)
+		r1 = a->m;
+	if (r0 < r1)
+		mm_prepare_rows(a, (void *)p->j->scratch[p->prep[task /
+		    p->tasks_per]], r0, r1);
+}
+
 /*
  * Run job j: prepare each product's activations (once per distinct x and
- * activation format), split every product's outputs into about
+ * activation format; split over the pool by rows when there are
+ * FWD_ROWS_PAR rows or more), split every product's outputs into about
  * FWD_MM_SPLIT tasks per thread, run them.
  */
 static void
 fwd_mm_run(struct fwd *f, struct fwd_mm_job *j)
 {
 	int n_task_mats = j->swiglu ? 1 : j->n_mat, n_tasks = 0, i, k;
+	struct fwd_prep_job pj = { .j = j, .n_prep = 0 };
 
 	for (i = 0; i < j->n_mat; i++) {
 		const struct dot_kernel *ki = dot_kernel(j->a[i].wtype);
@@ -313,8 +339,18 @@ fwd_mm_run(struct fwd *f, struct fwd_mm_job *j)
 		if (j->scratch[i] == NULL) {
 			j->scratch[i] = (char *)f->mm_scratch +
 			    (size_t)i * f->mm_scratch_bytes;
-			mm_prepare(&j->a[i], (void *)j->scratch[i]);
+			pj.prep[pj.n_prep++] = i;
 		}
+	}
+	pj.tasks_per = 1;
+	pj.chunk = j->a[0].m;
+	if (f->p.tp != NULL && j->a[0].m >= FWD_ROWS_PAR) {
+		pj.tasks_per = f->n_threads * 2;
+		pj.chunk = (j->a[0].m + pj.tasks_per - 1) / pj.tasks_per;
+		tp_run(f->p.tp, fwd_prep_task, &pj, pj.n_prep * pj.tasks_per);
+	} else {
+		for (i = 0; i < pj.n_prep; i++)
+			fwd_prep_task(&pj, i, 0);
 	}
 	for (i = 0; i < n_task_mats; i++) {
 		int rows = j->a[i].n_out, nt = 1;

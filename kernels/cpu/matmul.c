@@ -88,16 +88,23 @@ scratch_base(const void *scratch)
 void
 mm_prepare(const struct mm_args *a, void *scratch)
 {
+	mm_prepare_rows(a, scratch, 0, a->m);
+}
+
+void
+mm_prepare_rows(const struct mm_args *a, void *scratch, int r0, int r1)
+{
 	const struct dot_kernel *kern = dot_kernel(a->wtype);
 	size_t row;
 	char *base;
 
 	assert(kern != NULL && k_fits(a->wtype, a->k));
+	assert(0 <= r0 && r0 <= r1 && r1 <= a->m);
 	if (reads_x(kern))
 		return;
 	row = xrow_bytes(kern, a->k);
 	base = scratch_base(scratch);
-	for (int r = 0; r < a->m; r++) {
+	for (int r = r0; r < r1; r++) {
 		const float *src = a->x + (size_t)r * a->ldx;
 		void *dst = base + (size_t)r * row;
 

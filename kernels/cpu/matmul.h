@@ -43,6 +43,12 @@ size_t mm_scratch_bytes(uint32_t wtype, int k, int m);
 /* Convert a->x into scratch for a->wtype (no-op for types that read F32). */
 void mm_prepare(const struct mm_args *a, void *scratch);
 
+/*
+ * mm_prepare() for activation rows [r0, r1) only (0 <= r0 <= r1 <= m):
+ * rows are independent, so threads may prepare disjoint ranges.
+ */
+void mm_prepare_rows(const struct mm_args *a, void *scratch, int r0, int r1);
+
 /* Y[r][o] for every r < m and o0 <= o < o1, reading the prepared scratch. */
 void mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1);
 
