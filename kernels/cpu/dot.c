@@ -162,6 +162,8 @@ static const struct dot_kernel avx2_kernels[] = {
 };
 
 static const struct dot_kernel avx512_kernels[] = {
+	K(F32, F32, F32, dot_f32_f32_avx512, "f32.f32/avx512"),
+	K(F16, F32, F16, dot_f16_f32_avx512, "f16.f32/avx512"),
 	K(Q8_0, Q8_0, F32, dot_q8_0_q8_0_avx512, "q8_0.q8_0/avx512"),
 	K(Q4_K, Q8_K, F32, dot_q4_K_q8_K_avx512, "q4_K.q8_K/avx512"),
 	K(Q6_K, Q8_K, F32, dot_q6_K_q8_K_avx512, "q6_K.q8_K/avx512"),

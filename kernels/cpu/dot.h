@@ -111,6 +111,8 @@ dot_fn dot_q6_K_q8_K_avx2;
  * AVX-512 VL/BW/VNNI kernels (dot_avx512.c, 256-bit vectors: the same bits
  * as the AVX2 ones); call only when cpu_has_avx512vnni().
  */
+dot_fn dot_f32_f32_avx512;
+dot_fn dot_f16_f32_avx512;
 dot_fn dot_q8_0_q8_0_avx512;
 dot_fn dot_q4_K_q8_K_avx512;
 dot_fn dot_q6_K_q8_K_avx512;

@@ -29,6 +29,7 @@
 #endif
 
 #include <immintrin.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "quant.h"
@@ -55,6 +56,104 @@ f16(const uint8_t *p)
 
 	memcpy(&v, p, sizeof(v));
 	return _cvtsh_ss(v);
+}
+
+/* ---- F16 and F32 ------------------------------------------------------ */
+
+/*
+ * NW <= 6 weight rows (F16, or F32 when f32) times NX <= 4 activation
+ * rows, one 8-lane accumulator per pair, element j fused-multiply-added
+ * into lane j % 8 (dot.c's order; k a multiple of 8 here, the caller
+ * handles the rest).
+ */
+static ALWAYS_INLINE void
+tile_float(bool f32, int k, const char *w, size_t bw, int NW, const char *x,
+    size_t bx, int NX, float *y, size_t ldy)
+{
+	__m256 acc[6][4], xv[4];
+
+#pragma GCC unroll 6
+	for (int o = 0; o < NW; o++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			acc[o][r] = _mm256_setzero_ps();
+	for (int j = 0; j < k; j += 8) {
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			xv[r] = _mm256_loadu_ps((const float *)(const void *)
+			    (x + (size_t)r * bx) + j);
+#pragma GCC unroll 6
+		for (int o = 0; o < NW; o++) {
+			const char *wr = w + (size_t)o * bw;
+			__m256 wv = f32 ? _mm256_loadu_ps((const float *)
+			    (const void *)wr + j) : _mm256_cvtph_ps(
+			    _mm_loadu_si128((const __m128i *)wr + j / 8));
+
+#pragma GCC unroll 4
+			for (int r = 0; r < NX; r++)
+				acc[o][r] = _mm256_fmadd_ps(wv, xv[r],
+				    acc[o][r]);
+		}
+	}
+#pragma GCC unroll 6
+	for (int o = 0; o < NW; o++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			y[(size_t)r * ldy + o] = hsum_f32(acc[o][r]);
+}
+
+/* Tiles of 6 x 4 for three or more activation rows, k a multiple of 8. */
+static ALWAYS_INLINE void
+dot_float(bool f32, int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	const char *wc = w, *xc = x;
+	int o = 0, r;
+
+#define T(NW, NX) tile_float(f32, k, wc + (size_t)o * bw, bw, NW, \
+	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy)
+#define ROWS(NW)							\
+	do {								\
+		for (r = 0; r + 4 <= nx; r += 4)			\
+			T(NW, 4);					\
+		switch (nx - r) {					\
+		case 3: T(NW, 3); break;				\
+		case 2: T(NW, 2); break;				\
+		case 1: T(NW, 1); break;				\
+		}							\
+	} while (0)
+	for (; o + 6 <= nw; o += 6)
+		ROWS(6);
+	switch (nw - o) {
+	case 5: ROWS(5); break;
+	case 4: ROWS(4); break;
+	case 3: ROWS(3); break;
+	case 2: ROWS(2); break;
+	case 1: ROWS(1); break;
+	}
+#undef ROWS
+#undef T
+}
+
+/* Fewer than three activation rows or k % 8 != 0: the AVX2 kernels. */
+void
+dot_f16_f32_avx512(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	if (nx < 3 || k % 8 != 0)
+		dot_f16_f32_avx2(k, w, bw, nw, x, bx, nx, y, ldy);
+	else
+		dot_float(false, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_f32_f32_avx512(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	if (nx < 3 || k % 8 != 0)
+		dot_f32_f32_avx2(k, w, bw, nw, x, bx, nx, y, ldy);
+	else
+		dot_float(true, k, w, bw, nw, x, bx, nx, y, ldy);
 }
 
 /* ---- Q8_0 ------------------------------------------------------------- */
