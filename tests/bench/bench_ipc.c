@@ -158,7 +158,7 @@ bi_wall(const struct bench_run *run)
 static int
 bi_round_trip(const struct bi_opts *o, int n, struct bi_result *r)
 {
-	struct bench_load l = { o->socket, 1, 1, o->reps, 0, 0 };
+	struct bench_load l = { o->socket, 1, 1, o->reps, 0, 0, 0 };
 	struct bench_vec rt = { 0 }, tk = { 0 };
 	struct bench_run run;
 	double sum = 0, wall;
@@ -194,7 +194,7 @@ bi_round_trip(const struct bi_opts *o, int n, struct bi_result *r)
 static int
 bi_delivery(const struct bi_opts *o, int n, int gen, struct bi_result *r)
 {
-	struct bench_load l = { o->socket, 1, gen, o->n_deliv, 0, 0 };
+	struct bench_load l = { o->socket, 1, gen, o->n_deliv, 0, 0, 0 };
 	struct bench_vec itl = { 0 }, stream = { 0 };
 	struct bench_run run;
 	double wall, sum = 0;

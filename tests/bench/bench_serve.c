@@ -3,7 +3,8 @@
  * running daemon, and the client machinery that `cpbench ipc` shares.
  *
  *	cpbench serve [--socket S] [-c N] [--prompt-len P] [--gen-len G]
- *	    [-r R] [--long-prompt L --long-every K] [-o md|json]
+ *	    [-r R] [--long-prompt L --long-every K [--long-count M]]
+ *	    [-o md|json]
  *
  * N client processes are forked; each connects on its own (cp_connect),
  * builds its prompts, says it is ready and waits for the common start (a
@@ -14,8 +15,9 @@
  * the parent through a pipe per client, after the client's last request.
  *
  * With --long-prompt L, one more client submits an L-token prompt (one
- * generated token) K ms after the start, then every K ms (one at a time)
- * while the N streaming clients still run.  Its TTFT is reported, and the
+ * generated token) K ms after the start, then every K ms (one at a time,
+ * at most M of them when --long-count is given) while the N streaming
+ * clients still run.  Its TTFT is reported, and the
  * streams' inter-token gaps are split into those before the first long
  * prompt arrived (unloaded) and those overlapping a long prompt's prefill
  * (from its submission to its first token).
@@ -272,8 +274,9 @@ bs_client(struct bs_child *ch, int i, int out)
 	if ((rc = bs_sync(ch)) < 0)
 		goto out;
 	if (is_long) {
-		for (r = 0; __atomic_load_n(&ch->sh->active,
-		    __ATOMIC_ACQUIRE) > 0; r++) {
+		for (r = 0; (l->long_count == 0 || r < l->long_count) &&
+		    __atomic_load_n(&ch->sh->active, __ATOMIC_ACQUIRE) > 0;
+		    r++) {
 			double at = ch->sh->t0 + (r + 1) * l->long_every_ms /
 			    1e3;
 
@@ -684,8 +687,8 @@ bs_print(const struct bs_opts *o, const struct cp_model_info *mi,
 		if (l->long_prompt > 0) {
 			bs_json_dist("itl_ms", &r->itl, ",");
 			printf("  \"long\": {\"prompt\": %d, \"every_ms\": %d, "
-			    "\"n\": %d},\n", l->long_prompt, l->long_every_ms,
-			    r->n_long);
+			    "\"count\": %d, \"n\": %d},\n", l->long_prompt,
+			    l->long_every_ms, l->long_count, r->n_long);
 			bs_json_dist("long_ttft_ms", &r->lttft, ",");
 			bs_json_dist("itl_unloaded_ms", &r->itl_free, ",");
 			bs_json_dist("itl_prefill_ms", &r->itl_load, "");
@@ -739,7 +742,8 @@ bench_int_arg(const char *cmd, const char *opt, const char *s, int min,
 static const char bs_usage[] =
     "usage: cpbench serve [--socket S] [-c N] [--prompt-len P] "
     "[--gen-len G] [-r R]\n"
-    "           [--long-prompt L --long-every MS] [-o md|json]\n";
+    "           [--long-prompt L --long-every MS [--long-count M]] "
+    "[-o md|json]\n";
 
 static int
 bs_parse_opts(int argc, char **argv, struct bs_opts *o)
@@ -752,6 +756,7 @@ bs_parse_opts(int argc, char **argv, struct bs_opts *o)
 		{ "reps", required_argument, NULL, 'r' },
 		{ "long-prompt", required_argument, NULL, 'L' },
 		{ "long-every", required_argument, NULL, 'K' },
+		{ "long-count", required_argument, NULL, 'M' },
 		{ "output", required_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 }
 	};
@@ -791,6 +796,10 @@ bs_parse_opts(int argc, char **argv, struct bs_opts *o)
 		case 'K':
 			rc = bench_int_arg("serve", "--long-every", optarg, 1,
 			    3600 * 1000, &o->l.long_every_ms);
+			break;
+		case 'M':
+			rc = bench_int_arg("serve", "--long-count", optarg, 0,
+			    100000, &o->l.long_count);
 			break;
 		case 'o':
 			if (strcmp(optarg, "json") == 0)

@@ -20,6 +20,7 @@ struct bench_load {
 	int reps;		/* requests per client, one after another */
 	int long_prompt;	/* > 0: one more client, prompts this long */
 	int long_every_ms;	/* ... at start + k * this, one at a time */
+	int long_count;		/* at most this many of them; 0: no limit */
 };
 
 /* One request as its client saw it; times are bench_now() seconds. */

@@ -40,7 +40,8 @@ usage(void)
 	    "[-r REPS] [-t THREADS] [-f FILE]\n"
 	    "       cpbench serve [--socket S] [-c N] [--prompt-len P] "
 	    "[--gen-len G] [-r R]\n"
-	    "           [--long-prompt L --long-every MS] [-o md|json]\n"
+	    "           [--long-prompt L --long-every MS [--long-count M]] "
+	    "[-o md|json]\n"
 	    "       cpbench ipc [--socket S] [-c N,...] [-r R] [-g G] [-n N] "
 	    "[-o md|json]\n", stderr);
 }
