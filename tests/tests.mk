@@ -32,3 +32,8 @@ $(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon: \
 $(BUILD)/tests/check_install.o: override XCFLAGS += \
 	-DCP_SRCDIR='"$(abspath .)"' -DCP_BUILD='"$(BUILD)"' \
 	-DCP_CC='"$(CC)"' -DCP_SANFLAGS='"$(SANFLAGS)"'
+
+# check_cuda_kernels writes out the CPU forward pass's float formulas and
+# compares the CUDA kernels with them bit for bit: no fused multiply-adds,
+# whatever the compiler's default.
+$(BUILD)/tests/check_cuda_kernels.o: override XCFLAGS += -ffp-contract=off
