@@ -243,6 +243,21 @@ fuzz-run: fuzz
 		$$h -max_total_time=$(FUZZ_TIME) -max_len=65536 $$c || exit 1; \
 	done
 
+# ---- gpu-deps ------------------------------------------------------------
+# .deb files of what the engine's tests link (Check and subunit, liburing,
+# libyaml) and of make, for the GPU machine, which reaches no package
+# registry: tests/gpu/run.sh unpacks them there under build/gpu-deps/root
+# (see tests/gpu/README.md).  Unpacked here too, to try that prefix.
+GPU_DEBS := check libsubunit-dev libsubunit0 liburing-dev liburing2 \
+	libyaml-dev libyaml-0-2 make
+.PHONY: gpu-deps
+gpu-deps:
+	@rm -rf build/gpu-deps && mkdir -p build/gpu-deps/debs build/gpu-deps/root
+	cd build/gpu-deps/debs && apt-get download $(GPU_DEBS)
+	@for f in build/gpu-deps/debs/*.deb; do \
+		dpkg-deb -x $$f build/gpu-deps/root || exit 1; done
+	@du -sh build/gpu-deps/debs
+
 # ---- install -------------------------------------------------------------
 # Fragments add to INSTALL_FILES as "mode:source:destination-dir" triples.
 INSTALL_FILES += $(foreach p,$(PROGRAMS),755:$(p):$(BINDIR))
