@@ -476,6 +476,14 @@ summary() {
 
 # ---- the run ----------------------------------------------------------------
 
+# Stop early: say why, show the end of the build log, write the summary.
+fail() {
+	say "ERROR: $1 (see build.log)"
+	tail -n 40 "$OUT/build.log"
+	NOTES+=("stopped: $1")
+	summary
+}
+
 GPU_LINE=
 MEMBW_LINE=
 HAVE_GPU=0
@@ -514,18 +522,12 @@ main() {
 	*) cc=90 ;;
 	esac
 	ARCH=${GPU_ARCHS:-$cc}
-	find_nvcc || { say "ERROR: no nvcc on PATH or in /usr/local/cuda/bin"; return 1; }
-	deps_setup || return 1
-
-	build_host || { say "build: FAILED (cpmodel), see build.log"; tail -n 30 "$OUT/build.log"; return 1; }
+	find_nvcc || { fail "no nvcc on PATH or in /usr/local/cuda/bin"; return 1; }
+	deps_setup || { fail "the libraries the tests link are missing"; return 1; }
+	build_host || { fail "build of cpmodel (CPU only) failed"; return 1; }
 	fixtures_setup
 	[ "$HAVE_GPU" = 1 ] && start_synths
-	build_cuda || {
-		say "build: FAILED, see build.log"
-		tail -n 40 "$OUT/build.log"
-		stop_synths
-		return 1
-	}
+	build_cuda || { fail "CUDA build failed"; stop_synths; return 1; }
 	run_tests
 	if [ "$HAVE_GPU" = 0 ]; then
 		summary
