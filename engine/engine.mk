@@ -7,5 +7,5 @@ ENGINE_OBJS += $(patsubst %.c,$(BUILD)/%.o,$(ENGINE_SRCS))
 
 CPMODEL_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard engine/cpmodel/*.c))
 PROGRAMS += $(BUILD)/bin/cpmodel
-$(BUILD)/bin/cpmodel: $(CPMODEL_OBJS) $(ENGINE_LIB) $(CUDA_LIB)
+$(BUILD)/bin/cpmodel: $(CPMODEL_OBJS) $(LINK_LIBS)
 	$(call link)

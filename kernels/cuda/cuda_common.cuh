@@ -28,6 +28,10 @@ cu_check(cudaError_t err, const char *file, int line, const char *expr)
 		return 0;
 	fprintf(stderr, "cuda: %s:%d: %s: %s (%s)\n", file, line, expr,
 	    cudaGetErrorString(err), cudaGetErrorName(err));
+	// A failed call leaves its error as the runtime's last error; clear it
+	// so the next launch check does not report it again (a sticky device
+	// error stays and fails every later call anyway).
+	(void)cudaGetLastError();
 	return -EIO;
 }
 
