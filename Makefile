@@ -79,11 +79,13 @@ HAVE_CUDA := 1
 CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_ROOT)/lib64 $(CUDA_ROOT)/lib))
 NVCCFLAGS ?= -O2
-ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 -Ikernels/cuda -Iengine -Xcompiler -Wall,-Wextra \
+ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 -Ikernels/cuda -Iengine \
+	-DCP_CUDA_LIBDIR=\"$(CUDA_LIBDIR)\" -Xcompiler -Wall,-Wextra \
 	-Werror all-warnings \
 	$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
 	-gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
-CUDA_LDLIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcublas -lcudart_static \
+# cuBLAS is dlopen()ed by kernels/cuda/gemm.cu; the runtime is static.
+CUDA_LDLIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart_static \
 	-ldl -lrt -lstdc++
 CUDA_STATUS := on ($(NVCC), sm_$(subst $() $(),/sm_,$(CUDA_ARCHS)))
 ALL_CPPFLAGS += -DCP_HAVE_CUDA=1

@@ -18,12 +18,87 @@
 // stream with a workspace of its own (cublasSetWorkspace), which is how
 // the handle is set up.  The cost is the unused rows of the last call of
 // a step (zeros), and the weights read once per CU_GEMM_ROWS rows.
+//
+// cuBLAS is loaded at run time (dlopen) when the first handle is made, not
+// linked: a CPU-only run never maps its libraries (well over 100 MiB of
+// resident pages once relocated) and the programs start on machines that
+// have no cuBLAS at all.
 #include "cuda_common.cuh"
 
 #include <cublas_api.h>
 #include <cublas_v2.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
+
+#define CB_STR_(x) #x
+#define CB_STR(x) CB_STR_(x)
+#define CB_SONAME "libcublas.so." CB_STR(CUBLAS_VER_MAJOR)
+
+// The cuBLAS entry points this file uses, resolved by cb_load().
+static struct {
+	decltype(&cublasCreate_v2) create;
+	decltype(&cublasDestroy_v2) destroy;
+	decltype(&cublasSetStream_v2) set_stream;
+	decltype(&cublasSetWorkspace_v2) set_workspace;
+	decltype(&cublasSetMathMode) set_math_mode;
+	decltype(&cublasSetPointerMode_v2) set_pointer_mode;
+	// cublasGemmEx is overloaded in C++: the C entry point's type.
+	cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t,
+	    cublasOperation_t, int, int, int, const void *, const void *,
+	    cudaDataType, int, const void *, cudaDataType, int, const void *,
+	    void *, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+	decltype(&cublasGetStatusString) status_string;
+} cb;
+static int cb_status = 1;	// 1 not tried, 0 loaded, -ENOENT failed
+static pthread_once_t cb_once = PTHREAD_ONCE_INIT;
+
+static void
+cb_load_once(void)
+{
+#ifdef CP_CUDA_LIBDIR
+	static const char *const names[] = { CB_SONAME,
+	    CP_CUDA_LIBDIR "/" CB_SONAME };
+#else
+	static const char *const names[] = { CB_SONAME };
+#endif
+	void *h = NULL;
+
+	for (size_t i = 0; h == NULL && i < sizeof(names) / sizeof(*names);
+	    i++)
+		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		fprintf(stderr, "cuda: cannot load %s: %s\n", CB_SONAME,
+		    dlerror());
+		cb_status = -ENOENT;
+		return;
+	}
+#define CB_SYM(field, name)						\
+	if ((*(void **)&cb.field = dlsym(h, name)) == NULL) {		\
+		fprintf(stderr, "cuda: %s lacks %s\n", CB_SONAME, name);	\
+		cb_status = -ENOENT;					\
+		return;							\
+	}
+	CB_SYM(create, "cublasCreate_v2");
+	CB_SYM(destroy, "cublasDestroy_v2");
+	CB_SYM(set_stream, "cublasSetStream_v2");
+	CB_SYM(set_workspace, "cublasSetWorkspace_v2");
+	CB_SYM(set_math_mode, "cublasSetMathMode");
+	CB_SYM(set_pointer_mode, "cublasSetPointerMode_v2");
+	CB_SYM(gemm_ex, "cublasGemmEx");
+	CB_SYM(status_string, "cublasGetStatusString");
+#undef CB_SYM
+	cb_status = 0;
+}
+
+// 0 once cuBLAS is loaded, -ENOENT (logged) when it cannot be.
+static int
+cb_load(void)
+{
+	pthread_once(&cb_once, cb_load_once);
+	return cb_status;
+}
 
 #define CONVERT_THREADS 256
 #define CONVERT_MAX_BLOCKS 65535u
@@ -40,7 +115,7 @@ cublas_check(cublasStatus_t st, const char *file, int line, const char *expr)
 	if (st == CUBLAS_STATUS_SUCCESS)
 		return 0;
 	fprintf(stderr, "cuda: %s:%d: %s: %s\n", file, line, expr,
-	    cublasGetStatusString(st));
+	    cb.status_string(st));
 	return -EIO;
 }
 
@@ -78,10 +153,12 @@ cu_gemm_new(struct cu_stream *s, size_t ws_bytes, struct cu_gemm **out)
 	int rc;
 
 	*out = NULL;
+	if ((rc = cb_load()) < 0)
+		return rc;
 	if ((g = (struct cu_gemm *)calloc(1, sizeof(*g))) == NULL)
 		return -ENOMEM;
 	g->s = s->s;
-	if ((rc = CUBLAS_TRY(cublasCreate(&g->h))) < 0) {
+	if ((rc = CUBLAS_TRY(cb.create(&g->h))) < 0) {
 		g->h = NULL;
 		goto err;
 	}
@@ -89,12 +166,12 @@ cu_gemm_new(struct cu_stream *s, size_t ws_bytes, struct cu_gemm **out)
 		goto err;
 	// Default math keeps F32 products in F32 (no TF32); F16 and BF16
 	// inputs use tensor cores with F32 accumulation.
-	if ((rc = CUBLAS_TRY(cublasSetStream(g->h, g->s))) < 0 ||
-	    (rc = CUBLAS_TRY(cublasSetWorkspace(g->h, g->ws, ws_bytes))) < 0 ||
-	    (rc = CUBLAS_TRY(cublasSetMathMode(g->h, (cublasMath_t)
+	if ((rc = CUBLAS_TRY(cb.set_stream(g->h, g->s))) < 0 ||
+	    (rc = CUBLAS_TRY(cb.set_workspace(g->h, g->ws, ws_bytes))) < 0 ||
+	    (rc = CUBLAS_TRY(cb.set_math_mode(g->h, (cublasMath_t)
 	    (CUBLAS_DEFAULT_MATH |
 	    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)))) < 0 ||
-	    (rc = CUBLAS_TRY(cublasSetPointerMode(g->h,
+	    (rc = CUBLAS_TRY(cb.set_pointer_mode(g->h,
 	    CUBLAS_POINTER_MODE_HOST))) < 0)
 		goto err;
 	*out = g;
@@ -110,7 +187,7 @@ cu_gemm_free(struct cu_gemm *g)
 	if (g == NULL)
 		return;
 	if (g->h != NULL)
-		(void)CUBLAS_TRY(cublasDestroy(g->h));
+		(void)CUBLAS_TRY(cb.destroy(g->h));
 	cu_free(g->ws);
 	free(g);
 }
@@ -186,7 +263,7 @@ cu_gemm(struct cu_gemm *g, const void *w, enum cu_dtype dt, int n, int k,
 		const char *xb = (const char *)xh + (size_t)r0 * (size_t)ldx * es;
 		float *yb = y + (size_t)r0 * (size_t)n;
 
-		CUBLAS_CHECK(cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, n,
+		CUBLAS_CHECK(cb.gemm_ex(g->h, CUBLAS_OP_T, CUBLAS_OP_N, n,
 		    CU_GEMM_ROWS, k, &one, w, ct, ldw, xb, ct, ldx, &zero, yb,
 		    CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 	}
