@@ -191,12 +191,15 @@ deps:
 	fi
 
 # ---- run -----------------------------------------------------------------
-# MODEL=path.gguf picks the model; otherwise the aidreams260K fixture when
-# present, else a small synthetic model made by cpmodel synth.
+# Starts cpd on MODEL with a private socket, asks it RUN_PROMPT through cpq,
+# then stops it.  MODEL=path.gguf picks the model; otherwise the
+# aidreams260K fixture when present, else a small synthetic model made by
+# cpmodel synth.
 RUN_PROMPT ?= Once upon a time
 RUN_ARGS ?= -n 64
 DEMO_MODEL := $(BUILD)/models/demo-synth.gguf
 MODEL ?= $(firstword $(wildcard $(CP_FIXTURES)/aidreams260K.gguf) $(DEMO_MODEL))
+RUN_SOCK := $(BUILD)/run/cpd.sock
 
 $(DEMO_MODEL): $(BUILD)/bin/cpmodel
 	@mkdir -p $(@D)
@@ -204,8 +207,15 @@ $(DEMO_MODEL): $(BUILD)/bin/cpmodel
 		--kv-heads 4 --ff 768 --vocab 2048 --ctx 2048 --seed 1
 
 .PHONY: run
-run: deps $(BUILD)/bin/cpmodel $(if $(filter $(DEMO_MODEL),$(MODEL)),$(DEMO_MODEL))
-	$(BUILD)/bin/cpmodel generate $(MODEL) "$(RUN_PROMPT)" $(RUN_ARGS)
+run: deps
+	@$(MAKE) --no-print-directory $(BUILD)/bin/cpd $(BUILD)/bin/cpq \
+		$(if $(filter $(DEMO_MODEL),$(MODEL)),$(DEMO_MODEL))
+	@mkdir -p $(dir $(RUN_SOCK)); rm -f $(RUN_SOCK)
+	@$(BUILD)/bin/cpd -m "$(MODEL)" -s $(RUN_SOCK) & pid=$$!; \
+	for i in $$(seq 100); do [ -S $(RUN_SOCK) ] && break; sleep 0.1; done; \
+	echo "cpq \"$(RUN_PROMPT)\" $(RUN_ARGS)"; \
+	$(BUILD)/bin/cpq --socket $(RUN_SOCK) $(RUN_ARGS) "$(RUN_PROMPT)"; \
+	rc=$$?; kill -TERM $$pid; wait $$pid; exit $$rc
 
 # ---- check ---------------------------------------------------------------
 .PHONY: check
