@@ -1009,9 +1009,16 @@ START_TEST(test_shutdown_in_flight)
 	tw_open(&t, recs, 8, 32, 16, 8, 8 * N_CTX);
 	for (i = 0; i < 8; i++)
 		tw_text(&t, i, prompts[pick[i]], &p);
-	/* Blocked in ep_post() with every request in flight. */
+	/* Blocked in ep_post() with every request in flight (the counters
+	 * are published after a step: wait for the one that admitted all). */
 	tw_wait_steps(&t, EP_MAX_LAG);
-	worker_stats(t.w, &st);
+	t0 = now_ms();
+	do {
+		worker_stats(t.w, &st);
+		if (st.requests_live == 8)
+			break;
+		usleep(1000);
+	} while (now_ms() - t0 < 10000);
 	ck_assert_int_eq(st.requests_live, 8);
 	t0 = now_ms();
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_SHUTDOWN, 0, 0), 0);
