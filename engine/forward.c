@@ -15,6 +15,7 @@
 #define FWD_ATT_TILE 32		/* rows of one attention task */
 #define FWD_SCORE_CAP 2048	/* positions whose scores a task keeps */
 #define FWD_MM_SPLIT 4		/* matmul tasks per thread */
+#define FWD_MV_SPLIT 2		/* the same below FWD_ROWS_PAR rows */
 #define FWD_MAX_MATS 3		/* products in one job */
 #define FWD_ROWS_PAR 16		/* rows from which row-wise work is split */
 #define FWD_ALIGN 64
@@ -314,7 +315,9 @@ fwd_prep_task(void *arg, int task, int thread)
  * Run job j: prepare each product's activations (once per distinct x and
  * activation format; split over the pool by rows when there are
  * FWD_ROWS_PAR rows or more), split every product's outputs into about
- * FWD_MM_SPLIT tasks per thread, run them.
+ * FWD_MM_SPLIT tasks per thread (FWD_MV_SPLIT with fewer rows: the
+ * products then stream their weights from memory, and longer runs of
+ * rows per task stream faster), run them.
  */
 static void
 fwd_mm_run(struct fwd *f, struct fwd_mm_job *j)
@@ -356,7 +359,8 @@ fwd_mm_run(struct fwd *f, struct fwd_mm_job *j)
 		int rows = j->a[i].n_out, nt = 1;
 
 		if (f->p.tp != NULL)
-			nt = f->n_threads * FWD_MM_SPLIT;
+			nt = f->n_threads * (j->a[0].m < FWD_ROWS_PAR ?
+			    FWD_MV_SPLIT : FWD_MM_SPLIT);
 		if (nt > rows)
 			nt = rows;
 		j->chunk[i] = (rows + nt - 1) / nt;
