@@ -64,23 +64,27 @@ bk_task(void *arg, int task, int thread)
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 
-/* Sum of one part of the buffer, four AVX2 accumulators (128 bytes a turn). */
+/*
+ * Sum of one part of the buffer: its four quarters read side by side, 32
+ * bytes of each per turn (four monotonic streams, as the matrix-vector
+ * kernels read weights: faster here than one stream per thread).
+ */
 __attribute__((target("avx2")))
 static void
 bk_sum_task(void *arg, int task, int thread)
 {
 	struct bk_sum *s = arg;
-	size_t per = s->n / (size_t)s->parts / 64 * 64;
+	size_t per = s->n / (size_t)s->parts / 64 * 64, q = per / 4;
 	const float *p = s->buf + (size_t)task * per;
 	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 	float l[8];
 
 	(void)thread;
-	for (size_t i = 0; i < per; i += 32) {
+	for (size_t i = 0; i < q; i += 8) {
 		a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-		a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-		a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-		a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+		a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + q + i));
+		a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + 2 * q + i));
+		a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + 3 * q + i));
 	}
 	_mm256_storeu_ps(l, _mm256_add_ps(_mm256_add_ps(a0, a1),
 	    _mm256_add_ps(a2, a3)));
