@@ -74,20 +74,33 @@ NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nv
 CUDA_WHY := off (nvcc not found on PATH or in $(CUDA_HOME)/bin)
 endif
 CUDA_ARCHS ?= 80 86 89 90
+# The CUDA runtime: the static archive when the toolkit ships it, else the
+# shared library; a toolkit with nvcc but neither builds without CUDA.
+ifneq ($(NVCC),)
+CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_LIBDIRS ?= $(sort $(foreach r,$(CUDA_ROOT) $(CUDA_HOME),\
+	$(wildcard $(r)/lib64 $(r)/lib $(r)/targets/$(shell uname -m)-linux/lib)))
+CUDART_STATIC := $(firstword $(wildcard $(addsuffix /libcudart_static.a,$(CUDA_LIBDIRS))))
+CUDART_SHARED := $(firstword $(wildcard $(addsuffix /libcudart.so,$(CUDA_LIBDIRS)) \
+	$(addsuffix /libcudart.so.[0-9]*,$(CUDA_LIBDIRS))))
+CUDART := $(or $(CUDART_STATIC),$(CUDART_SHARED))
+ifeq ($(CUDART),)
+CUDA_WHY := off ($(NVCC) found, but no libcudart_static.a or libcudart.so in $(CUDA_LIBDIRS))
+NVCC :=
+endif
+endif
 ifneq ($(NVCC),)
 HAVE_CUDA := 1
-CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_LIBDIR := $(firstword $(wildcard $(CUDA_ROOT)/lib64 $(CUDA_ROOT)/lib))
+CUDA_LIBDIR := $(patsubst %/,%,$(dir $(CUDART)))
 NVCCFLAGS ?= -O2
 ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 -Ikernels/cuda -Iengine \
 	-DCP_CUDA_LIBDIR=\"$(CUDA_LIBDIR)\" -Xcompiler -Wall,-Wextra \
 	-Werror all-warnings \
 	$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
 	-gencode arch=compute_$(lastword $(CUDA_ARCHS)),code=compute_$(lastword $(CUDA_ARCHS))
-# cuBLAS is dlopen()ed by kernels/cuda/gemm.cu; the runtime is static.
-CUDA_LDLIBS := -L$(CUDA_LIBDIR) -Wl,-rpath,$(CUDA_LIBDIR) -lcudart_static \
-	-ldl -lrt -lstdc++
-CUDA_STATUS := on ($(NVCC), sm_$(subst $() $(),/sm_,$(CUDA_ARCHS)))
+# cuBLAS is dlopen()ed by kernels/cuda/gemm.cu.
+CUDA_LDLIBS := $(CUDART) -Wl,-rpath,$(CUDA_LIBDIR) -ldl -lrt -lpthread -lstdc++
+CUDA_STATUS := on ($(NVCC), $(notdir $(CUDART)), sm_$(subst $() $(),/sm_,$(CUDA_ARCHS)))
 ALL_CPPFLAGS += -DCP_HAVE_CUDA=1
 else
 HAVE_CUDA := 0
