@@ -356,6 +356,7 @@ submit_sampler(struct worker *w, struct wreq *r, const struct ep_cmd *c,
 	/* A client's seed of SAMPLER_SEED_RANDOM (UINT64_MAX) draws one too. */
 	sp.seed = (c->flags & EP_SUBMIT_SEED) ? q->seed : SAMPLER_SEED_RANDOM;
 	sp.n_logprobs = 0;
+	sp.logprob = r->logprob;	/* else the log-softmax is skipped */
 	sp.max_tokens = -1;		/* the scheduler counts */
 	sp.ignore_eos = false;
 	if ((r->smp = sampler_new(&sp, w->n_vocab, e)) == NULL)

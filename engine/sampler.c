@@ -233,6 +233,7 @@ sampler_params_default(void)
 		.repeat_last_n = 64,
 		.seed = SAMPLER_SEED_RANDOM,
 		.n_logprobs = 0,
+		.logprob = true,
 		.max_tokens = -1,
 		.ignore_eos = false,
 	};
@@ -665,6 +666,7 @@ sampler_sample(struct sampler *s, const float *logits,
     struct sampler_out *out)
 {
 	struct cand *c = s->cand;
+	bool want_lse = s->p.logprob || s->p.n_logprobs > 0;
 	double lse_off;
 	float m_all, m;
 	size_t pick = 0;
@@ -679,8 +681,13 @@ sampler_sample(struct sampler *s, const float *logits,
 	s->n_cand = 0;
 	if (s->p.max_tokens >= 0 && s->n_sampled >= s->p.max_tokens)
 		return -ERANGE;
-	if ((rc = load_logits(s, logits, &m_all)) < 0 ||
-	    (rc = log_softmax_stats(s, m_all, out, &lse_off)) < 0)
+	if ((rc = load_logits(s, logits, &m_all)) < 0)
+		goto err;
+	lse_off = 0;
+	rc = -EDOM;
+	if (want_lse && (rc = log_softmax_stats(s, m_all, out, &lse_off)) < 0)
+		goto err;
+	if (!want_lse && m_all == -INFINITY)
 		goto err;
 	m = m_all;
 	if (s->p.ignore_eos) {
@@ -706,7 +713,9 @@ sampler_sample(struct sampler *s, const float *logits,
 	}
 	id = c[pick].id;
 	out->id = id;
-	out->logprob = (float)((double)(c[pick].logit - m_all) - lse_off);
+	if (want_lse)
+		out->logprob = (float)((double)(c[pick].logit - m_all) -
+		    lse_off);
 	s->n_sampled++;
 	if (bit_get(s->eog_bits, id))
 		out->finish = SAMPLER_FINISH_EOG;

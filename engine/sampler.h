@@ -34,7 +34,8 @@
  * is broken: sampler_sample() then returns -EDOM and samples nothing.  A
  * penalty that overflows a finite logit saturates at +-FLT_MAX.
  *
- * Cost: a few passes over the vocabulary (about 0.7-1.3 ms for 150k
+ * Cost: a few passes over the vocabulary (one fewer for greedy without
+ * logprob and n_logprobs) (about 0.7-1.3 ms for 150k
  * entries on one core), plus a sort of the top-p nucleus when top-p runs
  * without top-k.  Memory: about 12 bytes per vocabulary entry per sampler.
  *
@@ -65,6 +66,9 @@ struct sampler_params {
 	int repeat_last_n;	/* [0, SAMPLER_MAX_LAST_N]; 0 = off (default 64) */
 	uint64_t seed;		/* any; SAMPLER_SEED_RANDOM = from getrandom(2) */
 	int n_logprobs;		/* [0, SAMPLER_MAX_LOGPROBS] top-n entries */
+	bool logprob;		/* fill sampler_out.logprob (default true);
+				   false with n_logprobs 0 skips the
+				   log-softmax pass: 0 is reported */
 	int max_tokens;		/* -1 = no limit, else >= 0 sampled tokens */
 	bool ignore_eos;	/* mask the end-of-generation ids */
 };

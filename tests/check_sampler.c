@@ -596,6 +596,48 @@ START_TEST(test_logprobs)
 }
 END_TEST
 
+/*
+ * logprob off (and no top entries): the same ids from the same seed, greedy
+ * and drawn, the logprob reported as 0, and an all -inf row still refused.
+ */
+START_TEST(test_logprob_off)
+{
+	enum { NV = 300 };
+	struct sampler_params p = plain(), q;
+	struct sampler_out a, b;
+	struct sampler *sa, *sb;
+	float l[NV];
+	int i, r, t;
+
+	for (t = 0; t < 2; t++) {
+		p.temp = t == 0 ? 0.0f : 0.9f;
+		p.top_k = t == 0 ? 0 : 30;
+		q = p;
+		q.logprob = false;
+		sa = mk(&p, NV);
+		sb = mk(&q, NV);
+		for (r = 0; r < 40; r++) {
+			for (i = 0; i < NV; i++)
+				l[i] = rnd_logit();
+			ck_assert_int_eq(sampler_sample(sa, l, &a), 0);
+			ck_assert_int_eq(sampler_sample(sb, l, &b), 0);
+			ck_assert_int_eq(a.id, b.id);
+			ck_assert_double_eq_tol(a.logprob,
+			    log_softmax(l, NV, a.id), 1e-5);
+			ck_assert(a.logprob < 0);
+			ck_assert(b.logprob == 0);
+			ck_assert_int_eq(b.n_top, 0);
+		}
+		for (i = 0; i < NV; i++)
+			l[i] = -INFINITY;
+		ck_assert_int_eq(sampler_sample(sb, l, &b), -EDOM);
+		ck_assert_int_eq(b.id, -1);
+		sampler_free(sa);
+		sampler_free(sb);
+	}
+}
+END_TEST
+
 /* Ids from 24 draws with seed 42 over logits6; from the Python model. */
 static const float logits6[6] = { -1.2f, 0.3f, 1.1f, -0.4f, 0.8f, 0.05f };
 
@@ -933,6 +975,7 @@ sampler_suite(void)
 	tcase_add_test(tc, test_repeat_penalty);
 	tcase_add_test(tc, test_repeat_penalty_changes_greedy);
 	tcase_add_test(tc, test_logprobs);
+	tcase_add_test(tc, test_logprob_off);
 	tcase_add_test(tc, test_golden_sequence);
 	tcase_add_test(tc, test_seeds);
 	tcase_add_test(tc, test_frequencies);
