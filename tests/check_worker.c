@@ -1006,9 +1006,12 @@ START_TEST(test_shutdown_in_flight)
 	double t0;
 	int i;
 
-	tw_open(&t, recs, 8, 32, 16, 8, 8 * N_CTX);
+	tw_new(&t, recs, 8, 32, 16, 8, 8 * N_CTX);
+	/* All queued before the worker starts: it admits them in its first
+	 * step, before it can block with some still queued. */
 	for (i = 0; i < 8; i++)
 		tw_text(&t, i, prompts[pick[i]], &p);
+	ck_assert_int_eq(worker_start(t.w), 0);
 	/* Blocked in ep_post() with every request in flight (the counters
 	 * are published after a step: wait for the one that admitted all). */
 	tw_wait_steps(&t, EP_MAX_LAG);
