@@ -940,6 +940,38 @@ START_TEST(test_attn_invariance)
 }
 END_TEST
 
+/* Units in the last place between a float and the exact value e > 0. */
+static double
+ulps(float got, double e)
+{
+	int ex;
+
+	(void)frexp(e, &ex);
+	if (ex < -125)
+		ex = -125;	/* subnormal spacing */
+	return fabs((double)got - e) / ldexp(1.0, ex - 24);
+}
+
+/* attn_expf() against exp() over its range, and its special values. */
+START_TEST(test_attn_exp)
+{
+	double worst = 0;
+
+	ck_assert(attn_expf(0.0f) == 1.0f);
+	ck_assert(attn_expf(-0.0f) == 1.0f);
+	ck_assert(attn_expf(-INFINITY) == 0.0f);
+	ck_assert(attn_expf(-87.5f) == 0.0f);
+	ck_assert(attn_expf(-1e30f) == 0.0f);
+	ck_assert(isnan(attn_expf(NAN)));
+	for (float x = -87.0f; x <= 0.0f; x += 0.0007f) {
+		double u = ulps(attn_expf(x), exp((double)x));
+
+		worst = u > worst ? u : worst;
+	}
+	ck_assert_msg(worst <= 1.0, "attn_expf: %.2f ulp", worst);
+}
+END_TEST
+
 /* The SIMD pieces against the scalar ones, bit for bit, awkward sizes. */
 START_TEST(test_attn_ops)
 {
@@ -974,6 +1006,30 @@ START_TEST(test_attn_ops)
 		v->weights(w1, n, 1.5f, false);
 		ck_assert_mem_eq(w0, w1, sizeof(w0));
 	}
+	/* exp_sum: every start lane, lengths across the vector width, the
+	 * special values, one lane set left alone (NULL) */
+	for (int j = 0; j < 40; j++)
+		w0[j] = -rng_f() * 30.0f;
+	w0[5] = -INFINITY;
+	w0[11] = NAN;
+	w0[17] = 0.0f;
+	w0[23] = -90.0f;
+	w0[29] = 2.5f;		/* above the maximum: still e^2.5 */
+	for (int n = 0; n <= 37; n += 3)
+		for (int lane0 = 0; lane0 < 8; lane0++) {
+			double l0[8], l1[8];
+			float e0[40];
+
+			for (int i = 0; i < 8; i++)
+				l0[i] = l1[i] = (double)i * 0.25;
+			sc->exp_sum(w1, w0, n, 0.5f, l0, lane0);
+			memcpy(e0, w1, (size_t)n * sizeof(float));
+			v->exp_sum(w1, w0, n, 0.5f, l1, lane0);
+			ck_assert_mem_eq(e0, w1, (size_t)n * sizeof(float));
+			ck_assert_mem_eq(l0, l1, sizeof(l0));
+			v->exp_sum(w1, w0, n, 0.5f, NULL, lane0);
+			ck_assert_mem_eq(e0, w1, (size_t)n * sizeof(float));
+		}
 	vt0 = malloc(40 * 128 * sizeof(float));
 	vt1 = malloc(40 * 128 * sizeof(float));
 	a0 = malloc(128 * sizeof(float));
@@ -1039,6 +1095,7 @@ matmul_suite(void)
 	tcase_add_loop_test(tc, test_attn_reference, 0, N_ATT);
 	tcase_add_loop_test(tc, test_attn_invariance, 0, N_ATT);
 	tcase_add_test(tc, test_attn_ops);
+	tcase_add_test(tc, test_attn_exp);
 	suite_add_tcase(s, tc);
 	return s;
 }

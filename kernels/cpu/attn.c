@@ -23,7 +23,7 @@ struct attn_scratch {
 	float *vt;		/* [bt][hd] V rows of one block as float */
 	float *w;		/* [bt] weights of one row */
 	float *m;		/* [n_rows * group] running maxima */
-	double *l;		/* [n_rows * group] sums */
+	double *l;		/* [n_rows * group][8] sum lanes */
 };
 
 static size_t
@@ -47,7 +47,7 @@ attn_scratch_bytes(int head_dim, int group, int n_rows, int block_tokens,
 	    attn_round(bt * hd * sizeof(float)) +
 	    attn_round(bt * sizeof(float)) +
 	    attn_round(r * g * sizeof(float)) +
-	    attn_round(r * g * sizeof(double));
+	    attn_round(r * g * 8 * sizeof(double));
 }
 
 static void
@@ -122,8 +122,20 @@ weights_scalar(float *w, int n, float inv, bool round)
 		round_f16_scalar(w, n);
 }
 
+static void
+exp_sum_scalar(float *dst, const float *src, int n, float mx, double *lanes,
+    int lane0)
+{
+	for (int j = 0; j < n; j++) {
+		dst[j] = attn_expf(src[j] - mx);
+		if (lanes != NULL)
+			lanes[(lane0 + j) % 8] += (double)dst[j];
+	}
+}
+
 const struct attn_ops attn_ops_scalar = {
 	v_load_scalar, scale_max_scalar, weights_scalar, accum_scalar,
+	exp_sum_scalar,
 };
 
 static const struct attn_ops *
@@ -195,14 +207,12 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 			float *sc = s->st + ((size_t)h * (size_t)R +
 			    (size_t)r) * cap, mx;
 			int nv = a->pos0 + r + 1;
-			double l = 0;
+			double lanes[8] = { 0 };
 
 			mx = ops->scale_max(sc, nv, a->scale, -INFINITY);
-			for (int j = 0; j < nv; j++) {
-				sc[j] = expf(sc[j] - mx);
-				l += (double)sc[j];
-			}
-			ops->weights(sc, nv, (float)(1.0 / l), round_w);
+			ops->exp_sum(sc, sc, nv, mx, lanes, 0);
+			ops->weights(sc, nv, (float)(1.0 /
+			    attn_lanes_sum(lanes)), round_w);
 		}
 	}
 	for (int b = 0; b < nb; b++) {
@@ -265,8 +275,8 @@ attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
 					    (size_t)R + (size_t)(r - r1)) *
 					    (size_t)bt;
 					float *mp = &s->m[r * G + h], mx;
-					double *lp = &s->l[r * G + h];
-					int j;
+					double *lp = &s->l[(size_t)(r * G + h)
+					    * 8];
 
 					mx = ops->scale_max(sc, nv, a->scale,
 					    *mp);
@@ -276,15 +286,13 @@ attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
 					}
 					mx = *mp;
 					if (pass == 1) {
-						for (j = 0; j < nv; j++)
-							*lp += (double)expf(
-							    sc[j] - mx);
+						ops->exp_sum(sc, sc, nv, mx, lp,
+						    p0 % 8);
 						continue;
 					}
-					for (j = 0; j < nv; j++)
-						s->w[j] = expf(sc[j] - mx);
-					ops->weights(s->w, nv,
-					    (float)(1.0 / *lp), round_w);
+					ops->exp_sum(s->w, sc, nv, mx, NULL, 0);
+					ops->weights(s->w, nv, (float)(1.0 /
+					    attn_lanes_sum(lp)), round_w);
 					ops->accum(attn_out(a, r, h), s->w,
 					    s->vt, nv, hd);
 				}
@@ -307,7 +315,8 @@ attn_rows_with(const struct attn_args *a, void *scratch,
 	for (int r = 0; r < R; r++) {
 		for (int h = 0; h < G; h++) {
 			s.m[r * G + h] = -INFINITY;
-			s.l[r * G + h] = 0;
+			memset(&s.l[(size_t)(r * G + h) * 8], 0,
+			    8 * sizeof(double));
 			memset(attn_out(a, r, h), 0,
 			    (size_t)a->head_dim * sizeof(float));
 		}

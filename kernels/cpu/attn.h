@@ -12,8 +12,9 @@
  *	s_j = scale * dot(q, K_j)		(the dot kernel of kv_type:
  *						 dot.h's order, q as given)
  *	m   = max_j s_j
- *	l   = sum_j (double)exp(s_j - m)	(in position order)
- *	w_j = exp(s_j - m) * (float)(1 / l)	(rounded to F16 when kv_type
+ *	e_j = attn_expf(s_j - m)
+ *	l   = sum_j (double)e_j			(see attn_lanes_sum())
+ *	w_j = e_j * (float)(1 / l)		(rounded to F16 when kv_type
  *						 is F16)
  *	out = sum_j w_j V_j			(position order; each term a
  *						 product then a sum, never
@@ -25,15 +26,66 @@
  * position order (the maximum, the sum, the weighted V rows), with O(rows x
  * block) scratch.  Both give the same bits.  A row's result depends only
  * on its query, its position and the cache: never on the other rows of
- * the tile, the tile's size or where the tile starts.  exp() is libm's
- * expf.  The SIMD and scalar paths give the same bits.
+ * the tile, the tile's size or where the tile starts.  The SIMD and
+ * scalar paths give the same bits.
  */
 #ifndef CP_ATTN_H
 #define CP_ATTN_H
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
+
+/*
+ * exp(x) for the softmax, x <= 0 (a score minus the row's maximum), the
+ * same bits in every lane of attn_avx2.c: x = n ln2 + r with n = rint(x
+ * log2 e) and |r| <= ln2 / 2 (ln2 in two parts), e^r by its Taylor
+ * polynomial of degree 7 (Horner, fused), times 2^n.  Within 1 ulp of
+ * exp(); 0 below -87 (where exp() is below 2^-125) and for -inf; NaN
+ * stays NaN.  Compile without -ffast-math: the fmaf()s are the only
+ * fused operations.
+ */
+#define ATTN_EXP_MIN	(-87.0f)
+#define ATTN_LOG2E	1.44269504088896341f
+#define ATTN_LN2_HI	0.693359375f		/* 8 bits: n * hi is exact */
+#define ATTN_LN2_LO	(-2.12194440e-4f)	/* ln 2 - hi */
+#define ATTN_EXP_C(X)	/* coefficients 1/7! .. 1/0! */		\
+	X(1.98412698e-4f) X(1.38888889e-3f) X(8.33333333e-3f)		\
+	X(4.16666667e-2f) X(1.66666667e-1f) X(0.5f) X(1.0f) X(1.0f)
+
+static inline float
+attn_expf(float x)
+{
+	float n, r, p = 0.0f, two_n;
+	uint32_t bits;
+
+	if (!(x >= ATTN_EXP_MIN))
+		return x != x ? x : 0.0f;
+	n = rintf(x * ATTN_LOG2E);
+	r = fmaf(n, -ATTN_LN2_HI, x);
+	r = fmaf(n, -ATTN_LN2_LO, r);
+#define ATTN_HORNER(c) p = fmaf(p, r, c);
+	ATTN_EXP_C(ATTN_HORNER)
+#undef ATTN_HORNER
+	bits = (uint32_t)((int32_t)n + 127) << 23;
+	memcpy(&two_n, &bits, sizeof(two_n));
+	return p * two_n;
+}
+
+/*
+ * The softmax sum: element j of a row (position j) is added, as a double,
+ * into lane j % 8 in position order; the lanes are then added pairwise,
+ * ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)).  Position-order lanes make
+ * the stored and the three-walk paths agree however blocks cut the row.
+ */
+static inline double
+attn_lanes_sum(const double acc[8])
+{
+	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+	    ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
 
 struct attn_args {
 	int head_dim;
@@ -97,6 +149,12 @@ struct attn_ops {
 	/* acc[i] = acc[i] + w[j] * vt[j * hd + i] for j = 0..n-1 in order. */
 	void (*accum)(float *acc, const float *w, const float *vt, int n,
 	    int hd);
+	/*
+	 * dst[j] = attn_expf(src[j] - mx) for j < n (dst may be src); unless
+	 * lanes is NULL, lanes[(lane0 + j) % 8] += (double)dst[j] in order.
+	 */
+	void (*exp_sum)(float *dst, const float *src, int n, float mx,
+	    double *lanes, int lane0);
 };
 
 extern const struct attn_ops attn_ops_scalar;

@@ -148,8 +148,74 @@ weights_avx2(float *w, int n, float inv, bool round)
 		round_f16_avx2(w + n / 8 * 8, n % 8);
 }
 
+/* attn_expf() of 8 lanes: the same operations, lane by lane. */
+static __m256
+expf8(__m256 x)
+{
+	__m256 n, r, p = _mm256_setzero_ps(), two_n, ok;
+	__m256i bits;
+
+	ok = _mm256_cmp_ps(x, _mm256_set1_ps(ATTN_EXP_MIN), _CMP_GE_OQ);
+	n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(ATTN_LOG2E)),
+	    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	/* lanes out of range compute garbage, replaced below */
+	n = _mm256_and_ps(n, ok);
+	r = _mm256_fmadd_ps(n, _mm256_set1_ps(-ATTN_LN2_HI), x);
+	r = _mm256_fmadd_ps(n, _mm256_set1_ps(-ATTN_LN2_LO), r);
+#define ATTN_HORNER(c) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+	ATTN_EXP_C(ATTN_HORNER)
+#undef ATTN_HORNER
+	bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+	    _mm256_set1_epi32(127)), 23);
+	two_n = _mm256_castsi256_ps(bits);
+	p = _mm256_and_ps(_mm256_mul_ps(p, two_n), ok);
+	/* NaN stays NaN (the same NaN); below the range and -inf give 0 */
+	return _mm256_blendv_ps(p, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+static void
+exp_sum_avx2(float *dst, const float *src, int n, float mx, double *lanes,
+    int lane0)
+{
+	__m256 m = _mm256_set1_ps(mx);
+	__m256d lo, hi;
+	int j = 0;
+
+	/* up to the first element of lane 0, one at a time */
+	for (; j < n && (lane0 + j) % 8 != 0; j++) {
+		dst[j] = attn_expf(src[j] - mx);
+		if (lanes != NULL)
+			lanes[(lane0 + j) % 8] += (double)dst[j];
+	}
+	if (lanes != NULL) {
+		lo = _mm256_loadu_pd(lanes);
+		hi = _mm256_loadu_pd(lanes + 4);
+		for (; j + 8 <= n; j += 8) {
+			__m256 e = expf8(_mm256_sub_ps(_mm256_loadu_ps(src + j),
+			    m));
+
+			_mm256_storeu_ps(dst + j, e);
+			lo = _mm256_add_pd(lo, _mm256_cvtps_pd(
+			    _mm256_castps256_ps128(e)));
+			hi = _mm256_add_pd(hi, _mm256_cvtps_pd(
+			    _mm256_extractf128_ps(e, 1)));
+		}
+		_mm256_storeu_pd(lanes, lo);
+		_mm256_storeu_pd(lanes + 4, hi);
+	} else {
+		for (; j + 8 <= n; j += 8)
+			_mm256_storeu_ps(dst + j, expf8(_mm256_sub_ps(
+			    _mm256_loadu_ps(src + j), m)));
+	}
+	for (; j < n; j++) {
+		dst[j] = attn_expf(src[j] - mx);
+		if (lanes != NULL)
+			lanes[(lane0 + j) % 8] += (double)dst[j];
+	}
+}
+
 const struct attn_ops attn_ops_avx2 = {
-	v_load_avx2, scale_max_avx2, weights_avx2, accum_avx2,
+	v_load_avx2, scale_max_avx2, weights_avx2, accum_avx2, exp_sum_avx2,
 };
 
 #endif
