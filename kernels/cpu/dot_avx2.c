@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "dot_tiles.h"
 #include "quant.h"
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
@@ -138,59 +139,18 @@ float_tile(enum wfmt f, int k, const char *w, size_t bw, int NW,
 			y[r * ldy + o * yo] = hsum_f32(acc[o][r]);
 }
 
-/*
- * One or two activation rows (a matrix-vector product, memory bound):
- * the weight rows are cut into four runs of q rows and a tile takes row i
- * of each run, so the four rows read at once lie q rows apart and each run
- * is read front to back.  Interleaving four adjacent rows instead reads
- * each page out of order and halves the read bandwidth on the machines we
- * measured (prefetchers follow monotonic streams).
- */
-static ALWAYS_INLINE void
-float_gemv(enum wfmt f, int k, const char *w, size_t bw, int nw,
-    const char *x, size_t bx, int NX, float *y, size_t ldy)
-{
-	int q = nw / 4, o;
-
-	for (o = 0; o < q; o++)
-		float_tile(f, k, w + o * bw, (size_t)q * bw, 4, x, bx, NX,
-		    y + o, ldy, (size_t)q);
-	for (o = 4 * q; o < nw; o++)
-		float_tile(f, k, w + o * bw, bw, 1, x, bx, NX, y + o, ldy, 1);
-}
-
-/* Weight rows in groups of 4, activation rows in groups of 3, then singles. */
+/* Tiles of 4 x 3 (dot_tiles.h). */
 static ALWAYS_INLINE void
 float_dot(enum wfmt f, int k, const void *w, size_t bw, int nw,
     const void *x, size_t bx, int nx, float *y, size_t ldy)
 {
 	const char *wc = w, *xc = x;
-	int o = 0, r;
 
-	if (nx == 1) {
-		float_gemv(f, k, wc, bw, nw, xc, bx, 1, y, ldy);
-		return;
-	}
-	if (nx == 2) {
-		float_gemv(f, k, wc, bw, nw, xc, bx, 2, y, ldy);
-		return;
-	}
-	for (; o + 4 <= nw; o += 4) {
-		for (r = 0; r + 3 <= nx; r += 3)
-			float_tile(f, k, wc + o * bw, bw, 4, xc + r * bx, bx, 3,
-			    y + r * ldy + o, ldy, 1);
-		for (; r < nx; r++)
-			float_tile(f, k, wc + o * bw, bw, 4, xc + r * bx, bx, 1,
-			    y + r * ldy + o, ldy, 1);
-	}
-	for (; o < nw; o++) {
-		for (r = 0; r + 3 <= nx; r += 3)
-			float_tile(f, k, wc + o * bw, bw, 1, xc + r * bx, bx, 3,
-			    y + r * ldy + o, ldy, 1);
-		for (; r < nx; r++)
-			float_tile(f, k, wc + o * bw, bw, 1, xc + r * bx, bx, 1,
-			    y + r * ldy + o, ldy, 1);
-	}
+#define CALL(NW, NX, o, bws, r, yo) float_tile(f, k, wc + (size_t)(o) * bw, \
+	bws, NW, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + (o), \
+	ldy, yo)
+	DOT_TILES(4, 3, CALL);
+#undef CALL
 }
 
 void
@@ -845,55 +805,22 @@ tile_q6_K(int nb, const void *wv, const char *x, size_t bx, int NX,
 }
 
 /*
- * The exported kernels.  32-value blocks: weight rows in pairs (two
- * independent accumulation chains even for one activation row), activation
- * rows in tiles of QT.  K-quants: one weight row, activation rows in tiles
- * of QT.  NW and NX are constants in every call, so each tile shape is
- * compiled on its own.
+ * The exported kernels (dot_tiles.h).  32-value blocks: weight rows in
+ * pairs (two independent accumulation chains even for one activation
+ * row), activation rows in tiles of QT.  K-quants: one weight row,
+ * activation rows in tiles of QT.
  */
-#define TILE_NX(call, r, nx)						\
-	do {								\
-		for (; r + QT <= nx; r += QT)				\
-			call(QT);					\
-		switch (nx - r) {					\
-		case 3: call(3); break;					\
-		case 2: call(2); break;					\
-		case 1: call(1); break;					\
-		}							\
-	} while (0)
-
 static ALWAYS_INLINE void
 dot_b32(enum b32 kind, int k, const void *w, size_t bw, int nw,
     const void *x, size_t bx, int nx, float *y, size_t ldy)
 {
 	const char *wc = w, *xc = x;
-	int o = 0, r, q;
 
-#define CALL2(NX) tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw, bw, 2, \
-	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy, 1)
-#define CALL1(NX) tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw, bw, 1, \
-	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy, 1)
-	if (nx == 1) {
-		/* far pairs: two monotonic streams (see float_gemv()) */
-		q = nw / 2;
-		for (; o < q; o++)
-			tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw,
-			    (size_t)q * bw, 2, xc, bx, 1, y + o, ldy, (size_t)q);
-		for (o = 2 * q; o < nw; o++)
-			tile_b32(kind, k / QUANT_QK, wc + (size_t)o * bw, bw, 1,
-			    xc, bx, 1, y + o, ldy, 1);
-		return;
-	}
-	for (; o + 2 <= nw; o += 2) {
-		r = 0;
-		TILE_NX(CALL2, r, nx);
-	}
-	for (; o < nw; o++) {
-		r = 0;
-		TILE_NX(CALL1, r, nx);
-	}
-#undef CALL2
-#undef CALL1
+#define CALL(NW, NX, o, bws, r, yo) tile_b32(kind, k / QUANT_QK, wc + \
+	(size_t)(o) * bw, bws, NW, xc + (size_t)(r) * bx, bx, NX, y + \
+	(size_t)(r) * ldy + (o), ldy, yo)
+	DOT_TILES(2, QT, CALL);
+#undef CALL
 }
 
 void
@@ -953,15 +880,11 @@ dot_k(enum kq kind, int k, const void *w, size_t bw, int nw, const void *x,
 {
 	const char *xc = x;
 
-#define CALLK(NX) tile_k(kind, k / QUANT_QK_K, (const char *)w + \
-	(size_t)o * bw, xc + (size_t)r * bx, bx, NX, \
-	y + (size_t)r * ldy + o, ldy)
-	for (int o = 0; o < nw; o++) {
-		int r = 0;
-
-		TILE_NX(CALLK, r, nx);
-	}
-#undef CALLK
+#define CALL(NW, NX, o, bws, r, yo) tile_k(kind, k / QUANT_QK_K, \
+	(const char *)w + (size_t)(o) * bw, xc + (size_t)(r) * bx, bx, NX, \
+	y + (size_t)(r) * ldy + (o), ldy)
+	DOT_TILES(1, QT, CALL);
+#undef CALL
 }
 
 void

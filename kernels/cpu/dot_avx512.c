@@ -16,6 +16,7 @@
  * sign/maddubs/madd.
  */
 #include "dot.h"
+#include "dot_tiles.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 
@@ -68,7 +69,7 @@ f16(const uint8_t *p)
  */
 static ALWAYS_INLINE void
 tile_float(bool f32, int k, const char *w, size_t bw, int NW, const char *x,
-    size_t bx, int NX, float *y, size_t ldy)
+    size_t bx, int NX, float *y, size_t ldy, size_t yo)
 {
 	__m256 acc[6][4], xv[4];
 
@@ -99,40 +100,22 @@ tile_float(bool f32, int k, const char *w, size_t bw, int NW, const char *x,
 	for (int o = 0; o < NW; o++)
 #pragma GCC unroll 4
 		for (int r = 0; r < NX; r++)
-			y[(size_t)r * ldy + o] = hsum_f32(acc[o][r]);
+			y[(size_t)r * ldy + (size_t)o * yo] =
+			    hsum_f32(acc[o][r]);
 }
 
-/* Tiles of 6 x 4 for three or more activation rows, k a multiple of 8. */
+/* Three or more activation rows, k a multiple of 8: tiles of 4 x 4 (dot_tiles.h). */
 static ALWAYS_INLINE void
 dot_float(bool f32, int k, const void *w, size_t bw, int nw, const void *x,
     size_t bx, int nx, float *y, size_t ldy)
 {
 	const char *wc = w, *xc = x;
-	int o = 0, r;
 
-#define T(NW, NX) tile_float(f32, k, wc + (size_t)o * bw, bw, NW, \
-	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy)
-#define ROWS(NW)							\
-	do {								\
-		for (r = 0; r + 4 <= nx; r += 4)			\
-			T(NW, 4);					\
-		switch (nx - r) {					\
-		case 3: T(NW, 3); break;				\
-		case 2: T(NW, 2); break;				\
-		case 1: T(NW, 1); break;				\
-		}							\
-	} while (0)
-	for (; o + 6 <= nw; o += 6)
-		ROWS(6);
-	switch (nw - o) {
-	case 5: ROWS(5); break;
-	case 4: ROWS(4); break;
-	case 3: ROWS(3); break;
-	case 2: ROWS(2); break;
-	case 1: ROWS(1); break;
-	}
-#undef ROWS
-#undef T
+#define CALL(NW, NX, o, bws, r, yo) tile_float(f32, k, wc + (size_t)(o) * \
+	bw, bws, NW, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + \
+	(o), ldy, yo)
+	DOT_TILES(4, 4, CALL);
+#undef CALL
 }
 
 /* Fewer than three activation rows or k % 8 != 0: the AVX2 kernels. */
@@ -230,45 +213,19 @@ tile_q8_0(int nb, const char *w, size_t bw, int NW, const char *x,
 			    hsum_f32(acc[o][r]);
 }
 
-/* Tiles of 4 x 4 (one activation row: 4 weight rows q apart, as dot_avx2.c). */
+/* Tiles of 4 x 4 (dot_tiles.h). */
 void
 dot_q8_0_q8_0_avx512(int k, const void *w, size_t bw, int nw, const void *x,
     size_t bx, int nx, float *y, size_t ldy)
 {
 	const char *wc = w, *xc = x;
-	int nb = k / QUANT_QK, o = 0, r, q;
+	int nb = k / QUANT_QK;
 
-	if (nx == 1) {
-		q = nw / 4;
-		for (; o < q; o++)
-			tile_q8_0(nb, wc + (size_t)o * bw, (size_t)q * bw, 4,
-			    xc, bx, 1, y + o, ldy, (size_t)q);
-		for (o = 4 * q; o < nw; o++)
-			tile_q8_0(nb, wc + (size_t)o * bw, bw, 1, xc, bx, 1,
-			    y + o, ldy, 1);
-		return;
-	}
-#define T(NW, NX) tile_q8_0(nb, wc + (size_t)o * bw, bw, NW, \
-	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy, 1)
-#define ROWS(NW)							\
-	do {								\
-		for (r = 0; r + 4 <= nx; r += 4)			\
-			T(NW, 4);					\
-		switch (nx - r) {					\
-		case 3: T(NW, 3); break;				\
-		case 2: T(NW, 2); break;				\
-		case 1: T(NW, 1); break;				\
-		}							\
-	} while (0)
-	for (; o + 4 <= nw; o += 4)
-		ROWS(4);
-	switch (nw - o) {
-	case 3: ROWS(3); break;
-	case 2: ROWS(2); break;
-	case 1: ROWS(1); break;
-	}
-#undef ROWS
-#undef T
+#define CALL(NW, NX, o, bws, r, yo) tile_q8_0(nb, wc + (size_t)(o) * bw, \
+	bws, NW, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + (o), \
+	ldy, yo)
+	DOT_TILES(4, 4, CALL);
+#undef CALL
 }
 
 /* ---- K-quants ----------------------------------------------------------- */
@@ -534,52 +491,44 @@ tile_q6_K(int nb, const char *w, size_t bw, int NW, const char *x,
 			    hsum_f32(acc[o][r]);
 }
 
-/* Tiles of 2 x KT; one activation row: two weight rows q apart. */
-#define K_DOT(name, tile)						\
-void									\
-name(int k, const void *w, size_t bw, int nw, const void *x, size_t bx,\
-    int nx, float *y, size_t ldy)					\
-{									\
-	const char *wc = w, *xc = x;					\
-	int nb = k / QUANT_QK_K, o = 0, r, q;				\
-									\
-	if (nx == 1) {							\
-		q = nw / 2;						\
-		for (; o < q; o++)					\
-			tile(nb, wc + (size_t)o * bw, (size_t)q * bw, 2,\
-			    xc, bx, 1, y + o, ldy, (size_t)q);		\
-		for (o = 2 * q; o < nw; o++)				\
-			tile(nb, wc + (size_t)o * bw, bw, 1, xc, bx, 1,	\
-			    y + o, ldy, 1);				\
-		return;							\
-	}								\
-	for (; o < nw; o += 2) {					\
-		int NW = nw - o >= 2 ? 2 : 1;				\
-									\
-		for (r = 0; r + KT <= nx; r += KT) {			\
-			if (NW == 2)					\
-				K_T(tile, 2, KT);			\
-			else						\
-				K_T(tile, 1, KT);			\
-		}							\
-		switch ((nx - r) * 2 + NW - 1) {			\
-		case 7: K_T(tile, 2, 3); break;				\
-		case 6: K_T(tile, 1, 3); break;				\
-		case 5: K_T(tile, 2, 2); break;				\
-		case 4: K_T(tile, 1, 2); break;				\
-		case 3: K_T(tile, 2, 1); break;				\
-		case 2: K_T(tile, 1, 1); break;				\
-		}							\
-	}								\
+static ALWAYS_INLINE void
+tile_k(bool q6, int nb, const char *w, size_t bw, int NW, const char *x,
+    size_t bx, int NX, float *y, size_t ldy, size_t yo)
+{
+	if (q6)
+		tile_q6_K(nb, w, bw, NW, x, bx, NX, y, ldy, yo);
+	else
+		tile_q4_K(nb, w, bw, NW, x, bx, NX, y, ldy, yo);
 }
-#define K_T(tile, NW, NX) tile(nb, wc + (size_t)o * bw, bw, NW,	\
-	xc + (size_t)r * bx, bx, NX, y + (size_t)r * ldy + o, ldy, 1)
 
-K_DOT(dot_q4_K_q8_K_avx512, tile_q4_K)
-K_DOT(dot_q6_K_q8_K_avx512, tile_q6_K)
+/* Tiles of 2 x KT (dot_tiles.h). */
+static ALWAYS_INLINE void
+dot_k(bool q6, int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	const char *wc = w, *xc = x;
+	int nb = k / QUANT_QK_K;
 
-#undef K_T
-#undef K_DOT
+#define CALL(NW, NX, o, bws, r, yo) tile_k(q6, nb, wc + (size_t)(o) * bw, \
+	bws, NW, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + (o), \
+	ldy, yo)
+	DOT_TILES(2, KT, CALL);
+#undef CALL
+}
+
+void
+dot_q4_K_q8_K_avx512(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_k(false, k, w, bw, nw, x, bx, nx, y, ldy);
+}
+
+void
+dot_q6_K_q8_K_avx512(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	dot_k(true, k, w, bw, nw, x, bx, nx, y, ldy);
+}
 
 #if defined(__clang__)
 #pragma clang attribute pop
