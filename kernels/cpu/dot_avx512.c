@@ -62,7 +62,7 @@ f16(const uint8_t *p)
 /* ---- F16 and F32 ------------------------------------------------------ */
 
 /*
- * NW <= 6 weight rows (F16, or F32 when f32) times NX <= 4 activation
+ * NW <= 4 weight rows (F16, or F32 when f32) times NX <= 6 activation
  * rows, one 8-lane accumulator per pair, element j fused-multiply-added
  * into lane j % 8 (dot.c's order; k a multiple of 8 here, the caller
  * handles the rest).
@@ -71,40 +71,40 @@ static ALWAYS_INLINE void
 tile_float(bool f32, int k, const char *w, size_t bw, int NW, const char *x,
     size_t bx, int NX, float *y, size_t ldy, size_t yo)
 {
-	__m256 acc[6][4], xv[4];
+	__m256 acc[4][6], xv[6];
 
-#pragma GCC unroll 6
-	for (int o = 0; o < NW; o++)
 #pragma GCC unroll 4
+	for (int o = 0; o < NW; o++)
+#pragma GCC unroll 6
 		for (int r = 0; r < NX; r++)
 			acc[o][r] = _mm256_setzero_ps();
 	for (int j = 0; j < k; j += 8) {
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 		for (int r = 0; r < NX; r++)
 			xv[r] = _mm256_loadu_ps((const float *)(const void *)
 			    (x + (size_t)r * bx) + j);
-#pragma GCC unroll 6
+#pragma GCC unroll 4
 		for (int o = 0; o < NW; o++) {
 			const char *wr = w + (size_t)o * bw;
 			__m256 wv = f32 ? _mm256_loadu_ps((const float *)
 			    (const void *)wr + j) : _mm256_cvtph_ps(
 			    _mm_loadu_si128((const __m128i *)wr + j / 8));
 
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 			for (int r = 0; r < NX; r++)
 				acc[o][r] = _mm256_fmadd_ps(wv, xv[r],
 				    acc[o][r]);
 		}
 	}
-#pragma GCC unroll 6
-	for (int o = 0; o < NW; o++)
 #pragma GCC unroll 4
+	for (int o = 0; o < NW; o++)
+#pragma GCC unroll 6
 		for (int r = 0; r < NX; r++)
 			y[(size_t)r * ldy + (size_t)o * yo] =
 			    hsum_f32(acc[o][r]);
 }
 
-/* Three or more activation rows, k a multiple of 8: tiles of 4 x 4 (dot_tiles.h). */
+/* Three or more activation rows, k a multiple of 8: tiles of 4 x 6 (dot_tiles.h). */
 static ALWAYS_INLINE void
 dot_float(bool f32, int k, const void *w, size_t bw, int nw, const void *x,
     size_t bx, int nx, float *y, size_t ldy)
@@ -114,7 +114,7 @@ dot_float(bool f32, int k, const void *w, size_t bw, int nw, const void *x,
 #define CALL(NW, NX, o, bws, r, yo) tile_float(f32, k, wc + (size_t)(o) * \
 	bw, bws, NW, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + \
 	(o), ldy, yo)
-	DOT_TILES(4, 4, CALL);
+	DOT_TILES(4, 6, CALL);
 #undef CALL
 }
 

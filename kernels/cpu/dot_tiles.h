@@ -14,8 +14,8 @@
  * chunks) that ran at a third of the read bandwidth on the machines we
  * measured.
  *
- * Activation rows go in tiles of NXT (at most 4), then one tile of the
- * 1-3 rows left.
+ * Activation rows go in tiles of NXT (at most 6), then one tile of the
+ * rows left.
  *
  * CALL(NW, NX, o, bws, r, yo) runs one tile: weight rows o + i * (bws / bw)
  * for i < NW (bws bytes apart), activation rows r .. r + NX - 1, the result
@@ -29,6 +29,9 @@
 
 #include <stddef.h>
 
+/* NX of the tile of the n < NXT rows left (1 where n cannot occur). */
+#define DOT_TILES_LEFT(NXT, n) ((NXT) > (n) ? (n) : 1)
+
 #define DOT_TILES_NX(NXT, CALL, NW, o, bws, yo)				\
 	do {								\
 		int r_ = 0;						\
@@ -36,8 +39,14 @@
 		for (; r_ + (NXT) <= nx; r_ += (NXT))			\
 			CALL(NW, NXT, o, bws, r_, yo);			\
 		switch (nx - r_) {					\
-		case 3: CALL(NW, 3, o, bws, r_, yo); break;		\
-		case 2: CALL(NW, 2, o, bws, r_, yo); break;		\
+		case 5: CALL(NW, DOT_TILES_LEFT(NXT, 5), o, bws, r_,	\
+		    yo); break;						\
+		case 4: CALL(NW, DOT_TILES_LEFT(NXT, 4), o, bws, r_,	\
+		    yo); break;						\
+		case 3: CALL(NW, DOT_TILES_LEFT(NXT, 3), o, bws, r_,	\
+		    yo); break;						\
+		case 2: CALL(NW, DOT_TILES_LEFT(NXT, 2), o, bws, r_,	\
+		    yo); break;						\
 		case 1: CALL(NW, 1, o, bws, r_, yo); break;		\
 		}							\
 	} while (0)
