@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "lib/fixtures.h"
+#include "lib/rig.h"
 #include "backend.h"
 #include "cuda_probe.h"
 #include "kvcache.h"
@@ -43,12 +44,6 @@ Suite *cuda_backend_nodev_suite(void);
 #define MAX_IDS 256
 
 /* ---- a model on a backend --------------------------------------------- */
-
-struct rig {
-	struct model *m;
-	struct backend *be;
-	int n_vocab;
-};
 
 static struct be_params
 params(int batch, int max_seqs)
@@ -96,67 +91,6 @@ rig_on(struct rig *r, struct model *m, const char *name,
 	    e.msg);
 	if (strcmp(name, "auto") != 0)
 		ck_assert_str_eq(be_name(r->be), name);
-}
-
-/*
- * Feed ids[0..n) to seq from position pos in steps of at most chunk tokens
- * (0: one step); the last step's logits go to out.
- */
-static void
-feed(struct rig *r, int seq, int pos, const int32_t *ids, int n, int chunk,
-    float *out)
-{
-	struct kv_cache *kv = be_kv(r->be);
-	struct cp_err e = { 0 };
-	const float *lg = NULL;
-	int done = 0, take, nl;
-
-	if (chunk <= 0)
-		chunk = n;
-	while (done < n) {
-		struct batch_seq bs;
-		struct step_batch b;
-
-		take = n - done < chunk ? n - done : chunk;
-		ck_assert_int_eq(kv_seq_append(kv, seq, take), 0);
-		bs.seq = seq;
-		bs.pos = pos + done;
-		bs.n_tokens = take;
-		bs.logits = done + take == n;
-		b.tokens = ids + done;
-		b.n_tokens = take;
-		b.seqs = &bs;
-		b.n_seqs = 1;
-		ck_assert_msg(be_step(r->be, &b, &lg, &nl, &e) == 0, "%s",
-		    e.msg);
-		ck_assert_int_eq(nl, bs.logits ? 1 : 0);
-		done += take;
-	}
-	ck_assert_ptr_nonnull(lg);
-	memcpy(out, lg, (size_t)r->n_vocab * sizeof(float));
-}
-
-static int
-argmax(const float *v, int n)
-{
-	int i, best = 0;
-
-	for (i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = i;
-	return best;
-}
-
-static void
-logsoftmax(const float *v, int n, double *lp)
-{
-	double mx = v[argmax(v, n)], sum = 0;
-	int i;
-
-	for (i = 0; i < n; i++)
-		sum += exp((double)v[i] - mx);
-	for (i = 0; i < n; i++)
-		lp[i] = (double)v[i] - mx - log(sum);
 }
 
 /* A deterministic prompt of n ids in [3, n_vocab), BOS first. */
@@ -235,8 +169,8 @@ compare_step(const struct vs_case *vc, const float *cpu, const float *gpu,
 	int top[10], i, j, k, gc, gg;
 	double d;
 
-	logsoftmax(cpu, n, lc);
-	logsoftmax(gpu, n, lg);
+	vec_logsoftmax(cpu, n, lc);
+	vec_logsoftmax(gpu, n, lg);
 	for (k = 0; k < 10 && k < n; k++) {
 		top[k] = -1;
 		for (i = 0; i < n; i++) {
@@ -251,8 +185,8 @@ compare_step(const struct vs_case *vc, const float *cpu, const float *gpu,
 		    "cpu %.5f cuda %.5f (tolerance %g)", vc->file, step, top[k],
 		    lc[top[k]], lg[top[k]], vc->tol);
 	}
-	gc = argmax(cpu, n);
-	gg = argmax(gpu, n);
+	gc = vec_argmax(cpu, n);
+	gg = vec_argmax(gpu, n);
 	if (vc->exact)
 		ck_assert_msg(gg == gc, "%s step %d: argmax cuda %d, cpu %d",
 		    vc->file, step, gg, gc);
@@ -293,15 +227,15 @@ START_TEST(test_vs_cpu)
 	seq_c = kv_seq_new(be_kv(rc.be));
 	seq_g = kv_seq_new(be_kv(rg.be));
 	ck_assert(seq_c >= 0 && seq_g >= 0);
-	feed(&rc, seq_c, 0, ids, np, 48, lc);
-	feed(&rg, seq_g, 0, ids, np, 48, lg);
+	rig_feed(&rc, seq_c, 0, ids, np, 48, lc);
+	rig_feed(&rg, seq_g, 0, ids, np, 48, lg);
 	for (step = 0; step <= 8; step++) {
 		compare_step(vc, lc, lg, nv, step, dc, dg);
 		if (step == 8)
 			break;
-		ids[np + step] = argmax(lc, nv);
-		feed(&rc, seq_c, np + step, &ids[np + step], 1, 0, lc);
-		feed(&rg, seq_g, np + step, &ids[np + step], 1, 0, lg);
+		ids[np + step] = vec_argmax(lc, nv);
+		rig_feed(&rc, seq_c, np + step, &ids[np + step], 1, 0, lc);
+		rig_feed(&rg, seq_g, np + step, &ids[np + step], 1, 0, lg);
 	}
 	free(dg);
 	free(dc);
@@ -345,9 +279,9 @@ START_TEST(test_kv_vs_cpu)
 
 		/* a first sequence of 20 so the second's blocks are not 0.. */
 		seq = kv_seq_new(be_kv(r->be));
-		feed(r, seq, 0, ids + 60, 20, 0, lg);
+		rig_feed(r, seq, 0, ids + 60, 20, 0, lg);
 		seq = kv_seq_new(be_kv(r->be));
-		feed(r, seq, 0, ids, 90, 32, lg);
+		rig_feed(r, seq, 0, ids, 90, 32, lg);
 		ck_assert_int_eq(be_kv_read(r->be, 0, k ? bg : bc, size), 0);
 	}
 	n_el = size / 2;
@@ -394,9 +328,9 @@ START_TEST(test_kv_f32_vs_cpu)
 	dg = malloc((size_t)rc.n_vocab * sizeof(double));
 	ck_assert(lc != NULL && lg != NULL && dc != NULL && dg != NULL);
 	seq = kv_seq_new(be_kv(rc.be));
-	feed(&rc, seq, 0, ids, 150, 64, lc);
+	rig_feed(&rc, seq, 0, ids, 150, 64, lc);
 	seq = kv_seq_new(be_kv(rg.be));
-	feed(&rg, seq, 0, ids, 150, 64, lg);
+	rig_feed(&rg, seq, 0, ids, 150, 64, lg);
 	compare_step(&vc, lc, lg, rc.n_vocab, 0, dc, dg);
 	free(dg);
 	free(dc);
@@ -438,13 +372,13 @@ START_TEST(test_aidreams_greedy)
 	ck_assert_ptr_nonnull(lg);
 	memcpy(ids, aid_prompt, sizeof(aid_prompt));
 	seq = kv_seq_new(be_kv(r.be));
-	feed(&r, seq, 0, ids, 13, _i == 0 ? 0 : 5, lg);
+	rig_feed(&r, seq, 0, ids, 13, _i == 0 ? 0 : 5, lg);
 	for (i = 0; i < 64; i++) {
-		ids[13 + i] = argmax(lg, r.n_vocab);
+		ids[13 + i] = vec_argmax(lg, r.n_vocab);
 		ck_assert_msg(ids[13 + i] == aid_gen[i], "id %d: got %d, "
 		    "want %d", i, (int)ids[13 + i], (int)aid_gen[i]);
 		if (i < 63)
-			feed(&r, seq, 13 + i, &ids[13 + i], 1, 0, lg);
+			rig_feed(&r, seq, 13 + i, &ids[13 + i], 1, 0, lg);
 	}
 	free(lg);
 	be_close(r.be);
@@ -488,9 +422,9 @@ START_TEST(test_chunked_equals_unchunked)
 		rig_on(&r, m, "cuda", &p);
 		seq = kv_seq_new(be_kv(r.be));
 		if (v == 0)
-			feed(&r, seq, 0, ids, np, 0, lg0);
+			rig_feed(&r, seq, 0, ids, np, 0, lg0);
 		else
-			feed(&r, seq, 0, ids, np, 128, lg);
+			rig_feed(&r, seq, 0, ids, np, 128, lg);
 		if (v > 0)
 			ck_assert_msg(memcmp(lg, lg0, (size_t)r.n_vocab *
 			    sizeof(float)) == 0, "%s: variant %d changes the "
@@ -499,7 +433,7 @@ START_TEST(test_chunked_equals_unchunked)
 		ck_assert_int_eq(kv_seq_free(be_kv(r.be), seq), 0);
 		for (c = 0; v == 0 && c < 4; c++) {
 			seq = kv_seq_new(be_kv(r.be));
-			feed(&r, seq, 0, ids, np, chunks[c], lg);
+			rig_feed(&r, seq, 0, ids, np, chunks[c], lg);
 			ck_assert_msg(memcmp(lg, lg0, (size_t)r.n_vocab *
 			    sizeof(float)) == 0, "%s: chunks of %d change the "
 			    "logits (max diff %g)", inv_models[_i], chunks[c],
@@ -631,9 +565,9 @@ START_TEST(test_batched_equals_alone)
 		s[i].want = malloc((NDEC + 1) * row);
 		ck_assert_ptr_nonnull(s[i].want);
 		seq = kv_seq_new(be_kv(r.be));
-		feed(&r, seq, 0, s[i].ids, s[i].np, 32, s[i].want);
+		rig_feed(&r, seq, 0, s[i].ids, s[i].np, 32, s[i].want);
 		for (d = 0; d < NDEC; d++)
-			feed(&r, seq, s[i].np + d, &s[i].ids[s[i].np + d], 1,
+			rig_feed(&r, seq, s[i].np + d, &s[i].ids[s[i].np + d], 1,
 			    0, s[i].want + (size_t)(d + 1) * (size_t)r.n_vocab);
 		ck_assert_int_eq(kv_seq_free(be_kv(r.be), seq), 0);
 	}

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "lib/fixtures.h"
+#include "lib/rig.h"
 #include "lib/json.h"
 #include "backend.h"
 #include "gguf.h"
@@ -40,13 +41,6 @@ extern char **environ;
 #define NEAR_TIE 2e-3	/* top-1/top-2 gap within our F32-cache error */
 
 /* ---- a model on the CPU backend -------------------------------------- */
-
-struct rig {
-	struct gguf_file *f;	/* set when loaded from memory */
-	struct model *m;
-	struct backend *be;
-	int n_vocab;
-};
 
 static void
 rig_open_model(struct rig *r, const struct be_params *p)
@@ -91,69 +85,6 @@ params(int threads, int batch, int max_seqs)
 }
 
 /*
- * Feed ids[0..n) to seq from position pos in steps of at most chunk tokens
- * (0: all in one step); the last step asks for logits, copied to out.
- */
-static void
-feed(struct rig *r, int seq, int pos, const int32_t *ids, int n, int chunk,
-    float *out)
-{
-	struct kv_cache *kv = be_kv(r->be);
-	struct cp_err e = { 0 };
-	const float *lg = NULL;
-	int done = 0, take, nl;
-
-	ck_assert_int_gt(n, 0);
-	if (chunk <= 0)
-		chunk = n;
-	while (done < n) {
-		struct batch_seq bs;
-		struct step_batch b;
-
-		take = n - done < chunk ? n - done : chunk;
-		ck_assert_int_eq(kv_seq_append(kv, seq, take), 0);
-		bs.seq = seq;
-		bs.pos = pos + done;
-		bs.n_tokens = take;
-		bs.logits = done + take == n;
-		b.tokens = ids + done;
-		b.n_tokens = take;
-		b.seqs = &bs;
-		b.n_seqs = 1;
-		ck_assert_msg(be_step(r->be, &b, &lg, &nl, &e) == 0, "%s",
-		    e.msg);
-		ck_assert_int_eq(nl, bs.logits ? 1 : 0);
-		done += take;
-	}
-	ck_assert_ptr_nonnull(lg);
-	memcpy(out, lg, (size_t)r->n_vocab * sizeof(float));
-}
-
-static int
-argmax(const float *v, int n)
-{
-	int i, best = 0;
-
-	for (i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = i;
-	return best;
-}
-
-/* log-softmax of v[0..n) into lp (double precision). */
-static void
-logsoftmax(const float *v, int n, double *lp)
-{
-	double mx = v[argmax(v, n)], sum = 0;
-	int i;
-
-	for (i = 0; i < n; i++)
-		sum += exp((double)v[i] - mx);
-	for (i = 0; i < n; i++)
-		lp[i] = (double)v[i] - mx - log(sum);
-}
-
-/*
  * Greedy generation of n_gen ids after the prompt on a fresh sequence,
  * prompt chunked by chunk; logits of every step go to lg (n_gen x n_vocab)
  * when not NULL.  The sequence is freed afterwards.
@@ -169,14 +100,14 @@ greedy(struct rig *r, const int32_t *prompt, int np, int chunk, int n_gen,
 	ck_assert_ptr_nonnull(cur);
 	seq = kv_seq_new(kv);
 	ck_assert_int_ge(seq, 0);
-	feed(r, seq, 0, prompt, np, chunk, cur);
+	rig_feed(r, seq, 0, prompt, np, chunk, cur);
 	for (i = 0; i < n_gen; i++) {
-		ids[i] = argmax(cur, r->n_vocab);
+		ids[i] = vec_argmax(cur, r->n_vocab);
 		if (lg != NULL)
 			memcpy(lg + (size_t)i * (size_t)r->n_vocab, cur,
 			    (size_t)r->n_vocab * sizeof(float));
 		if (i + 1 < n_gen)
-			feed(r, seq, np + i, &ids[i], 1, 0, cur);
+			rig_feed(r, seq, np + i, &ids[i], 1, 0, cur);
 	}
 	ck_assert_int_eq(kv_seq_free(kv, seq), 0);
 	free(cur);
@@ -337,7 +268,7 @@ json_ids(const struct json *a, int32_t *ids, int cap)
 static double
 top_gap(const float *v, int n)
 {
-	int i, best = argmax(v, n);
+	int i, best = vec_argmax(v, n);
 	double second = -INFINITY;
 
 	for (i = 0; i < n; i++)
@@ -393,13 +324,13 @@ check_result(struct rig *r, const struct synth_case *c,
 		struct kv_cache *kv = be_kv(r->be);
 		int seq = kv_seq_new(kv);
 
-		feed(r, seq, 0, prompt, np, 0, lg);
+		rig_feed(r, seq, 0, prompt, np, 0, lg);
 		for (i = 1; i < ng; i++)
-			feed(r, seq, np + i - 1, &gen[i - 1], 1, 0,
+			rig_feed(r, seq, np + i - 1, &gen[i - 1], 1, 0,
 			    lg + (size_t)i * (size_t)r->n_vocab);
 		ck_assert_int_eq(kv_seq_free(kv, seq), 0);
 	}
-	logsoftmax(lg, r->n_vocab, lp);
+	vec_logsoftmax(lg, r->n_vocab, lp);
 	err = top10_err(json_get(ref, "top10"), lp);
 	ck_assert_msg(err <= c->tol, "%s %s%s: top-10 logprob error %g > %g",
 	    c->file, json_get(res, "prompt")->str, kv_f32 ? " kv_f32" : "",
@@ -410,8 +341,8 @@ check_result(struct rig *r, const struct synth_case *c,
 		double e1, e2, gap;
 
 		ck_assert_int_eq(t1, gen[i]);
-		logsoftmax(lg + (size_t)i * (size_t)r->n_vocab, r->n_vocab, lp);
-		gap = lp[argmax(lg + (size_t)i * (size_t)r->n_vocab,
+		vec_logsoftmax(lg + (size_t)i * (size_t)r->n_vocab, r->n_vocab, lp);
+		gap = lp[vec_argmax(lg + (size_t)i * (size_t)r->n_vocab,
 		    r->n_vocab)] - lp[t1];
 		e1 = fabs(lp[t1] - st->items[1].num);
 		e2 = fabs(lp[t2] - st->items[3].num);
@@ -708,7 +639,7 @@ run_mixed(struct rig *r, struct mseq *s, int n, int budget)
 				continue;
 			memcpy(q->lg + (size_t)q->ng * (size_t)r->n_vocab, lg,
 			    (size_t)r->n_vocab * sizeof(float));
-			q->toks[q->np + q->ng] = argmax(lg, r->n_vocab);
+			q->toks[q->np + q->ng] = vec_argmax(lg, r->n_vocab);
 			q->ng++;
 			lg += r->n_vocab;
 			if (q->ng == q->want) {
@@ -1074,7 +1005,7 @@ START_TEST(test_spec_equations)
 	seq = kv_seq_new(be_kv(r.be));
 	/* one row per step: the logits of every position */
 	for (pos = 0; pos < 40; pos++) {
-		feed(&r, seq, pos, &toks[pos], 1, 0, lg);
+		rig_feed(&r, seq, pos, &toks[pos], 1, 0, lg);
 		for (i = 0; i < sp->n_vocab; i++) {
 			d = fabs((double)lg[i] - ref[pos * sp->n_vocab + i]);
 			if (d > worst)
@@ -1455,8 +1386,8 @@ START_TEST(test_context_in_chunks)
 	lg = malloc((size_t)r.n_vocab * sizeof(float));
 	make_prompt(prompt, 128, r.n_vocab, 3);
 	seq = kv_seq_new(kv);
-	feed(&r, seq, 0, prompt, 128, 8, lg);
-	ck_assert(isfinite(lg[argmax(lg, r.n_vocab)]));
+	rig_feed(&r, seq, 0, prompt, 128, 8, lg);
+	ck_assert(isfinite(lg[vec_argmax(lg, r.n_vocab)]));
 	ck_assert_int_eq(kv_seq_append(kv, seq, 1), -E2BIG);
 	ck_assert_int_eq(kv_blocks_free(kv), 0);
 	ck_assert_int_eq(kv_seq_free(kv, seq), 0);
@@ -1499,7 +1430,7 @@ START_TEST(test_damaged_weights)
 	rig_open_model(&r, &p);
 	lg = malloc((size_t)r.n_vocab * sizeof(float));
 	seq = kv_seq_new(be_kv(r.be));
-	feed(&r, seq, 0, aid_prompt, 13, 0, lg);
+	rig_feed(&r, seq, 0, aid_prompt, 13, 0, lg);
 	ck_assert(isnan(lg[0]));
 	rig_close(&r);
 	free(lg);

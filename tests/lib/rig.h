@@ -1,0 +1,37 @@
+/*
+ * rig.h - a model on a backend for the engine tests (check_forward,
+ * check_cuda_backend): feeding a sequence in chunks, and the logit helpers
+ * the comparisons use.  The functions assert with Check: call them from a
+ * test.
+ */
+#ifndef CP_TEST_RIG_H
+#define CP_TEST_RIG_H
+
+#include <stdint.h>
+
+struct gguf_file;
+struct model;
+struct backend;
+
+struct rig {
+	struct gguf_file *f;	/* set when the model was loaded from memory */
+	struct model *m;
+	struct backend *be;
+	int n_vocab;
+};
+
+/*
+ * Feed ids[0..n) to seq from position pos in steps of at most chunk tokens
+ * (0: all in one step); the last step asks for logits, copied to out
+ * (n_vocab floats).
+ */
+void rig_feed(struct rig *r, int seq, int pos, const int32_t *ids, int n,
+    int chunk, float *out);
+
+/* Index of the largest of v[0..n), the first on ties. */
+int vec_argmax(const float *v, int n);
+
+/* log-softmax of v[0..n) into lp, in double precision. */
+void vec_logsoftmax(const float *v, int n, double *lp);
+
+#endif
