@@ -266,14 +266,15 @@ cq_run(const char *const *args, struct cq_buf *out, struct cq_buf *err)
 	return cq_run_in(args, NULL, 0, out, err);
 }
 
-/* Reads from fd until b holds needle (or the deadline); 1 if it does. */
-int
-cq_read_until(int fd, struct cq_buf *b, const char *needle, int timeout_ms)
+/* Reads from fd into b until done(b, arg) (or the deadline); 1 if it held. */
+static int
+read_while(int fd, struct cq_buf *b, int timeout_ms,
+    int (*done)(const struct cq_buf *, const void *), const void *arg)
 {
 	uint64_t end = cq_ms_now() + (uint64_t)timeout_ms;
 	char tmp[4096];
 
-	while (b->p == NULL || strstr(b->p, needle) == NULL) {
+	while (!done(b, arg)) {
 		struct pollfd pf = { .fd = fd, .events = POLLIN };
 		ssize_t k;
 
@@ -287,6 +288,18 @@ cq_read_until(int fd, struct cq_buf *b, const char *needle, int timeout_ms)
 		cq_buf_add(b, tmp, (size_t)k);
 	}
 	return 1;
+}
+
+static int
+holds(const struct cq_buf *b, const void *needle)
+{
+	return b->p != NULL && strstr(b->p, needle) != NULL;
+}
+
+int
+cq_read_until(int fd, struct cq_buf *b, const char *needle, int timeout_ms)
+{
+	return read_while(fd, b, timeout_ms, holds, needle);
 }
 
 int
@@ -302,27 +315,16 @@ cq_count_lines(const struct cq_buf *b)
 	return n;
 }
 
-/* Reads from fd until b holds at least n lines; 1 if it does in time. */
+static int
+has_lines(const struct cq_buf *b, const void *n)
+{
+	return cq_count_lines(b) >= *(const int *)n;
+}
+
 int
 cq_read_lines(int fd, struct cq_buf *b, int n, int timeout_ms)
 {
-	uint64_t end = cq_ms_now() + (uint64_t)timeout_ms;
-	char tmp[4096];
-
-	while (cq_count_lines(b) < n) {
-		struct pollfd pf = { .fd = fd, .events = POLLIN };
-		ssize_t k;
-
-		if (cq_ms_now() >= end)
-			return 0;
-		if (poll(&pf, 1, 50) <= 0)
-			continue;
-		k = read(fd, tmp, sizeof(tmp));
-		if (k <= 0)
-			return 0;
-		cq_buf_add(b, tmp, (size_t)k);
-	}
-	return 1;
+	return read_while(fd, b, timeout_ms, has_lines, &n);
 }
 
 /* ---- JSON lines -------------------------------------------------------- */
