@@ -7,7 +7,7 @@
  * dot.h, are those of the AVX2 kernels and the scalar references, bit for
  * bit.  What AVX-512 adds is VPDPBUSD (four byte products summed into a
  * 32-bit lane in one instruction, exactly) and 32 vector registers, which
- * allow 4 x 4 tiles.
+ * allow tiles of 4 x 4 (Q8_0) and 4 x 6 (F16, F32).
  *
  * Q8_0 x Q8_0: VPDPBUSD multiplies unsigned by signed bytes, so weight
  * bytes w are offset to w + 128 (xor 0x80) and each lane starts from
@@ -104,7 +104,8 @@ tile_float(bool f32, int k, const char *w, size_t bw, int NW, const char *x,
 			    hsum_f32(acc[o][r]);
 }
 
-/* Three or more activation rows, k a multiple of 8: tiles of 4 x 6 (dot_tiles.h). */
+/* Three or more activation rows, k a multiple of 8: 4 x 6 tiles
+ * (dot_tiles.h). */
 static ALWAYS_INLINE void
 dot_float(bool f32, int k, const void *w, size_t bw, int nw, const void *x,
     size_t bx, int nx, float *y, size_t ldy)
