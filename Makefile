@@ -74,8 +74,10 @@ NVCC := $(or $(shell command -v nvcc 2>/dev/null),$(wildcard $(CUDA_HOME)/bin/nv
 CUDA_WHY := off (nvcc not found on PATH or in $(CUDA_HOME)/bin)
 endif
 CUDA_ARCHS ?= 80 86 89 90
-# The CUDA runtime: the static archive when the toolkit ships it, else the
-# shared library; a toolkit with nvcc but neither builds without CUDA.
+# The CUDA runtime: the static archive when the toolkit ships it (the
+# programs then run on machines without CUDA and fall back to the CPU),
+# else the shared library (they then need libcudart at run time: found
+# through the rpath); a toolkit with nvcc but neither builds without CUDA.
 ifneq ($(NVCC),)
 CUDA_ROOT := $(patsubst %/bin/nvcc,%,$(NVCC))
 CUDA_LIBDIRS ?= $(sort $(foreach r,$(CUDA_ROOT) $(CUDA_HOME),\
