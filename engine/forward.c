@@ -438,6 +438,22 @@ fwd_rope_apply(float *v, int n_heads, int head_dim, int n_rot,
 /* ---- attention ------------------------------------------------------- */
 
 /*
+ * The CPU backend's layout inside a block's K (or V) rows of one layer:
+ * head-major, [head][slot][head_dim], so that attention, which walks one
+ * KV head, reads each block's rows of that head as one run of bytes
+ * (slot-major rows put a head's 2 lines in each slot's kv_dim and made
+ * those reads the slowest of a step).  Byte offset of head g, slot s.
+ */
+static size_t
+fwd_kv_head(const struct fwd *f, int g, int s)
+{
+	size_t hd = (size_t)f->m->hp.head_dim;
+
+	return ((size_t)g * (size_t)f->bt + (size_t)s) * hd *
+	    kv_elem_bytes(f->kv);
+}
+
+/*
  * One task: rows [r0, r1) of an entry and the query heads that share KV
  * head g, attending over the entry's cached positions (attn.h).  With an
  * F16 cache, q was rounded to F16 (as K is stored), as the reference
@@ -466,11 +482,11 @@ fwd_att_task(void *arg, int task, int thread)
 	a.ldo = (size_t)f->qd;
 	a.kv_type = kv_params(f->kv)->type;
 	a.k = f->kv_mem + kv_block_offset(f->kv, 0, f->layer, KV_K) +
-	    (size_t)t->g * (size_t)hd * es;
+	    fwd_kv_head(f, t->g, 0);
 	a.v = f->kv_mem + kv_block_offset(f->kv, 0, f->layer, KV_V) +
-	    (size_t)t->g * (size_t)hd * es;
+	    fwd_kv_head(f, t->g, 0);
 	a.block_bytes = kv_block_bytes(f->kv);
-	a.slot_bytes = (size_t)f->kvd * es;
+	a.slot_bytes = (size_t)hd * es;
 	a.blocks = kv_seq_blocks(f->kv, bs->seq);
 	a.block_tokens = f->bt;
 	a.scale = 1.0f / sqrtf((float)hd);
@@ -593,23 +609,28 @@ fwd_row_rope_store(struct fwd *f, int r)
 	const struct model_hparams *hp = &f->m->hp;
 	const struct batch_seq *bs = &f->b->seqs[f->row_entry[r]];
 	uint32_t kv_type = kv_params(f->kv)->type;
-	size_t es = kv_elem_bytes(f->kv), rowb = (size_t)f->kvd * es;
+	size_t es = kv_elem_bytes(f->kv), hd = (size_t)hp->head_dim;
 	float *q = f->q + (size_t)r * (size_t)f->qd;
 	float *k = f->k + (size_t)r * (size_t)f->kvd;
+	const float *v = f->v + (size_t)r * (size_t)f->kvd;
 	const float *cs = f->rope + (size_t)r * (size_t)hp->n_rot;
 	int pos = f->row_pos[r];
 	int blk = kv_seq_blocks(f->kv, bs->seq)[pos / f->bt];
-	size_t slot = (size_t)(pos % f->bt) * rowb;
+	unsigned char *kb = f->kv_mem + kv_block_offset(f->kv, blk, f->layer,
+	    KV_K);
+	unsigned char *vb = f->kv_mem + kv_block_offset(f->kv, blk, f->layer,
+	    KV_V);
 
 	fwd_rope_apply(q, hp->n_head, hp->head_dim, hp->n_rot, cs);
 	fwd_rope_apply(k, hp->n_head_kv, hp->head_dim, hp->n_rot, cs);
 	if (es == 2)
 		dot_round_row(CP_T_F16, q, q, f->qd);
-	(void)quant_row(kv_type, k, f->kv_mem + kv_block_offset(f->kv, blk,
-	    f->layer, KV_K) + slot, (size_t)f->kvd);
-	(void)quant_row(kv_type, f->v + (size_t)r * (size_t)f->kvd,
-	    f->kv_mem + kv_block_offset(f->kv, blk, f->layer, KV_V) + slot,
-	    (size_t)f->kvd);
+	for (int g = 0; g < hp->n_head_kv; g++) {
+		size_t at = fwd_kv_head(f, g, pos % f->bt);
+
+		(void)quant_row(kv_type, k + (size_t)g * hd, kb + at, hd);
+		(void)quant_row(kv_type, v + (size_t)g * hd, vb + at, hd);
+	}
 }
 
 /*
