@@ -92,8 +92,10 @@ size_t kv_block_bytes(const struct kv_cache *kv);
 size_t kv_elem_bytes(const struct kv_cache *kv);
 
 /*
- * Byte offset, in the storage buffer, of slot 0 of block's K or V rows for
- * layer; the slot s row starts kv_dim * kv_elem_bytes() * s bytes further.
+ * Byte offset, in the storage buffer, of block's K or V region for layer:
+ * block_tokens rows of kv_dim elements.  How the rows lie inside is the
+ * backend's: slot-major (slot s at kv_dim * kv_elem_bytes() * s) on the
+ * GPU, head-major ([head][slot][head_dim]) on the CPU (forward.c).
  * Arguments must be in range (programmer error otherwise).
  */
 size_t kv_block_offset(const struct kv_cache *kv, int block, int layer,
