@@ -854,15 +854,24 @@ START_TEST(test_client_killed)
 		greedy(&p, 0);
 		if (cp_connect(&o, &kc) < 0)
 			_exit(1);
-		/* A byte on `again`: the last request ended, submit anew. */
-		do {
+		/*
+		 * A byte on `again`: the last request ended; read its events
+		 * to its DONE (the ring empty again), submit anew.
+		 */
+		for (;;) {
 			if (cp_submit(kc, ref_prompt, strlen(ref_prompt),
 			    &p) < 0 || cp_next_event(kc, &ev, WAIT_MS) < 0)
 				_exit(1);
 			b = 1;
 			if (write(pipefd[1], &b, 1) != 1)
 				_exit(1);
-		} while (read(again[0], &b, 1) == 1);
+			if (read(again[0], &b, 1) != 1)
+				break;
+			do
+				if (cp_next_event(kc, &ev, WAIT_MS) < 0)
+					_exit(1);
+			while (ev.type != CP_EVENT_DONE);
+		}
 		pause();	/* mid-stream, its ring full */
 		_exit(0);
 	}
