@@ -823,41 +823,20 @@ dot_b32(enum b32 kind, int k, const void *w, size_t bw, int nw,
 #undef CALL
 }
 
-void
-dot_q4_0_q8_0_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_b32(B_Q4_0, k, w, bw, nw, x, bx, nx, y, ldy);
+/* The exported kernel name, on driver drv for block kind. */
+#define DOT_EXPORT(name, drv, kind)					\
+void									\
+name(int k, const void *w, size_t bw, int nw, const void *x, size_t bx,\
+    int nx, float *y, size_t ldy)					\
+{									\
+	drv(kind, k, w, bw, nw, x, bx, nx, y, ldy);			\
 }
 
-void
-dot_q5_0_q8_0_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_b32(B_Q5_0, k, w, bw, nw, x, bx, nx, y, ldy);
-}
-
-void
-dot_q8_0_q8_0_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_b32(B_Q8_0, k, w, bw, nw, x, bx, nx, y, ldy);
-}
-
-void
-dot_q4_1_q8_1_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_b32(B_Q4_1, k, w, bw, nw, x, bx, nx, y, ldy);
-}
-
-void
-dot_q5_1_q8_1_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_b32(B_Q5_1, k, w, bw, nw, x, bx, nx, y, ldy);
-}
-
+DOT_EXPORT(dot_q4_0_q8_0_avx2, dot_b32, B_Q4_0)
+DOT_EXPORT(dot_q5_0_q8_0_avx2, dot_b32, B_Q5_0)
+DOT_EXPORT(dot_q8_0_q8_0_avx2, dot_b32, B_Q8_0)
+DOT_EXPORT(dot_q4_1_q8_1_avx2, dot_b32, B_Q4_1)
+DOT_EXPORT(dot_q5_1_q8_1_avx2, dot_b32, B_Q5_1)
 
 enum kq { K_Q2, K_Q3, K_Q4, K_Q5, K_Q6 };
 
@@ -887,39 +866,9 @@ dot_k(enum kq kind, int k, const void *w, size_t bw, int nw, const void *x,
 #undef CALL
 }
 
-void
-dot_q2_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_k(K_Q2, k, w, bw, nw, x, bx, nx, y, ldy);
-}
-
-void
-dot_q3_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_k(K_Q3, k, w, bw, nw, x, bx, nx, y, ldy);
-}
-
-void
-dot_q4_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_k(K_Q4, k, w, bw, nw, x, bx, nx, y, ldy);
-}
-
-void
-dot_q5_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_k(K_Q5, k, w, bw, nw, x, bx, nx, y, ldy);
-}
-
-void
-dot_q6_K_q8_K_avx2(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	dot_k(K_Q6, k, w, bw, nw, x, bx, nx, y, ldy);
-}
-
+DOT_EXPORT(dot_q2_K_q8_K_avx2, dot_k, K_Q2)
+DOT_EXPORT(dot_q3_K_q8_K_avx2, dot_k, K_Q3)
+DOT_EXPORT(dot_q4_K_q8_K_avx2, dot_k, K_Q4)
+DOT_EXPORT(dot_q5_K_q8_K_avx2, dot_k, K_Q5)
+DOT_EXPORT(dot_q6_K_q8_K_avx2, dot_k, K_Q6)
 #endif
