@@ -9,15 +9,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
+#include "backend_host.h"
 #include "forward.h"
 #include "threadpool.h"
-
-struct be_buf {
-	void *p;		/* mmap'd, page aligned, zero-filled */
-	size_t size;
-};
 
 struct cpu_ctx {
 	struct threadpool *tp;
@@ -25,66 +20,6 @@ struct cpu_ctx {
 	float *logits;		/* [max_seqs, n_vocab] */
 	int rc;			/* result of the submitted step */
 };
-
-static int
-cpu_buf_alloc(struct backend *be, size_t size, struct be_buf **out)
-{
-	struct be_buf *b;
-	void *p;
-
-	(void)be;
-	*out = NULL;
-	if ((b = calloc(1, sizeof(*b))) == NULL)
-		return -ENOMEM;
-	p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE,
-	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
-		free(b);
-		return -ENOMEM;
-	}
-	b->p = p;
-	b->size = size;
-	*out = b;
-	return 0;
-}
-
-static void
-cpu_buf_free(struct backend *be, struct be_buf *b)
-{
-	(void)be;
-	if (b == NULL)
-		return;
-	munmap(b->p, b->size ? b->size : 1);
-	free(b);
-}
-
-static int
-cpu_buf_set(struct backend *be, struct be_buf *b, size_t off,
-    const void *src, size_t n)
-{
-	(void)be;
-	if (off > b->size || n > b->size - off)
-		return -EINVAL;
-	memcpy((char *)b->p + off, src, n);
-	return 0;
-}
-
-static int
-cpu_buf_get(struct backend *be, const struct be_buf *b, size_t off,
-    void *dst, size_t n)
-{
-	(void)be;
-	if (off > b->size || n > b->size - off)
-		return -EINVAL;
-	memcpy(dst, (const char *)b->p + off, n);
-	return 0;
-}
-
-static void *
-cpu_buf_host(struct be_buf *b)
-{
-	return b->p;
-}
 
 static void
 cpu_fini(struct backend *be)
@@ -119,8 +54,8 @@ cpu_init(struct backend *be, struct cp_err *e)
 	fp.max_batch_tokens = p->max_batch_tokens;
 	fp.max_seqs = p->max_seqs;
 	fp.tp = c->tp;
-	if ((rc = fwd_new(be->model, be->kv, be->kv_buf->p, &fp, &c->fwd,
-	    e)) < 0)
+	if ((rc = fwd_new(be->model, be->kv, host_buf_host(be->kv_buf), &fp,
+	    &c->fwd, e)) < 0)
 		goto err;
 	if ((c->logits = calloc((size_t)p->max_seqs *
 	    (size_t)be->model->hp.n_vocab, sizeof(float))) == NULL) {
@@ -162,11 +97,11 @@ const struct be_ops be_cpu_ops = {
 	.probe = NULL,
 	.init = cpu_init,
 	.fini = cpu_fini,
-	.buf_alloc = cpu_buf_alloc,
-	.buf_free = cpu_buf_free,
-	.buf_set = cpu_buf_set,
-	.buf_get = cpu_buf_get,
-	.buf_host = cpu_buf_host,
+	.buf_alloc = host_buf_alloc,
+	.buf_free = host_buf_free,
+	.buf_set = host_buf_set,
+	.buf_get = host_buf_get,
+	.buf_host = host_buf_host,
 	.step_submit = cpu_step_submit,
 	.step_wait = cpu_step_wait,
 };

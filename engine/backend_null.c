@@ -25,12 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_host.h"
 #include "tokenizer.h"
-
-struct be_buf {
-	void *p;		/* zero-filled */
-	size_t size;
-};
 
 struct null_ctx {
 	int32_t *cand;		/* (n_cand) ids the stream is drawn from */
@@ -39,62 +35,6 @@ struct null_ctx {
 	float *logits;		/* [max_seqs, n_vocab], -inf but for hot[] */
 	int *hot;		/* (max_seqs) id set to 0 in each row, or -1 */
 };
-
-static int
-null_buf_alloc(struct backend *be, size_t size, struct be_buf **out)
-{
-	struct be_buf *b;
-
-	(void)be;
-	*out = NULL;
-	if ((b = calloc(1, sizeof(*b))) == NULL)
-		return -ENOMEM;
-	if ((b->p = calloc(1, size ? size : 1)) == NULL) {
-		free(b);
-		return -ENOMEM;
-	}
-	b->size = size;
-	*out = b;
-	return 0;
-}
-
-static void
-null_buf_free(struct backend *be, struct be_buf *b)
-{
-	(void)be;
-	if (b == NULL)
-		return;
-	free(b->p);
-	free(b);
-}
-
-static int
-null_buf_set(struct backend *be, struct be_buf *b, size_t off,
-    const void *src, size_t n)
-{
-	(void)be;
-	if (off > b->size || n > b->size - off)
-		return -EINVAL;
-	memcpy((char *)b->p + off, src, n);
-	return 0;
-}
-
-static int
-null_buf_get(struct backend *be, const struct be_buf *b, size_t off,
-    void *dst, size_t n)
-{
-	(void)be;
-	if (off > b->size || n > b->size - off)
-		return -EINVAL;
-	memcpy(dst, (const char *)b->p + off, n);
-	return 0;
-}
-
-static void *
-null_buf_host(struct be_buf *b)
-{
-	return b->p;
-}
 
 static void
 null_fini(struct backend *be)
@@ -213,11 +153,11 @@ const struct be_ops be_null_ops = {
 	.probe = NULL,
 	.init = null_init,
 	.fini = null_fini,
-	.buf_alloc = null_buf_alloc,
-	.buf_free = null_buf_free,
-	.buf_set = null_buf_set,
-	.buf_get = null_buf_get,
-	.buf_host = null_buf_host,
+	.buf_alloc = host_buf_alloc,
+	.buf_free = host_buf_free,
+	.buf_set = host_buf_set,
+	.buf_get = host_buf_get,
+	.buf_host = host_buf_host,
 	.step_submit = null_step_submit,
 	.step_wait = null_step_wait,
 };

@@ -1,0 +1,76 @@
+/*
+ * backend_host.c - see backend_host.h.
+ */
+#include "backend_host.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "backend.h"
+
+struct be_buf {
+	void *p;		/* mmap'd, page aligned, zero-filled */
+	size_t size;
+};
+
+int
+host_buf_alloc(struct backend *be, size_t size, struct be_buf **out)
+{
+	struct be_buf *b;
+	void *p;
+
+	(void)be;
+	*out = NULL;
+	if ((b = calloc(1, sizeof(*b))) == NULL)
+		return -ENOMEM;
+	p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE,
+	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		free(b);
+		return -ENOMEM;
+	}
+	b->p = p;
+	b->size = size;
+	*out = b;
+	return 0;
+}
+
+void
+host_buf_free(struct backend *be, struct be_buf *b)
+{
+	(void)be;
+	if (b == NULL)
+		return;
+	munmap(b->p, b->size ? b->size : 1);
+	free(b);
+}
+
+int
+host_buf_set(struct backend *be, struct be_buf *b, size_t off,
+    const void *src, size_t n)
+{
+	(void)be;
+	if (off > b->size || n > b->size - off)
+		return -EINVAL;
+	memcpy((char *)b->p + off, src, n);
+	return 0;
+}
+
+int
+host_buf_get(struct backend *be, const struct be_buf *b, size_t off,
+    void *dst, size_t n)
+{
+	(void)be;
+	if (off > b->size || n > b->size - off)
+		return -EINVAL;
+	memcpy(dst, (const char *)b->p + off, n);
+	return 0;
+}
+
+void *
+host_buf_host(struct be_buf *b)
+{
+	return b->p;
+}

@@ -1,0 +1,22 @@
+/*
+ * backend_host.h - be_ops buffers in host memory, shared by the backends
+ * whose "device" is the host (cpu, null): anonymous mappings, zero-filled,
+ * page aligned; be_buf_host() is the memory itself.
+ */
+#ifndef CP_BACKEND_HOST_H
+#define CP_BACKEND_HOST_H
+
+#include <stddef.h>
+
+struct backend;
+struct be_buf;
+
+int host_buf_alloc(struct backend *be, size_t size, struct be_buf **out);
+void host_buf_free(struct backend *be, struct be_buf *b);
+int host_buf_set(struct backend *be, struct be_buf *b, size_t off,
+    const void *src, size_t n);
+int host_buf_get(struct backend *be, const struct be_buf *b, size_t off,
+    void *dst, size_t n);
+void *host_buf_host(struct be_buf *b);
+
+#endif
