@@ -15,7 +15,7 @@
  * prompt holds, and never ends a request by itself.
  *
  * The KV storage is allocated (the generic layer asks for it) but never
- * read or written by a step; calloc's pages stay untouched until
+ * read or written by a step; its anonymous pages stay untouched until
  * be_kv_write() writes some.
  */
 #include "backend.h"
