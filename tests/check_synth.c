@@ -10,8 +10,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,16 +18,19 @@
 #include <unistd.h>
 
 #include "lib/fixtures.h"
+#include "lib/prog.h"
 #include "gguf.h"
 #include "quant.h"
 #include "ttype.h"
 
-extern char **environ;
 
 /* Ends run()'s argument list (a null pointer of the type va_arg reads). */
 #define END ((char *)NULL)
 
 static char cpmodel[1024];
+
+/* cpmodel with the arguments, output to a file (prog.h). */
+#define run(...) prog_run(cpmodel, __VA_ARGS__)
 
 static const char *
 tmp_dir(void)
@@ -48,38 +49,6 @@ tmp_path(char *buf, size_t size, const char *name)
 {
 	snprintf(buf, size, "%s/check_synth-%ld-%s", tmp_dir(), (long)getpid(),
 	    name);
-}
-
-/*
- * Run cpmodel with the NULL-terminated arguments, stdout and stderr into
- * out (a path, may be NULL for /dev/null); returns the exit status.
- */
-static int
-run(const char *out, ...)
-{
-	char *argv[64];
-	posix_spawn_file_actions_t fa;
-	va_list ap;
-	pid_t pid;
-	int n = 0, st;
-
-	argv[n++] = cpmodel;
-	va_start(ap, out);
-	while (n < 63 && (argv[n] = va_arg(ap, char *)) != NULL)
-		n++;
-	va_end(ap);
-	argv[n] = NULL;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, out != NULL ? out :
-	    "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	ck_assert_int_eq(posix_spawn(&pid, cpmodel, &fa, NULL, argv, environ),
-	    0);
-	posix_spawn_file_actions_destroy(&fa);
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st), "cpmodel died (signal %d)",
-	    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-	return WEXITSTATUS(st);
 }
 
 /* The whole file at path, NUL-terminated (caller frees); *n its size. */

@@ -18,8 +18,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,6 +28,7 @@
 #include <unistd.h>
 
 #include "lib/fixtures.h"
+#include "lib/prog.h"
 #include "backend.h"
 #include "gguf.h"
 #include "gguf_write.h"
@@ -38,7 +37,6 @@
 #include "quant.h"
 #include "ttype.h"
 
-extern char **environ;
 
 /*
  * Inside long loops: Check records every passing ck_assert (a write to its
@@ -53,6 +51,9 @@ extern char **environ;
 #define END ((char *)NULL)
 
 static char cpmodel[1024];
+
+/* cpmodel with the arguments, output to a file (prog.h). */
+#define run(...) prog_run(cpmodel, __VA_ARGS__)
 
 /* The types quantize_k.c writes. */
 static const uint32_t qtypes[] = {
@@ -522,38 +523,6 @@ tmp_path(char *buf, size_t size, const char *name)
 {
 	snprintf(buf, size, "%s/check_synth_types-%ld-%s", tmp_dir(),
 	    (long)getpid(), name);
-}
-
-/*
- * Run cpmodel with the NULL-terminated arguments, stdout and stderr into
- * out (a path, or NULL for /dev/null); returns the exit status.
- */
-static int
-run(const char *out, ...)
-{
-	char *argv[64];
-	posix_spawn_file_actions_t fa;
-	va_list ap;
-	pid_t pid;
-	int n = 0, st;
-
-	argv[n++] = cpmodel;
-	va_start(ap, out);
-	while (n < 63 && (argv[n] = va_arg(ap, char *)) != NULL)
-		n++;
-	va_end(ap);
-	argv[n] = NULL;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_addopen(&fa, 1, out != NULL ? out :
-	    "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	ck_assert_int_eq(posix_spawn(&pid, cpmodel, &fa, NULL, argv, environ),
-	    0);
-	posix_spawn_file_actions_destroy(&fa);
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st), "cpmodel died (signal %d)",
-	    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-	return WEXITSTATUS(st);
 }
 
 /*

@@ -1,0 +1,39 @@
+#include "prog.h"
+
+#include <check.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+int
+prog_run(const char *prog, const char *out, ...)
+{
+	char *argv[64];
+	posix_spawn_file_actions_t fa;
+	va_list ap;
+	pid_t pid;
+	int n = 0, st;
+
+	argv[n++] = (char *)prog;
+	va_start(ap, out);
+	while (n < 63 && (argv[n] = va_arg(ap, char *)) != NULL)
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_addopen(&fa, 1, out != NULL ? out :
+	    "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	ck_assert_int_eq(posix_spawn(&pid, prog, &fa, NULL, argv, environ),
+	    0);
+	posix_spawn_file_actions_destroy(&fa);
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st), "%s died (signal %d)", prog,
+	    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	return WEXITSTATUS(st);
+}
