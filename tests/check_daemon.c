@@ -37,6 +37,7 @@
 #include "cpclient.h"
 #include "lib/cpd_harness.h"
 #include "lib/fixtures.h"
+#include "lib/prog.h"
 #include "ring.h"
 
 Suite *daemon_suite(void);
@@ -211,48 +212,13 @@ static int
 golden(const char *prompt, int n, int32_t *ids)
 {
 	char nbuf[16], out[4096];
-	const char *argv[12];
-	size_t used = 0;
-	ssize_t r;
-	int p[2], st, k = 0;
-	pid_t pid;
+	const char *argv[] = { cpmodel_bin, "generate", model, prompt,
+	    "--temp", "0", "--ids", "-n", nbuf, "--threads", "1", NULL };
 	char *s, *end;
+	int k = 0;
 
 	snprintf(nbuf, sizeof(nbuf), "%d", n);
-	argv[0] = cpmodel_bin;
-	argv[1] = "generate";
-	argv[2] = model;
-	argv[3] = prompt;
-	argv[4] = "--temp";
-	argv[5] = "0";
-	argv[6] = "--ids";
-	argv[7] = "-n";
-	argv[8] = nbuf;
-	argv[9] = "--threads";
-	argv[10] = "1";
-	argv[11] = NULL;
-	ck_assert_int_eq(pipe(p), 0);
-	fflush(NULL);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fd = open("/dev/null", O_WRONLY);
-
-		dup2(p[1], 1);
-		if (fd >= 0)
-			dup2(fd, 2);
-		close(p[0]);
-		close(p[1]);
-		execv(cpmodel_bin, (char *const *)argv);
-		_exit(127);
-	}
-	close(p[1]);
-	while ((r = read(p[0], out + used, sizeof(out) - 1 - used)) > 0)
-		used += (size_t)r;
-	close(p[0]);
-	out[used] = '\0';
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	ck_assert_msg(prog_capture(argv, out, sizeof(out)) == 0,
 	    "cpmodel generate failed for '%s'", prompt);
 	for (s = out; k < n; s = end) {
 		long v = strtol(s, &end, 10);
@@ -270,34 +236,10 @@ count_tokens(const char *text)
 {
 	const char *argv[] = { cpmodel_bin, "tokenize", model, text, NULL };
 	char out[4096];
-	size_t used = 0;
-	ssize_t r;
-	int p[2], st, k = 0;
-	pid_t pid;
 	char *s, *end;
+	int k = 0;
 
-	ck_assert_int_eq(pipe(p), 0);
-	fflush(NULL);
-	pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		int fd = open("/dev/null", O_WRONLY);
-
-		dup2(p[1], 1);
-		if (fd >= 0)
-			dup2(fd, 2);
-		close(p[0]);
-		close(p[1]);
-		execv(cpmodel_bin, (char *const *)argv);
-		_exit(127);
-	}
-	close(p[1]);
-	while ((r = read(p[0], out + used, sizeof(out) - 1 - used)) > 0)
-		used += (size_t)r;
-	close(p[0]);
-	out[used] = '\0';
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 0);
 	for (s = out;; s = end) {
 		strtol(s, &end, 10);
 		if (end == s)

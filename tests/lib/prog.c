@@ -5,6 +5,7 @@
 #include <spawn.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,6 +35,42 @@ prog_run(const char *prog, const char *out, ...)
 	posix_spawn_file_actions_destroy(&fa);
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_msg(WIFEXITED(st), "%s died (signal %d)", prog,
+	    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+	return WEXITSTATUS(st);
+}
+
+int
+prog_capture(const char *const *argv, char *out, size_t cap)
+{
+	size_t used = 0;
+	ssize_t r;
+	int p[2], st;
+	pid_t pid;
+
+	ck_assert_uint_gt(cap, 0);
+	ck_assert_int_eq(pipe(p), 0);
+	fflush(NULL);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int fd = open("/dev/null", O_WRONLY);
+
+		dup2(p[1], 1);
+		if (fd >= 0)
+			dup2(fd, 2);
+		close(p[0]);
+		close(p[1]);
+		execv(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	while (used < cap - 1 &&
+	    (r = read(p[0], out + used, cap - 1 - used)) > 0)
+		used += (size_t)r;
+	close(p[0]);
+	out[used] = '\0';
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st), "%s died (signal %d)", argv[0],
 	    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 	return WEXITSTATUS(st);
 }

@@ -4,6 +4,8 @@
 #ifndef CP_TEST_PROG_H
 #define CP_TEST_PROG_H
 
+#include <stddef.h>
+
 /*
  * Run prog with the NULL-terminated arguments after out (argv[0] is prog),
  * its stdout and stderr into the file out (created or truncated; NULL for
@@ -11,5 +13,12 @@
  * and exited rather than died.
  */
 int prog_run(const char *prog, const char *out, ...);
+
+/*
+ * Run argv[0] with argv (NULL-terminated), its stdout read into out
+ * (NUL-terminated, at most cap - 1 bytes), its stderr to /dev/null;
+ * returns its exit status.  Asserts (Check) that it exited.
+ */
+int prog_capture(const char *const *argv, char *out, size_t cap);
 
 #endif
