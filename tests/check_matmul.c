@@ -804,7 +804,7 @@ static const struct attn_ops *
 att_simd_ops(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
-	return &attn_ops_avx2;
+	return cpu_has_avx2() ? &attn_ops_avx2 : &attn_ops_scalar;
 #else
 	return &attn_ops_scalar;
 #endif
