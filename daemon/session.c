@@ -803,17 +803,19 @@ ovf_push(struct session *s, const struct cp_cqe *q)
 	return 0;
 }
 
-/* Emits one group (first CQE + continuations) to the CQ or the overflow. */
+/*
+ * Emits one group (first CQE + continuations) to the CQ or the overflow,
+ * space being the free CQ slots the caller read (once) from cq_head;
+ * returns 1 when it went to the overflow, 0, or -ENOMEM.
+ */
 static int
-emit_group(struct session *s, const struct cp_cqe *first, const char *text,
-    uint32_t len)
+emit_into(struct session *s, const struct cp_cqe *first, const char *text,
+    uint32_t len, uint32_t space)
 {
-	uint32_t need = group_size(len), space = 0, i, off = 0;
+	uint32_t need = group_size(len), i, off = 0;
 	struct cp_cqe q;
 	int to_ovf, r;
 
-	if ((r = cq_space(s, &space)) < 0)
-		return r;
 	to_ovf = s->ovf_n > 0 || space < need;
 	for (i = 0; i < need; i++) {
 		uint32_t take = len - off > CP_CQE_TEXT ? CP_CQE_TEXT :
@@ -846,6 +848,19 @@ emit_group(struct session *s, const struct cp_cqe *first, const char *text,
 	return to_ovf;
 }
 
+/* emit_into() with the CQ's free slots read now. */
+static int
+emit_group(struct session *s, const struct cp_cqe *first, const char *text,
+    uint32_t len)
+{
+	uint32_t space = 0;
+	int r;
+
+	if ((r = cq_space(s, &space)) < 0)
+		return r;
+	return emit_into(s, first, text, len, space);
+}
+
 /* A PROGRESS event into the CQ, or nowhere (invariant 8); 0 or -EPROTO. */
 static int
 post_progress(struct session *s, const struct sess_req *r, uint32_t req_id,
@@ -869,7 +884,8 @@ post_progress(struct session *s, const struct sess_req *r, uint32_t req_id,
 	q.n_prompt = ev->n_prompt;
 	q.n_total = ev->n_total;
 	q.step = (uint32_t)ev->step;
-	rc = emit_group(s, &q, NULL, 0);
+	/* the space read above: one slot, so never the overflow */
+	rc = emit_into(s, &q, NULL, 0, space);
 	return rc < 0 ? rc : 0;
 }
 
