@@ -106,7 +106,9 @@
  *     same step.
  * 13. A request whose cancel flag is set when sched_step starts is listed
  *     in rel[] as cancelled and in no item; its blocks are free.
- * 14. A paused request is never planned and keeps its blocks.
+ * 14. A paused request is never planned; it keeps its blocks unless a
+ *     preemption (phases 2 and 3 above) takes them, as from any running
+ *     request.
  * 15. Every request ends visibly: finished through a nonzero items[].finish
  *     or cancelled through rel[]; none is dropped.
  *
