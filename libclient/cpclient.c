@@ -628,13 +628,9 @@ cp_stats(struct cp_client *c, struct cp_stats *out)
 		goto out;
 	}
 	if ((size_t)n != sizeof(*m) ||
-	    m->stats_bytes != sizeof(struct cp_wire_stats)) {
+	    m->stats_bytes != sizeof(struct cp_wire_stats) ||
+	    stats_copy(&m->stats, &st) < 0) {
 		r = cpc_fail(c, CP_EPROTO);
-		goto out;
-	}
-	/* Counters that disagree: this call fails, the connection stays. */
-	if (stats_copy(&m->stats, &st) < 0) {
-		r = CP_EPROTO;
 		goto out;
 	}
 	*out = st;
