@@ -58,7 +58,7 @@ struct fwd {
 	size_t mm_scratch_bytes;	/* one product's, FWD_ALIGN multiple */
 	unsigned char *att_scratch;
 	size_t att_scratch_bytes;	/* per thread, FWD_ALIGN multiple */
-	int score_cap;		/* attn_args.score_cap */
+	int score_cap;		/* attn_args.score_cap of a full tile */
 	struct fwd_att_task *tasks;
 	int max_tasks;
 	bool add_tmp;		/* x lacks tmp, the last product's output */
@@ -166,8 +166,6 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->entry_row0 = fwd_alloc(S * sizeof(int));
 	f->mm_scratch = fwd_alloc(FWD_MAX_MATS * f->mm_scratch_bytes);
 	f->score_cap = kp->n_ctx < FWD_SCORE_CAP ? kp->n_ctx : FWD_SCORE_CAP;
-	if (f->score_cap < 0)
-		f->score_cap = 0;
 	f->att_scratch_bytes = (attn_scratch_bytes(hp->head_dim,
 	    hp->n_head / hp->n_head_kv, FWD_ATT_TILE, f->bt, f->score_cap) +
 	    FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
@@ -490,7 +488,9 @@ fwd_att_task(void *arg, int task, int thread)
 	a.blocks = kv_seq_blocks(f->kv, bs->seq);
 	a.block_tokens = f->bt;
 	a.scale = 1.0f / sqrtf((float)hd);
-	a.score_cap = f->score_cap;
+	/* The scratch holds FWD_ATT_TILE rows of score_cap scores: fewer
+	 * rows (a decode tile has one) keep that many more positions. */
+	a.score_cap = f->score_cap * (FWD_ATT_TILE / a.n_rows);
 	(void)attn_rows(&a, f->att_scratch + (size_t)thread *
 	    f->att_scratch_bytes);
 }
