@@ -684,12 +684,9 @@ sampler_sample(struct sampler *s, const float *logits,
 	if ((rc = load_logits(s, logits, &m_all)) < 0)
 		goto err;
 	lse_off = 0;
-	rc = -EDOM;
 	if (want_lse && (rc = log_softmax_stats(s, m_all, out, &lse_off)) < 0)
 		goto err;
-	if (!want_lse && m_all == -INFINITY)
-		goto err;
-	m = m_all;
+	m = m_all;		/* all -inf: refused below, as m can only drop */
 	if (s->p.ignore_eos) {
 		for (i = 0; i < s->n_eog; i++) {
 			remax |= c[s->eog[i]].logit == m;
