@@ -36,7 +36,8 @@
  *
  * Cost: a few passes over the vocabulary, one fewer without logprob and
  * n_logprobs (about 0.7-1.3 ms for 150k entries on one core), plus a sort
- * of the top-p nucleus when top-p runs without top-k.  Memory: about 12 bytes per vocabulary entry per sampler.
+ * of the top-p nucleus when top-p runs without top-k.  Memory: about 12
+ * bytes per vocabulary entry per sampler.
  *
  * Reproducibility: the generator is xoshiro256** seeded through splitmix64
  * from params.seed; one 53-bit uniform is drawn per non-greedy token, so a

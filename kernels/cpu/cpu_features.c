@@ -23,6 +23,7 @@ cpu_has_avx512vnni(void)
 	return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
 	    __builtin_cpu_supports("avx512vl") &&
 	    __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512dq") &&
 	    __builtin_cpu_supports("avx512vnni");
 #else
 	return false;
