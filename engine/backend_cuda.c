@@ -851,7 +851,6 @@ cuda_init(struct backend *be, struct cp_err *e)
 	c->kv.kv_dim = kp->kv_dim;
 	c->round_q = kv_elem_bytes(be->kv) == 2;
 	c->att_scale = 1.0f / sqrtf((float)hp->head_dim);
-	(void)cu_mem_info(&free_b, &total_b);
 	cuda_count_types(c, hp->n_layer, n_dt);
 	(void)cu_mem_info(&free_b, &total_b);
 	cuda_log("%s (sm_%d%d): weights %.1f MiB (matrices: %d F32, %d F16, "
@@ -1018,7 +1017,9 @@ static int
 cuda_step_failed(struct cuda_ctx *c, int rc, const char *what,
     struct cp_err *e)
 {
-	if (cu_stream_sync(c->st) < 0 || cu_stream_sync(c->st) < 0)
+	/* A failure a second sync still reports is sticky: the context is
+	 * lost.  (The first returns, and clears, a one-off error.) */
+	if (cu_stream_sync(c->st) < 0 && cu_stream_sync(c->st) < 0)
 		c->broken = true;
 	c->prep_x = NULL;
 	return cp_err_set(e, rc == -EINVAL ? -EINVAL : -EIO, "cuda backend: "

@@ -390,7 +390,8 @@ bs_parse(struct bench_run *run, const unsigned char *buf, size_t len)
 		memset(rq, 0, sizeof(*rq));
 		if (nb > 0 && (rq->tok = malloc(nb)) == NULL)
 			return -ENOMEM;
-		memcpy(rq->tok, buf + off, nb);
+		if (nb > 0)
+			memcpy(rq->tok, buf + off, nb);
 		off += nb;
 		rq->client = rec.client;
 		rq->is_long = rec.is_long != 0;
