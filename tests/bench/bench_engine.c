@@ -43,23 +43,6 @@ struct eb_result {
 };
 
 static int
-eb_int(const char *opt, const char *s, int min, int max, int *out)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || errno != 0 || v < min || v > max) {
-		fprintf(stderr, "cpbench engine: %s '%s': expected an integer "
-		    "in %d..%d\n", opt, s, min, max);
-		return -EINVAL;
-	}
-	*out = (int)v;
-	return 0;
-}
-
-static int
 eb_parse(int argc, char **argv, struct eb_opts *o)
 {
 	int c;
@@ -75,19 +58,19 @@ eb_parse(int argc, char **argv, struct eb_opts *o)
 		case 'm': o->path = optarg; break;
 		case 'b': o->backend = optarg; break;
 		case 'p':
-			if (eb_int("-p", optarg, 0, 1 << 16, &o->n_prompt) < 0)
+			if (bench_int_arg("engine", "-p", optarg, 0, 1 << 16, &o->n_prompt) < 0)
 				return -EINVAL;
 			break;
 		case 'n':
-			if (eb_int("-n", optarg, 0, 1 << 16, &o->n_gen) < 0)
+			if (bench_int_arg("engine", "-n", optarg, 0, 1 << 16, &o->n_gen) < 0)
 				return -EINVAL;
 			break;
 		case 'r':
-			if (eb_int("-r", optarg, 1, 1000, &o->reps) < 0)
+			if (bench_int_arg("engine", "-r", optarg, 1, 1000, &o->reps) < 0)
 				return -EINVAL;
 			break;
 		case 't':
-			if (eb_int("-t", optarg, 1, 1024, &o->threads) < 0)
+			if (bench_int_arg("engine", "-t", optarg, 1, 1024, &o->threads) < 0)
 				return -EINVAL;
 			break;
 		case 'o':

@@ -295,30 +295,25 @@ bench_kernels(int argc, char **argv)
 				return 2;
 			break;
 		case 'k':
-		case 'n':
-		case 'r':
-		case 't': {
-			char *end;
-			long v;
-
-			errno = 0;
-			v = strtol(optarg, &end, 10);
-			if (*optarg == '\0' || *end != '\0' || errno != 0 ||
-			    v < 1 || v > (c == 'n' ? 1 << 20 : 1 << 16)) {
-				fprintf(stderr, "cpbench kernels: -%c '%s': "
-				    "out of range\n", c, optarg);
+			if (bench_int_arg("kernels", "-k", optarg, 1, 1 << 16,
+			    &k) < 0)
 				return 2;
-			}
-			if (c == 'k')
-				k = (int)v;
-			else if (c == 'n')
-				n = (int)v;
-			else if (c == 'r')
-				reps = (int)v;
-			else
-				threads = (int)v;
 			break;
-		}
+		case 'n':
+			if (bench_int_arg("kernels", "-n", optarg, 1, 1 << 20,
+			    &n) < 0)
+				return 2;
+			break;
+		case 'r':
+			if (bench_int_arg("kernels", "-r", optarg, 1, 1 << 16,
+			    &reps) < 0)
+				return 2;
+			break;
+		case 't':
+			if (bench_int_arg("kernels", "-t", optarg, 1, 1 << 16,
+			    &threads) < 0)
+				return 2;
+			break;
 		default:
 			goto usage;
 		}

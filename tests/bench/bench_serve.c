@@ -722,24 +722,6 @@ bs_print(const struct bs_opts *o, const struct cp_model_info *mi,
 		printf("\n%d requests ended with an error\n", r->n_err);
 }
 
-int
-bench_int_arg(const char *cmd, const char *opt, const char *s, int min,
-    int max, int *out)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || errno != 0 || v < min || v > max) {
-		fprintf(stderr, "cpbench %s: %s '%s': expected an integer in "
-		    "%d..%d\n", cmd, opt, s, min, max);
-		return -EINVAL;
-	}
-	*out = (int)v;
-	return 0;
-}
-
 static const char bs_usage[] =
     "usage: cpbench serve [--socket S] [-c N] [--prompt-len P] "
     "[--gen-len G] [-r R]\n"

@@ -70,8 +70,4 @@ double bench_pct(double *x, size_t n, double p);
 int bench_vec_add(struct bench_vec *v, double x);
 void bench_vec_free(struct bench_vec *v);
 
-/* Parses s as an integer in min..max into *out; 0, or -EINVAL (printed). */
-int bench_int_arg(const char *cmd, const char *opt, const char *s, int min,
-    int max, int *out);
-
 #endif

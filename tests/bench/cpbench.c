@@ -4,8 +4,10 @@
  */
 #include "cpbench.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -59,4 +61,22 @@ main(int argc, char **argv)
 		return bench_ipc(argc - 1, argv + 1);
 	usage();
 	return 2;
+}
+
+int
+bench_int_arg(const char *cmd, const char *opt, const char *s, int min,
+    int max, int *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (*s == '\0' || *end != '\0' || errno != 0 || v < min || v > max) {
+		fprintf(stderr, "cpbench %s: %s '%s': expected an integer in "
+		    "%d..%d\n", cmd, opt, s, min, max);
+		return -EINVAL;
+	}
+	*out = (int)v;
+	return 0;
 }
