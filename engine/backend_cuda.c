@@ -645,26 +645,6 @@ out:
 	return rc;
 }
 
-/*
- * cos and sin of each rotated pair at position pos, exactly as the CPU
- * forward pass computes them: theta_i = pos * scale * base^(-2i / n_rot),
- * the power built by repeated multiplication in float.
- */
-static void
-cuda_rope_row(float *cs, int pos, const struct model_hparams *hp)
-{
-	float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-	float t = (float)pos, theta;
-	int i;
-
-	for (i = 0; i < hp->n_rot / 2; i++) {
-		theta = hp->rope_scale * t;
-		cs[2 * i] = cosf(theta);
-		cs[2 * i + 1] = sinf(theta);
-		t *= theta_scale;
-	}
-}
-
 /* The RoPE table [n_ctx, n_rot], computed on the host in chunks. */
 static int
 cuda_upload_rope(struct backend *be, struct cp_err *e)
@@ -686,7 +666,7 @@ cuda_upload_rope(struct backend *be, struct cp_err *e)
 		if ((size_t)n > per)
 			n = (int)per;
 		for (p = 0; p < n; p++)
-			cuda_rope_row(stage + (size_t)p * (size_t)hp->n_rot,
+			model_rope_row(stage + (size_t)p * (size_t)hp->n_rot,
 			    p0 + p, hp);
 		if ((rc = cu_memcpy_htod(c->st, (char *)c->rope +
 		    (size_t)p0 * row, stage, (size_t)n * row)) < 0 ||

@@ -391,26 +391,6 @@ fwd_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 		out[i] = (x[i] * scale) * w[i];
 }
 
-/*
- * cos and sin of each rotated pair of position pos:
- * theta_i = pos * scale * base^(-2i / n_rot), the power built by repeated
- * multiplication in float.
- */
-static void
-fwd_rope_row(float *cs, int pos, const struct model_hparams *hp)
-{
-	float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
-	float t = (float)pos, theta;
-	int i;
-
-	for (i = 0; i < hp->n_rot / 2; i++) {
-		theta = hp->rope_scale * t;
-		cs[2 * i] = cosf(theta);
-		cs[2 * i + 1] = sinf(theta);
-		t *= theta_scale;
-	}
-}
-
 /* Rotate adjacent pairs (2i, 2i+1) of the first n_rot dims of each head. */
 static void
 fwd_rope_apply(float *v, int n_heads, int head_dim, int n_rot,
@@ -706,7 +686,7 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 		    f->x + (size_t)r * (size_t)hp->n_embd,
 		    (size_t)hp->n_embd) != 0)
 			return -EINVAL;
-		fwd_rope_row(f->rope + (size_t)r * (size_t)hp->n_rot,
+		model_rope_row(f->rope + (size_t)r * (size_t)hp->n_rot,
 		    f->row_pos[r], hp);
 	}
 	f->add_tmp = false;

@@ -489,3 +489,18 @@ model_weight_bytes(const struct model *m)
 	n += (uint64_t)(2 * m->hp.n_layer + 1) * (uint64_t)m->hp.n_embd * 4;
 	return n;
 }
+
+void
+model_rope_row(float *cs, int pos, const struct model_hparams *hp)
+{
+	float theta_scale = powf(hp->rope_base, -2.0f / (float)hp->n_rot);
+	float t = (float)pos, theta;
+	int i;
+
+	for (i = 0; i < hp->n_rot / 2; i++) {
+		theta = hp->rope_scale * t;
+		cs[2 * i] = cosf(theta);
+		cs[2 * i + 1] = sinf(theta);
+		t *= theta_scale;
+	}
+}

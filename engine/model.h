@@ -97,6 +97,14 @@ int model_from_gguf(struct gguf_file *f, struct model **out,
 /* Release the model (and the file model_load() opened); accepts NULL. */
 void model_free(struct model *m);
 
+/*
+ * cos and sin of each rotated pair of position pos into cs[0..n_rot):
+ * theta_i = pos * rope_scale * rope_base^(-2i / n_rot), the power built by
+ * repeated multiplication in float.  The one definition every backend
+ * uses, so that they rotate by the same bits.
+ */
+void model_rope_row(float *cs, int pos, const struct model_hparams *hp);
+
 /* Bytes of all weights the model uses (a tied tok_embd counted once). */
 uint64_t model_weight_bytes(const struct model *m);
 

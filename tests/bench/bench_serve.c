@@ -590,6 +590,7 @@ bs_dist(struct bench_vec *v, struct bs_dist *d)
 
 struct bs_result {
 	int n_req, n_err, n_long;
+	int n_early;	/* streams done before the last long first token */
 	long tokens;
 	double wall, tps;
 	struct bs_dist ttft, itl, lttft, itl_free, itl_load;
@@ -613,13 +614,19 @@ bs_summarise(const struct bench_run *run, struct bs_result *res)
 {
 	struct bench_vec ttft = { 0 }, itl = { 0 }, lttft = { 0 };
 	struct bench_vec ifree = { 0 }, iload = { 0 };
-	double t_end = run->t0, first_long = INFINITY;
+	double t_end = run->t0, first_long = INFINITY, last_ttft = -INFINITY;
 	int rc = 0;
 
 	memset(res, 0, sizeof(*res));
-	for (int i = 0; i < run->n_req; i++)
-		if (run->req[i].is_long)
-			first_long = fmin(first_long, run->req[i].t_submit);
+	for (int i = 0; i < run->n_req; i++) {
+		const struct bench_req *q = &run->req[i];
+
+		if (!q->is_long)
+			continue;
+		first_long = fmin(first_long, q->t_submit);
+		last_ttft = fmax(last_ttft, q->n_tok > 0 ? q->tok[0] :
+		    q->t_done);
+	}
 	for (int i = 0; i < run->n_req && rc == 0; i++) {
 		const struct bench_req *q = &run->req[i];
 
@@ -634,6 +641,8 @@ bs_summarise(const struct bench_run *run, struct bs_result *res)
 		}
 		res->n_req++;
 		res->tokens += q->n_tok;
+		if (q->n_tok > 0 && q->tok[q->n_tok - 1] < last_ttft)
+			res->n_early++;
 		t_end = fmax(t_end, q->t_done);
 		if (q->n_tok > 0)
 			rc = bench_vec_add(&ttft, q->tok[0] - q->t_submit);
@@ -676,6 +685,11 @@ bs_print(const struct bs_opts *o, const struct cp_model_info *mi,
 {
 	const struct bench_load *l = &o->l;
 
+	if (l->long_prompt > 0 && r->n_early > 0)
+		fprintf(stderr, "cpbench serve: warning: %d streams ended "
+		    "before a long prompt's first token: the ITL in prefill "
+		    "(%zu gaps) covers only part of its prefill; raise "
+		    "--gen-len\n", r->n_early, r->itl_load.n);
 	if (o->json) {
 		printf("{\n  \"model\": \"%s\", \"backend\": \"%s\", "
 		    "\"clients\": %d, \"prompt\": %d, \"gen\": %d, "
@@ -691,6 +705,8 @@ bs_print(const struct bs_opts *o, const struct cp_model_info *mi,
 			    "\"count\": %d, \"n\": %d},\n", l->long_prompt,
 			    l->long_every_ms, l->long_count, r->n_long);
 			bs_json_dist("long_ttft_ms", &r->lttft, ",");
+			printf("  \"streams_done_before_long_ttft\": %d,\n",
+			    r->n_early);
 			bs_json_dist("itl_unloaded_ms", &r->itl_free, ",");
 			bs_json_dist("itl_prefill_ms", &r->itl_load, "");
 		} else
