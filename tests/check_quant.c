@@ -1021,8 +1021,8 @@ check_tensor(const char *variant, const struct gguf_tensor *tq,
 				EXPECT(deq[j] == m[j], "f32 element %llu",
 				    (unsigned long long)j);
 		}
-		/* Q8_0, Q4_0: llama-quantize's reference rounding, byte for byte */
-		if (tq->type == CP_T_Q8_0 || tq->type == CP_T_Q4_0) {
+		/* every type quant_row() makes: llama-quantize's bytes */
+		if (quant_can_quant(tq->type)) {
 			EXPECT(quant_row(tq->type, m, req, row) == 0, "quant_row");
 			EXPECT(memcmp(req, src, rb) == 0,
 			    "%s %.*s row %llu: quant_row differs from the file",

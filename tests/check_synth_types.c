@@ -3,11 +3,9 @@
  * (Q4_1, Q5_0, Q5_1, Q2_K..Q6_K) and models written by `cpmodel synth` in
  * each type, run through the engine.
  *
- * Golden values: llama-quantize's synth/synth-tiny-<T>.gguf, made from the
- * F32 master synth-tiny-F32.gguf.  quant_row() on the master's rows must
- * give no more than 1.1x the RMS error llama.cpp's file has, tensor by
- * tensor, and (as it does today) the file's bytes.  On random data every
- * value must come back within one quantization step of its block.  The
+ * (quant_row() against llama-quantize's synth-tiny files, byte for byte,
+ * is in check_quant.c.)  On random data every value must come back within
+ * one quantization step of its block.  The
  * engine test writes a model of each type with cpmodel ($CPMODEL, else
  * $BUILD/bin/cpmodel, else build/bin/cpmodel), checks its weights against
  * the F32 file of the same seed, then runs it against an F32 copy of its own
@@ -27,7 +25,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lib/fixtures.h"
 #include "lib/prog.h"
 #include "backend.h"
 #include "gguf.h"
@@ -342,14 +339,6 @@ START_TEST(test_random_hostile)
 }
 END_TEST
 
-/* ---- the synth-tiny fixtures ------------------------------------------ */
-
-/* The llama-quantize files holding the types of qtypes[] between them. */
-static const char *fixture_files[] = {
-	"Q4_1", "Q5_0", "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K",
-};
-#define N_FIXTURES (sizeof(fixture_files) / sizeof(fixture_files[0]))
-
 static struct gguf_file *
 open_ok(const char *path)
 {
@@ -358,30 +347,6 @@ open_ok(const char *path)
 
 	ck_assert_msg(gguf_open(path, &f, &e) == 0, "%s", e.msg);
 	return f;
-}
-
-static struct gguf_file *
-open_fixture(const char *variant)
-{
-	char rel[64];
-	char *path;
-	struct gguf_file *f;
-
-	snprintf(rel, sizeof(rel), "synth/synth-tiny-%s.gguf", variant);
-	path = fx_path(rel);
-	ck_assert_msg(path != NULL, "%s missing under %s", rel, fx_dir());
-	f = open_ok(path);
-	free(path);
-	return f;
-}
-
-static bool
-is_qtype(uint32_t t)
-{
-	for (size_t i = 0; i < N_QTYPES; i++)
-		if (qtypes[i] == t)
-			return true;
-	return false;
 }
 
 /* Tensor name as a C string in buf (GGUF_MAX_NAME_LEN + 1 bytes). */
@@ -393,116 +358,6 @@ tensor_name(const struct gguf_tensor *t, char *buf)
 	buf[t->name.len] = '\0';
 	return buf;
 }
-
-/*
- * One fixture file against the master: for each tensor of a type in
- * qtypes[], the RMS error of quant_row() (decoded) and of llama-quantize's
- * bytes against the master, and the rows whose bytes differ.  Returns the
- * number of tensors compared.
- */
-static int
-compare_fixture(const char *variant, bool bytes)
-{
-	struct gguf_file *fm = open_fixture("F32"), *fq = open_fixture(variant);
-	int n = 0;
-
-	for (size_t i = 0; i < gguf_n_tensors(fq); i++) {
-		const struct gguf_tensor *tq = gguf_tensor_at(fq, i), *tm;
-		char name[GGUF_MAX_NAME_LEN + 1];
-		uint64_t row = tq->ne[0], rows, rb, diff_rows = 0;
-		double se_ours = 0, se_theirs = 0, ratio;
-		float *ours, *theirs;
-		uint8_t *q;
-
-		if (!is_qtype(tq->type))
-			continue;
-		tm = gguf_find_tensor(fm, tensor_name(tq, name));
-		ck_assert_msg(tm != NULL, "%s: no %s in the master", variant,
-		    name);
-		ck_assert_uint_eq(tm->type, CP_T_F32);
-		ck_assert_uint_eq(tm->n_elems, tq->n_elems);
-		ck_assert_uint_eq(tm->ne[0], row);
-		ck_assert_int_eq(ttype_nbytes(tq->type, row, &rb), 0);
-		rows = tq->n_elems / row;
-		ck_assert_uint_eq(rb * rows, tq->nbytes);
-		ours = malloc(row * sizeof(float));
-		theirs = malloc(row * sizeof(float));
-		q = malloc(rb);
-		ck_assert(ours != NULL && theirs != NULL && q != NULL);
-		for (uint64_t r = 0; r < rows; r++) {
-			const float *m = (const float *)tm->data + r * row;
-			const uint8_t *file = (const uint8_t *)tq->data +
-			    r * rb;
-
-			EXPECT(quant_row(tq->type, m, q, row) == 0,
-			    "quant_row");
-			EXPECT(dequant_row(tq->type, q, ours, row) == 0,
-			    "dequant");
-			EXPECT(dequant_row(tq->type, file, theirs, row) == 0,
-			    "dequant");
-			for (uint64_t j = 0; j < row; j++) {
-				double a = (double)ours[j] - m[j];
-				double b = (double)theirs[j] - m[j];
-
-				se_ours += a * a;
-				se_theirs += b * b;
-			}
-			if (memcmp(q, file, rb) != 0)
-				diff_rows++;
-		}
-		ratio = sqrt(se_ours / se_theirs);
-		if (bytes)
-			ck_assert_msg(diff_rows == 0, "%s %s (%s): %llu of "
-			    "%llu rows differ from llama-quantize's bytes",
-			    variant, name, ttype_name(tq->type),
-			    (unsigned long long)diff_rows,
-			    (unsigned long long)rows);
-		else
-			ck_assert_msg(ratio <= 1.1, "%s %s (%s): RMS error "
-			    "%.4g x llama-quantize's", variant, name,
-			    ttype_name(tq->type), ratio);
-		free(q);
-		free(theirs);
-		free(ours);
-		n++;
-	}
-	gguf_close(fq);
-	gguf_close(fm);
-	return n;
-}
-
-/* RMS error per tensor no worse than 1.1x llama-quantize's. */
-START_TEST(test_fixture_error)
-{
-	ck_assert_int_gt(compare_fixture(fixture_files[_i], false), 0);
-}
-END_TEST
-
-/* The same bytes as llama-quantize (same method, same float operations). */
-START_TEST(test_fixture_bytes)
-{
-	ck_assert_int_gt(compare_fixture(fixture_files[_i], true), 0);
-}
-END_TEST
-
-/* Between them the files hold every type of qtypes[]. */
-START_TEST(test_fixture_types_covered)
-{
-	bool seen[CP_T_COUNT] = { false };
-
-	for (size_t v = 0; v < N_FIXTURES; v++) {
-		struct gguf_file *f = open_fixture(fixture_files[v]);
-
-		for (size_t i = 0; i < gguf_n_tensors(f); i++)
-			if (gguf_tensor_at(f, i)->type < CP_T_COUNT)
-				seen[gguf_tensor_at(f, i)->type] = true;
-		gguf_close(f);
-	}
-	for (size_t i = 0; i < N_QTYPES; i++)
-		ck_assert_msg(seen[qtypes[i]], "no %s tensor in the fixtures",
-		    ttype_name(qtypes[i]));
-}
-END_TEST
 
 /* ---- cpmodel synth models through the engine -------------------------- */
 
@@ -861,11 +716,10 @@ START_TEST(test_engine)
 END_TEST
 
 static Suite *
-synth_types_suite(bool fixtures, bool engine)
+synth_types_suite(bool engine)
 {
 	Suite *s = suite_create("synth_types");
 	TCase *tr = tcase_create("random");
-	TCase *tf = tcase_create("fixtures");
 	TCase *te = tcase_create("engine");
 
 	tcase_set_timeout(tr, 60);
@@ -873,13 +727,6 @@ synth_types_suite(bool fixtures, bool engine)
 	tcase_add_loop_test(tr, test_random_rms, 0, (int)N_QTYPES);
 	tcase_add_loop_test(tr, test_random_hostile, 0, (int)N_QTYPES);
 	suite_add_tcase(s, tr);
-	if (fixtures) {
-		tcase_set_timeout(tf, 60);
-		tcase_add_loop_test(tf, test_fixture_error, 0, (int)N_FIXTURES);
-		tcase_add_loop_test(tf, test_fixture_bytes, 0, (int)N_FIXTURES);
-		tcase_add_test(tf, test_fixture_types_covered);
-		suite_add_tcase(s, tf);
-	}
 	if (engine) {
 		tcase_set_timeout(te, 120);
 		tcase_add_loop_test(te, test_engine, 0, (int)N_ENGINE);
@@ -892,32 +739,26 @@ int
 main(void)
 {
 	const char *env = getenv("CPMODEL"), *build = getenv("BUILD");
-	char *master = fx_path("synth/synth-tiny-F32.gguf");
-	bool fixtures = master != NULL, engine;
+	bool engine;
 	SRunner *sr;
 	int failed;
 
-	free(master);
 	if (env != NULL && env[0] != '\0')
 		snprintf(cpmodel, sizeof(cpmodel), "%s", env);
 	else
 		snprintf(cpmodel, sizeof(cpmodel), "%s/bin/cpmodel",
 		    build != NULL && build[0] != '\0' ? build : "build");
 	engine = access(cpmodel, X_OK) == 0;
-	sr = srunner_create(synth_types_suite(fixtures, engine));
+	sr = srunner_create(synth_types_suite(engine));
 	srunner_run_all(sr, CK_NORMAL);
 	failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	if (failed != 0)
 		return 1;
-	if (!fixtures || !engine) {
-		/* What could run passed; the rest needs what is missing. */
-		if (!fixtures)
-			printf("synth fixtures not found under %s\n", fx_dir());
-		if (!engine)
-			printf("%s not built (make it, or set CPMODEL)\n",
-			    cpmodel);
-		printf("skipping the tests that need them\n");
+	if (!engine) {
+		/* What could run passed; the engine test needs cpmodel. */
+		printf("%s not built (make it, or set CPMODEL): the engine "
+		    "test skipped\n", cpmodel);
 		return 77;
 	}
 	return 0;
