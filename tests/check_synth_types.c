@@ -5,8 +5,8 @@
  *
  * (quant_row() against llama-quantize's synth-tiny files, byte for byte,
  * is in check_quant.c.)  On random data every value must come back within
- * one quantization step of its block.  The
- * engine test writes a model of each type with cpmodel ($CPMODEL, else
+ * one quantization step of its block.  The engine test writes a model of
+ * each type with cpmodel ($CPMODEL, else
  * $BUILD/bin/cpmodel, else build/bin/cpmodel), checks its weights against
  * the F32 file of the same seed, then runs it against an F32 copy of its own
  * dequantized weights, with the tolerances of synth/README.md for a
