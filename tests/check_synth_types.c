@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "lib/prog.h"
+#include "lib/rig.h"
 #include "backend.h"
 #include "gguf.h"
 #include "gguf_write.h"
@@ -550,25 +551,23 @@ write_f32_copy(const char *src, const char *dst)
 	gguf_close(f);
 }
 
-struct rig {
-	struct model *m;
-	struct backend *be;
-	int seq;
-};
-
-static void
+/* A rig (lib/rig.h) on path's model, CPU backend, one thread; its sequence. */
+static int
 rig_open(struct rig *r, const char *path)
 {
 	struct be_params p = { 0 };
 	struct cp_err e = { 0 };
+	int seq;
 
 	p.n_threads = 1;
 	memset(r, 0, sizeof(*r));
 	ck_assert_msg(model_load(path, &r->m, &e) == 0, "%s", e.msg);
 	ck_assert_int_eq(r->m->hp.n_vocab, M_VOCAB);
+	r->n_vocab = M_VOCAB;
 	ck_assert_msg(be_open("cpu", r->m, &p, &r->be, &e) == 0, "%s", e.msg);
-	r->seq = kv_seq_new(be_kv(r->be));
-	ck_assert_int_ge(r->seq, 0);
+	seq = kv_seq_new(be_kv(r->be));
+	ck_assert_int_ge(seq, 0);
+	return seq;
 }
 
 static void
@@ -576,45 +575,6 @@ rig_close(struct rig *r)
 {
 	be_close(r->be);
 	model_free(r->m);
-}
-
-/* Feed ids[0..n) at pos in one step; the last row's logits into out. */
-static void
-feed(struct rig *r, int pos, const int32_t *ids, int n, float *out)
-{
-	struct cp_err e = { 0 };
-	struct batch_seq bs = { r->seq, pos, n, true };
-	struct step_batch b = { ids, n, &bs, 1 };
-	const float *lg = NULL;
-	int nl = 0;
-
-	ck_assert_int_eq(kv_seq_append(be_kv(r->be), r->seq, n), 0);
-	ck_assert_msg(be_step(r->be, &b, &lg, &nl, &e) == 0, "%s", e.msg);
-	ck_assert_int_eq(nl, 1);
-	memcpy(out, lg, M_VOCAB * sizeof(float));
-}
-
-static int
-argmax(const float *v, int n)
-{
-	int best = 0;
-
-	for (int i = 1; i < n; i++)
-		if (v[i] > v[best])
-			best = i;
-	return best;
-}
-
-/* log-softmax of v[0..n) into lp, in double. */
-static void
-logsoftmax(const float *v, int n, double *lp)
-{
-	double mx = v[argmax(v, n)], sum = 0;
-
-	for (int i = 0; i < n; i++)
-		sum += exp((double)v[i] - mx);
-	for (int i = 0; i < n; i++)
-		lp[i] = (double)v[i] - mx - log(sum);
 }
 
 /* The k best ids of lp (k <= 16), best first. */
@@ -651,7 +611,7 @@ START_TEST(test_engine)
 	int32_t prompt[N_PROMPT], gen[N_GEN];
 	static float ref[N_GEN][M_VOCAB], got[N_GEN][M_VOCAB];
 	double lr[M_VOCAB], lq[M_VOCAB], worst = 0;
-	int top[10];
+	int top[10], seq;
 	struct rig r;
 
 	tmp_path(pq, sizeof(pq), "q.gguf");
@@ -667,22 +627,24 @@ START_TEST(test_engine)
 	prompt[0] = 1;
 	for (int i = 1; i < N_PROMPT; i++)
 		prompt[i] = 3 + (37 * i + 11) % (M_VOCAB - 3);
-	rig_open(&r, pd);
-	feed(&r, 0, prompt, N_PROMPT, ref[0]);
+	seq = rig_open(&r, pd);
+	rig_feed(&r, seq, 0, prompt, N_PROMPT, 0, ref[0]);
 	for (int i = 0; i < N_GEN; i++) {
-		gen[i] = argmax(ref[i], M_VOCAB);
+		gen[i] = vec_argmax(ref[i], M_VOCAB);
 		if (i + 1 < N_GEN)
-			feed(&r, N_PROMPT + i, &gen[i], 1, ref[i + 1]);
+			rig_feed(&r, seq, N_PROMPT + i, &gen[i], 1, 0,
+			    ref[i + 1]);
 	}
 	rig_close(&r);
-	rig_open(&r, pq);
-	feed(&r, 0, prompt, N_PROMPT, got[0]);
+	seq = rig_open(&r, pq);
+	rig_feed(&r, seq, 0, prompt, N_PROMPT, 0, got[0]);
 	for (int i = 1; i < N_GEN; i++)
-		feed(&r, N_PROMPT + i - 1, &gen[i - 1], 1, got[i]);
+		rig_feed(&r, seq, N_PROMPT + i - 1, &gen[i - 1], 1, 0,
+		    got[i]);
 	rig_close(&r);
 
-	logsoftmax(ref[0], M_VOCAB, lr);
-	logsoftmax(got[0], M_VOCAB, lq);
+	vec_logsoftmax(ref[0], M_VOCAB, lr);
+	vec_logsoftmax(got[0], M_VOCAB, lq);
 	top_k(lr, M_VOCAB, 10, top);
 	for (int k = 0; k < 10; k++) {
 		double d = fabs(lq[top[k]] - lr[top[k]]);
@@ -694,11 +656,11 @@ START_TEST(test_engine)
 	for (int i = 0; i < N_GEN; i++) {
 		double gap, e1, e2;
 
-		logsoftmax(ref[i], M_VOCAB, lr);
-		logsoftmax(got[i], M_VOCAB, lq);
+		vec_logsoftmax(ref[i], M_VOCAB, lr);
+		vec_logsoftmax(got[i], M_VOCAB, lq);
 		top_k(lr, M_VOCAB, 2, top);
 		ck_assert_int_eq(top[0], gen[i]);
-		gap = lq[argmax(got[i], M_VOCAB)] - lq[top[0]];
+		gap = lq[vec_argmax(got[i], M_VOCAB)] - lq[top[0]];
 		e1 = fabs(lq[top[0]] - lr[top[0]]);
 		e2 = fabs(lq[top[1]] - lr[top[1]]);
 		ck_assert_msg(gap <= c->tol && e1 <= c->tol && e2 <= c->tol,
