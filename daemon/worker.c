@@ -127,6 +127,8 @@ struct worker {
 	struct backend *be;
 	struct kv_cache *kv;		/* be_kv(be) */
 	struct sched *sched;
+	struct sampler_ws *smp_ws;	/* the draw scratch every request's
+					   sampler shares (one thread) */
 	int n_vocab;
 	int n_ctx;			/* positions per sequence */
 	int pool_tokens;		/* KV pool, token slots */
@@ -359,7 +361,7 @@ submit_sampler(struct worker *w, struct wreq *r, const struct ep_cmd *c,
 	sp.logprob = r->logprob;	/* else the log-softmax is skipped */
 	sp.max_tokens = -1;		/* the scheduler counts */
 	sp.ignore_eos = false;
-	if ((r->smp = sampler_new(&sp, w->n_vocab, e)) == NULL)
+	if ((r->smp = sampler_new_ws(&sp, w->n_vocab, w->smp_ws, e)) == NULL)
 		return e->code < 0 ? e->code : -EINVAL;
 	if ((rc = sampler_set_eog(r->smp, w->eog, w->n_eog)) < 0 ||
 	    (rc = sampler_accept_prompt(r->smp, r->toks, r->n_prompt)) < 0)
@@ -1010,9 +1012,11 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->bitem = calloc((size_t)w->max_seqs, sizeof(*w->bitem));
 	w->dbuf = malloc(w->dcap);
 	w->sbuf = malloc(w->scap);
+	w->smp_ws = sampler_ws_new(w->n_vocab);
 	if (w->req == NULL || w->free_slot == NULL || w->enc == NULL ||
 	    w->btok == NULL || w->bseq == NULL || w->bitem == NULL ||
-	    w->dbuf == NULL || w->sbuf == NULL || find_eog(w) < 0) {
+	    w->dbuf == NULL || w->sbuf == NULL || w->smp_ws == NULL ||
+	    find_eog(w) < 0) {
 		cp_err_set(e, rc, "worker: out of memory");
 		goto err;
 	}
@@ -1046,6 +1050,7 @@ worker_free(struct worker *w)
 			if (w->req[i].handle >= 0)
 				req_clear(w, &w->req[i]);
 	ep_batch_fini(&w->out);
+	sampler_ws_free(w->smp_ws);
 	free(w->sbuf);
 	free(w->dbuf);
 	free(w->bitem);

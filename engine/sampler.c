@@ -37,14 +37,16 @@ struct sampler {
 	int hist_cap;		/* max(repeat_last_n, 1) */
 	int hist_len;		/* valid entries, <= repeat_last_n */
 	int hist_pos;		/* next slot written */
-	uint8_t *seen;		/* (n_vocab bits) all clear outside the penalty */
+	uint8_t *seen;		/* ws->seen: (n_vocab bits) all clear outside
+				   the penalty */
 
 	int32_t *eog;		/* (n_eog) end-of-generation ids */
 	int n_eog;
 	uint8_t *eog_bits;	/* (n_vocab bits) membership of eog[] */
 
-	struct cand *cand;	/* (n_vocab) scratch, see above */
-	float *w;		/* (n_vocab) unnormalised final probabilities */
+	struct sampler_ws *own_ws;	/* scratch of its own, or NULL */
+	struct cand *cand;	/* ws->cand: (n_vocab) scratch, see above */
+	float *w;		/* ws->w: unnormalised final probabilities */
 	int n_cand;		/* candidates of the last draw, 0 after a failure */
 	double w_sum;		/* sum of w[0..n_cand) */
 };
@@ -278,33 +280,78 @@ sampler_params_check(const struct sampler_params *p, struct cp_err *e)
 
 /* ---- life cycle ---- */
 
+struct sampler_ws {
+	int n_vocab;
+	struct cand *cand;
+	float *w;
+	uint8_t *seen;
+};
+
+struct sampler_ws *
+sampler_ws_new(int n_vocab)
+{
+	struct sampler_ws *ws;
+	size_t nv = (size_t)n_vocab;
+
+	if (n_vocab < 1 || n_vocab > SAMPLER_MAX_VOCAB ||
+	    (ws = calloc(1, sizeof(*ws))) == NULL)
+		return NULL;
+	ws->n_vocab = n_vocab;
+	ws->cand = calloc(nv, sizeof(*ws->cand));
+	ws->w = calloc(nv, sizeof(*ws->w));
+	ws->seen = calloc((nv + 7) / 8, 1);
+	if (ws->cand == NULL || ws->w == NULL || ws->seen == NULL) {
+		sampler_ws_free(ws);
+		return NULL;
+	}
+	return ws;
+}
+
+void
+sampler_ws_free(struct sampler_ws *ws)
+{
+	if (ws == NULL)
+		return;
+	free(ws->seen);
+	free(ws->w);
+	free(ws->cand);
+	free(ws);
+}
+
 struct sampler *
 sampler_new(const struct sampler_params *p, int n_vocab, struct cp_err *e)
 {
+	return sampler_new_ws(p, n_vocab, NULL, e);
+}
+
+struct sampler *
+sampler_new_ws(const struct sampler_params *p, int n_vocab,
+    struct sampler_ws *ws, struct cp_err *e)
+{
 	struct sampler *s;
-	size_t nv, nbits;
 
 	if (sampler_params_check(p, e) < 0)
 		return NULL;
-	if (n_vocab < 1 || n_vocab > SAMPLER_MAX_VOCAB) {
+	if (n_vocab < 1 || n_vocab > SAMPLER_MAX_VOCAB ||
+	    (ws != NULL && n_vocab > ws->n_vocab)) {
 		cp_err_set(e, -EINVAL, "sampler: n_vocab = %d, expected "
-		    "1 <= n_vocab <= %d", n_vocab, SAMPLER_MAX_VOCAB);
+		    "1 <= n_vocab <= %d", n_vocab, ws != NULL ? ws->n_vocab :
+		    SAMPLER_MAX_VOCAB);
 		return NULL;
 	}
-	nv = (size_t)n_vocab;
-	nbits = (nv + 7) / 8;
 	if ((s = calloc(1, sizeof(*s))) == NULL)
 		goto nomem;
 	s->p = *p;
 	s->n_vocab = n_vocab;
+	if (ws == NULL && (ws = s->own_ws = sampler_ws_new(n_vocab)) == NULL)
+		goto nomem;
+	s->cand = ws->cand;
+	s->w = ws->w;
+	s->seen = ws->seen;
 	s->hist_cap = p->repeat_last_n > 0 ? p->repeat_last_n : 1;
 	s->hist = calloc((size_t)s->hist_cap, sizeof(*s->hist));
-	s->seen = calloc(nbits, 1);
-	s->eog_bits = calloc(nbits, 1);
-	s->cand = calloc(nv, sizeof(*s->cand));
-	s->w = calloc(nv, sizeof(*s->w));
-	if (s->hist == NULL || s->seen == NULL || s->eog_bits == NULL ||
-	    s->cand == NULL || s->w == NULL)
+	s->eog_bits = calloc(((size_t)n_vocab + 7) / 8, 1);
+	if (s->hist == NULL || s->eog_bits == NULL)
 		goto nomem;
 	if (s->p.seed == SAMPLER_SEED_RANDOM)
 		s->p.seed = seed_from_os();
@@ -322,11 +369,9 @@ sampler_free(struct sampler *s)
 {
 	if (s == NULL)
 		return;
-	free(s->w);
-	free(s->cand);
+	sampler_ws_free(s->own_ws);
 	free(s->eog);
 	free(s->eog_bits);
-	free(s->seen);
 	free(s->hist);
 	free(s);
 }

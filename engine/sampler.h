@@ -114,6 +114,25 @@ struct sampler *sampler_new(const struct sampler_params *p, int n_vocab,
 /* Free s and everything it owns; NULL is accepted. */
 void sampler_free(struct sampler *s);
 
+/*
+ * Draw scratch (about 12 bytes per vocabulary entry) that samplers used
+ * one at a time can share: a server with many requests queued keeps one,
+ * not one per request.  sampler_ws_new() returns NULL when out of memory
+ * or n_vocab is out of range; sampler_ws_free() accepts NULL.
+ */
+struct sampler_ws;
+struct sampler_ws *sampler_ws_new(int n_vocab);
+void sampler_ws_free(struct sampler_ws *ws);
+
+/*
+ * sampler_new() drawing in ws (for a vocabulary of at most ws's): ws must
+ * outlive the sampler, samplers sharing it must not sample concurrently,
+ * and sampler_candidates() tells the last draw made in ws.  The draws are
+ * those of a sampler of its own.
+ */
+struct sampler *sampler_new_ws(const struct sampler_params *p, int n_vocab,
+    struct sampler_ws *ws, struct cp_err *e);
+
 /* The parameters s runs with (seed replaced by the seed actually used);
  * borrowed, valid until sampler_free. */
 const struct sampler_params *sampler_get_params(const struct sampler *s);

@@ -638,6 +638,57 @@ START_TEST(test_logprob_off)
 }
 END_TEST
 
+/*
+ * Three samplers sharing one draw scratch, their draws interleaved (with a
+ * repetition penalty, top-k and top-p at work): each draws the ids and
+ * logprobs of a sampler of its own fed the same rows.
+ */
+START_TEST(test_shared_scratch)
+{
+	enum { NV = 400, NS = 3 };
+	struct sampler_params p = plain();
+	struct sampler *own[NS], *shared[NS];
+	struct sampler_ws *ws = sampler_ws_new(NV);
+	struct sampler_out a, b;
+	struct cp_err e = { 0 };
+	float l[NV];
+
+	ck_assert_ptr_nonnull(ws);
+	ck_assert_ptr_null(sampler_new_ws(&p, NV + 1, ws, &e));
+	ck_assert_int_eq(e.code, -EINVAL);
+	p.repeat_penalty = 1.3f;
+	p.top_k = 50;
+	p.top_p = 0.9f;
+	p.n_logprobs = 3;
+	for (int k = 0; k < NS; k++) {
+		p.seed = 100 + (uint64_t)k;
+		p.temp = k == 0 ? 0.0f : 0.7f;
+		own[k] = mk(&p, NV);
+		shared[k] = sampler_new_ws(&p, NV, ws, &e);
+		ck_assert_msg(shared[k] != NULL, "%s", e.msg);
+	}
+	for (int r = 0; r < 30; r++)
+		for (int k = 0; k < NS; k++) {
+			for (int i = 0; i < NV; i++)
+				l[i] = rnd_logit();
+			ck_assert_int_eq(sampler_sample(own[k], l, &a), 0);
+			ck_assert_int_eq(sampler_sample(shared[k], l, &b), 0);
+			ck_assert_int_eq(a.id, b.id);
+			ck_assert(a.logprob == b.logprob);
+			ck_assert_int_eq(a.n_top, b.n_top);
+			ck_assert_mem_eq(a.top, b.top, sizeof(a.top[0]) *
+			    (size_t)a.n_top);
+			ck_assert_int_eq(sampler_accept(own[k], a.id), 0);
+			ck_assert_int_eq(sampler_accept(shared[k], b.id), 0);
+		}
+	for (int k = 0; k < NS; k++) {
+		sampler_free(own[k]);
+		sampler_free(shared[k]);
+	}
+	sampler_ws_free(ws);
+}
+END_TEST
+
 /* Ids from 24 draws with seed 42 over logits6; from the Python model. */
 static const float logits6[6] = { -1.2f, 0.3f, 1.1f, -0.4f, 0.8f, 0.05f };
 
@@ -976,6 +1027,7 @@ sampler_suite(void)
 	tcase_add_test(tc, test_repeat_penalty_changes_greedy);
 	tcase_add_test(tc, test_logprobs);
 	tcase_add_test(tc, test_logprob_off);
+	tcase_add_test(tc, test_shared_scratch);
 	tcase_add_test(tc, test_golden_sequence);
 	tcase_add_test(tc, test_seeds);
 	tcase_add_test(tc, test_frequencies);
