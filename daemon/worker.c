@@ -129,6 +129,10 @@ struct worker {
 	struct sched *sched;
 	struct sampler_ws *smp_ws;	/* the draw scratch every request's
 					   sampler shares (one thread) */
+	bool slots_ready;		/* req[], free_slot[], id_* set up */
+	int *id_head;			/* [id_mask + 1] live slots by id hash */
+	int *id_next;			/* [max_requests] chain, -1 ends */
+	uint32_t id_mask;
 	int n_vocab;
 	int n_ctx;			/* positions per sequence */
 	int pool_tokens;		/* KV pool, token slots */
@@ -255,10 +259,42 @@ fail(struct worker *w, const struct wreq *r, int err, const char *fmt, ...)
 
 /* ---- requests ---------------------------------------------------------- */
 
+/* Bucket of a port id (ids are the server's slot, generation, number). */
+static uint32_t
+id_bucket(const struct worker *w, uint64_t id)
+{
+	id ^= id >> 31;
+	id *= 0x9e3779b97f4a7c15ull;
+	return (uint32_t)(id >> 32) & w->id_mask;
+}
+
+/* Live request slot into the id table (a CANCEL or PAUSE finds it). */
+static void
+id_link(struct worker *w, int slot)
+{
+	uint32_t b = id_bucket(w, w->req[slot].id);
+
+	w->id_next[slot] = w->id_head[b];
+	w->id_head[b] = slot;
+}
+
+static void
+id_unlink(struct worker *w, int slot)
+{
+	int *p = &w->id_head[id_bucket(w, w->req[slot].id)];
+
+	while (*p != -1 && *p != slot)
+		p = &w->id_next[*p];
+	if (*p == slot)
+		*p = w->id_next[slot];
+}
+
 /* Frees what r holds and marks its slot free (not on the free stack). */
 static void
 req_clear(struct worker *w, struct wreq *r)
 {
+	if (r->handle >= 0)
+		id_unlink(w, (int)(r - w->req));
 	if (r->paused)
 		w->n_paused--;
 	if (r->seq >= 0)
@@ -285,10 +321,8 @@ req_find(struct worker *w, uint64_t id)
 {
 	int i;
 
-	if (w->n_free == w->max_requests)
-		return NULL;
-	for (i = 0; i < w->max_requests; i++)
-		if (w->req[i].handle >= 0 && w->req[i].id == id)
+	for (i = w->id_head[id_bucket(w, id)]; i != -1; i = w->id_next[i])
+		if (w->req[i].id == id)
 			return &w->req[i];
 	return NULL;
 }
@@ -461,6 +495,7 @@ cmd_submit(struct worker *w, const struct ep_cmd *c)
 		w->st.rejected++;
 		return;
 	}
+	id_link(w, slot);
 	w->n_free--;
 	w->st.submitted++;
 }
@@ -1013,19 +1048,27 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->dbuf = malloc(w->dcap);
 	w->sbuf = malloc(w->scap);
 	w->smp_ws = sampler_ws_new(w->n_vocab);
+	for (w->id_mask = 1; w->id_mask < (uint32_t)w->max_requests;)
+		w->id_mask <<= 1;
+	w->id_head = malloc(w->id_mask * sizeof(*w->id_head));
+	w->id_next = malloc((size_t)w->max_requests * sizeof(*w->id_next));
+	w->id_mask--;
 	if (w->req == NULL || w->free_slot == NULL || w->enc == NULL ||
 	    w->btok == NULL || w->bseq == NULL || w->bitem == NULL ||
 	    w->dbuf == NULL || w->sbuf == NULL || w->smp_ws == NULL ||
-	    find_eog(w) < 0) {
+	    w->id_head == NULL || w->id_next == NULL || find_eog(w) < 0) {
 		cp_err_set(e, rc, "worker: out of memory");
 		goto err;
 	}
+	for (i = 0; i <= (int)w->id_mask; i++)
+		w->id_head[i] = -1;
 	for (i = 0; i < w->max_requests; i++) {
 		w->req[i].handle = -1;
 		w->req[i].seq = -1;
 		w->free_slot[i] = w->max_requests - 1 - i;
 	}
 	w->n_free = w->max_requests;
+	w->slots_ready = true;
 	w->st.kv_block_tokens = kv_params(w->kv)->block_tokens;
 	w->st.n_ctx = w->n_ctx;
 	w->st.max_batch_tokens = w->max_batch;
@@ -1045,11 +1088,13 @@ worker_free(struct worker *w)
 
 	if (w == NULL)
 		return;
-	if (w->req != NULL && w->kv != NULL)
+	if (w->slots_ready)
 		for (i = 0; i < w->max_requests; i++)
 			if (w->req[i].handle >= 0)
 				req_clear(w, &w->req[i]);
 	ep_batch_fini(&w->out);
+	free(w->id_next);
+	free(w->id_head);
 	sampler_ws_free(w->smp_ws);
 	free(w->sbuf);
 	free(w->dbuf);
