@@ -37,10 +37,12 @@
 #include "config.h"
 #include "engine_port.h"
 #include "gguf.h"
+#include "kvcache.h"
 #include "log.h"
 #include "model.h"
 #include "server.h"
 #include "tokenizer.h"
+#include "ttype.h"
 #include "worker.h"
 
 #define CPD_VERSION "0.1.0"
@@ -305,9 +307,10 @@ auto_kv_tokens(const struct model *m, int context)
 	const struct model_hparams *hp = &m->hp;
 	int n_ctx = context > 0 && context < hp->n_ctx_train ? context :
 	    hp->n_ctx_train;
-	/* F16 K and V of every layer. */
-	uint64_t per_tok = (uint64_t)hp->n_layer * 2 *
-	    (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim * 2;
+	/* cpd's cache is F16. */
+	struct kv_params kp = { .n_layer = hp->n_layer, .kv_dim =
+	    hp->n_head_kv * hp->head_dim, .type = CP_T_F16 };
+	uint64_t per_tok = kv_token_bytes(&kp);
 	uint64_t cap = 2ull << 30, want = (uint64_t)n_ctx * 8;
 	long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
 
