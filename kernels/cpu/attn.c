@@ -84,13 +84,6 @@ v_load_scalar(uint32_t type, const unsigned char *v, size_t slot_bytes,
 }
 
 static void
-round_f16_scalar(float *w, int n)
-{
-	for (int j = 0; j < n; j++)
-		w[j] = fp16_to_fp32(fp32_to_fp16(w[j]));
-}
-
-static void
 accum_scalar(float *acc, const float *w, const float *vt, int n, int hd)
 {
 	for (int j = 0; j < n; j++) {
@@ -119,7 +112,7 @@ weights_scalar(float *w, int n, float inv, bool round)
 	for (int j = 0; j < n; j++)
 		w[j] *= inv;
 	if (round)
-		round_f16_scalar(w, n);
+		dot_round_row(CP_T_F16, w, w, n);
 }
 
 static void

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "dot.h"
 #include "quant.h"
 #include "ttype.h"
 
@@ -39,18 +40,6 @@ v_load_avx2(uint32_t type, const unsigned char *v, size_t slot_bytes, int n,
 			dst[i] = _cvtsh_ss(h);
 		}
 	}
-}
-
-static void
-round_f16_avx2(float *w, int n)
-{
-	int j = 0;
-
-	for (; j + 8 <= n; j += 8)
-		_mm256_storeu_ps(w + j, _mm256_cvtph_ps(_mm256_cvtps_ph(
-		    _mm256_loadu_ps(w + j), _MM_FROUND_TO_NEAREST_INT)));
-	for (; j < n; j++)
-		w[j] = _cvtsh_ss(_cvtss_sh(w[j], _MM_FROUND_TO_NEAREST_INT));
 }
 
 /* acc[0..32) over all n rows, kept in registers. */
@@ -145,7 +134,7 @@ weights_avx2(float *w, int n, float inv, bool round)
 	for (; j < n; j++)
 		w[j] *= inv;
 	if (round)
-		round_f16_avx2(w + n / 8 * 8, n % 8);
+		dot_round_f16_avx2(w + n / 8 * 8, w + n / 8 * 8, n % 8);
 }
 
 /* attn_expf() of 8 lanes: the same operations, lane by lane. */
