@@ -14,6 +14,8 @@
 
 #define FWD_ATT_TILE 32		/* rows of one attention task */
 #define FWD_SCORE_CAP 2048	/* positions whose scores a task keeps */
+#define FWD_ATT_PARTS 4		/* attention tasks a thread, at least */
+#define FWD_ATT_ROW0 4		/* a tile's work: positions x (rows + this) */
 #define FWD_MM_SPLIT 4		/* matmul tasks per thread */
 #define FWD_MV_SPLIT 2		/* the same below FWD_ROWS_PAR rows */
 #define FWD_MAX_MATS 3		/* products in one job */
@@ -23,7 +25,7 @@
 /* One attention task: rows [r0, r1) of batch entry `entry`, KV head g. */
 struct fwd_att_task {
 	int entry;
-	int g;
+	int g0, g1;		/* KV heads [g0, g1) */
 	int r0, r1;		/* rows relative to the entry's first row */
 };
 
@@ -166,8 +168,8 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->entry_row0 = fwd_alloc(S * sizeof(int));
 	f->mm_scratch = fwd_alloc(FWD_MAX_MATS * f->mm_scratch_bytes);
 	f->score_cap = kp->n_ctx < FWD_SCORE_CAP ? kp->n_ctx : FWD_SCORE_CAP;
-	f->att_scratch_bytes = (attn_scratch_bytes(hp->head_dim,
-	    hp->n_head / hp->n_head_kv, FWD_ATT_TILE, f->bt, f->score_cap) +
+	f->att_scratch_bytes = (attn_scratch_bytes(hp->head_dim, hp->n_head,
+	    FWD_ATT_TILE, f->bt, f->score_cap) +
 	    FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
 	f->att_scratch = fwd_alloc(nt * f->att_scratch_bytes);
 	f->tasks = fwd_alloc((size_t)f->max_tasks * sizeof(*f->tasks));
@@ -432,8 +434,8 @@ fwd_kv_head(const struct fwd *f, int g, int s)
 }
 
 /*
- * One task: rows [r0, r1) of an entry and the query heads that share KV
- * head g, attending over the entry's cached positions (attn.h).  With an
+ * One task: rows [r0, r1) of an entry and the query heads of KV heads
+ * [g0, g1), attending over the entry's cached positions (attn.h).  With an
  * F16 cache, q was rounded to F16 (as K is stored), as the reference
  * implementation rounds it.
  */
@@ -449,9 +451,10 @@ fwd_att_task(void *arg, int task, int thread)
 	struct attn_args a;
 
 	q0 = (size_t)(f->entry_row0[t->entry] + t->r0) * (size_t)f->qd +
-	    (size_t)t->g * (size_t)group * (size_t)hd;
+	    (size_t)t->g0 * (size_t)group * (size_t)hd;
 	a.head_dim = hd;
 	a.group = group;
+	a.n_kv = t->g1 - t->g0;
 	a.n_rows = t->r1 - t->r0;
 	a.pos0 = bs->pos + t->r0;
 	a.q = f->q + q0;
@@ -460,45 +463,92 @@ fwd_att_task(void *arg, int task, int thread)
 	a.ldo = (size_t)f->qd;
 	a.kv_type = kv_params(f->kv)->type;
 	a.k = f->kv_mem + kv_block_offset(f->kv, 0, f->layer, KV_K) +
-	    fwd_kv_head(f, t->g, 0);
+	    fwd_kv_head(f, t->g0, 0);
 	a.v = f->kv_mem + kv_block_offset(f->kv, 0, f->layer, KV_V) +
-	    fwd_kv_head(f, t->g, 0);
+	    fwd_kv_head(f, t->g0, 0);
+	a.kv_head_bytes = fwd_kv_head(f, 1, 0);
 	a.block_bytes = kv_block_bytes(f->kv);
 	a.slot_bytes = (size_t)hd * es;
 	a.blocks = kv_seq_blocks(f->kv, bs->seq);
 	a.block_tokens = f->bt;
 	a.scale = 1.0f / sqrtf((float)hd);
-	/* The scratch holds FWD_ATT_TILE rows of score_cap scores: fewer
-	 * rows (a decode tile has one) keep that many more positions. */
-	a.score_cap = f->score_cap * (FWD_ATT_TILE / a.n_rows);
+	/* The scratch holds FWD_ATT_TILE rows of score_cap scores for every
+	 * query head: fewer rows (a decode tile has one) or heads keep that
+	 * many more positions. */
+	a.score_cap = f->score_cap * (FWD_ATT_TILE / a.n_rows) *
+	    (hp->n_head_kv / a.n_kv);
 	(void)attn_rows(&a, f->att_scratch + (size_t)thread *
 	    f->att_scratch_bytes);
+}
+
+/*
+ * The tasks of a layer's attention: each entry in tiles of FWD_ATT_TILE
+ * rows, each tile's KV heads in parts.  A part walks its heads block by
+ * block (attn.h), so the fewer parts the longer its runs of KV bytes; a
+ * tile is cut into as many parts as its share of the layer's work asks
+ * for, at least FWD_ATT_PARTS tasks a thread in all.  A tile's work is
+ * taken as its positions times (rows + FWD_ATT_ROW0): a decode row streams
+ * its positions from memory, which costs about what a few more rows of
+ * arithmetic do.  Tiles of many rows first, so the largest tasks start
+ * first.
+ */
+static int
+fwd_att_tasks(struct fwd *f)
+{
+	const struct step_batch *b = f->b;
+	int nkv = f->m->hp.n_head_kv, n = 0;
+	double total = 0, part;
+
+	for (int e = 0; e < b->n_seqs; e++)
+		for (int r0 = 0; r0 < b->seqs[e].n_tokens; r0 += FWD_ATT_TILE) {
+			int r1 = r0 + FWD_ATT_TILE < b->seqs[e].n_tokens ?
+			    r0 + FWD_ATT_TILE : b->seqs[e].n_tokens;
+
+			total += (double)(b->seqs[e].pos + r1) * (r1 - r0 +
+			    FWD_ATT_ROW0);
+		}
+	part = total / (FWD_ATT_PARTS * f->n_threads);
+	for (int big = 1; big >= 0; big--)
+		for (int e = 0; e < b->n_seqs; e++)
+			for (int r0 = 0; r0 < b->seqs[e].n_tokens;
+			    r0 += FWD_ATT_TILE) {
+				int r1 = r0 + FWD_ATT_TILE;
+				double w;
+				int parts, g = 0;
+
+				if (r1 > b->seqs[e].n_tokens)
+					r1 = b->seqs[e].n_tokens;
+				if ((r1 - r0 > 1) != big)
+					continue;
+				w = (double)(b->seqs[e].pos + r1) * (r1 - r0 +
+				    FWD_ATT_ROW0);
+				parts = part > 0 ? (int)(w / part + 0.999) : 1;
+				parts = parts < 1 ? 1 : parts > nkv ? nkv :
+				    parts;
+				for (int i = 0; i < parts; i++) {
+					struct fwd_att_task *t = &f->tasks[n++];
+
+					t->entry = e;
+					t->r0 = r0;
+					t->r1 = r1;
+					t->g0 = g;
+					g = nkv * (i + 1) / parts;
+					t->g1 = g;
+				}
+			}
+	return n;
 }
 
 static void
 fwd_attention(struct fwd *f, int layer)
 {
-	const struct step_batch *b = f->b;
-	int n = 0, e, g, r0;
+	int n = fwd_att_tasks(f);
 
 	f->layer = layer;
-	for (e = 0; e < b->n_seqs; e++)
-		for (g = 0; g < f->m->hp.n_head_kv; g++)
-			for (r0 = 0; r0 < b->seqs[e].n_tokens;
-			    r0 += FWD_ATT_TILE) {
-				struct fwd_att_task *t = &f->tasks[n++];
-
-				t->entry = e;
-				t->g = g;
-				t->r0 = r0;
-				t->r1 = r0 + FWD_ATT_TILE;
-				if (t->r1 > b->seqs[e].n_tokens)
-					t->r1 = b->seqs[e].n_tokens;
-			}
 	if (f->p.tp != NULL)
 		tp_run(f->p.tp, fwd_att_task, f, n);
 	else
-		for (e = 0; e < n; e++)
+		for (int e = 0; e < n; e++)
 			fwd_att_task(f, e, 0);
 }
 

@@ -766,30 +766,34 @@ att_fx_elem(const struct att_fx *f, int kind, int p, int i)
 }
 
 /*
- * Rows [r0, r0 + n) of the fixture through attn_rows_with() into out,
- * keeping the scores of cap positions.
+ * Rows [r0, r0 + n) of the fixture through attn_rows_with() into out
+ * (rows of ld floats), for KV heads [g0, g0 + n_kv) of the pool's three
+ * and their queries in q (rows of ld floats from KV head g0's first query
+ * head), keeping the scores of cap positions.
  */
 static void
-att_fx_run(const struct att_fx *f, int r0, int n, float *out,
-    const struct attn_ops *ops, const struct dot_kernel *kdot, int cap)
+att_fx_run_heads(const struct att_fx *f, const float *q, size_t ld, int g0,
+    int n_kv, int r0, int n, float *out, const struct attn_ops *ops,
+    const struct dot_kernel *kdot, int cap)
 {
 	struct attn_args a;
-	size_t sb = attn_scratch_bytes(f->hd, f->group, n, f->bt, cap);
+	size_t sb = attn_scratch_bytes(f->hd, f->group * n_kv, n, f->bt, cap);
 	void *scr = malloc(sb);
-	size_t ld = (size_t)(f->group * f->hd);
 
 	ck_assert_ptr_nonnull(scr);
 	a.head_dim = f->hd;
 	a.group = f->group;
+	a.n_kv = n_kv;
 	a.n_rows = n;
 	a.pos0 = r0;
-	a.q = f->q + (size_t)r0 * ld;
+	a.q = q + (size_t)r0 * ld;
 	a.ldq = ld;
 	a.out = out + (size_t)r0 * ld;
 	a.ldo = ld;
 	a.kv_type = f->type;
-	a.k = f->pool + (size_t)f->hd * f->es;
+	a.k = f->pool + (size_t)g0 * (size_t)f->hd * f->es;
 	a.v = a.k + (size_t)f->bt * f->slot;
+	a.kv_head_bytes = (size_t)f->hd * f->es;
 	a.block_bytes = f->blk;
 	a.slot_bytes = f->slot;
 	a.blocks = f->tab;
@@ -798,6 +802,15 @@ att_fx_run(const struct att_fx *f, int r0, int n, float *out,
 	a.score_cap = cap;
 	ck_assert_int_eq(attn_rows_with(&a, scr, ops, kdot), 0);
 	free(scr);
+}
+
+/* att_fx_run_heads() for KV head 1 and the fixture's queries. */
+static void
+att_fx_run(const struct att_fx *f, int r0, int n, float *out,
+    const struct attn_ops *ops, const struct dot_kernel *kdot, int cap)
+{
+	att_fx_run_heads(f, f->q, (size_t)(f->group * f->hd), 1, 1, r0, n, out,
+	    ops, kdot, cap);
 }
 
 static const struct attn_ops *
@@ -936,6 +949,56 @@ START_TEST(test_attn_invariance)
 	free(split);
 	free(one);
 	free(all);
+	att_fx_free(&f);
+}
+END_TEST
+
+/*
+ * One call over the pool's three KV heads gives, bit for bit, what a call
+ * per head gives: tiles of all rows and of one row, with the scores kept
+ * and in three walks.
+ */
+START_TEST(test_attn_heads)
+{
+	struct att_fx f;
+	size_t ld;
+	float *q, *one, *all;
+	int n, cap;
+
+	rng_seed(9300 + _i);
+	att_fx_make(&f, att_shapes[_i].type, att_shapes[_i].hd,
+	    att_shapes[_i].group, att_shapes[_i].bt, att_shapes[_i].n_pos);
+	n = f.n_pos;
+	ld = (size_t)(3 * f.group * f.hd);
+	q = malloc(sizeof(float) * (size_t)n * ld);
+	one = calloc((size_t)n * ld, sizeof(float));
+	all = calloc((size_t)n * ld, sizeof(float));
+	ck_assert_ptr_nonnull(q);
+	ck_assert_ptr_nonnull(one);
+	ck_assert_ptr_nonnull(all);
+	for (size_t i = 0; i < (size_t)n * ld; i++)
+		q[i] = rng_f() * 3.0f;
+	dot_round_row(dot_kernel_scalar(f.type)->xround, q, q, n * (int)ld);
+	for (int walk = 0; walk < 2; walk++) {
+		cap = walk ? 0 : n;
+		for (int g = 0; g < 3; g++)
+			att_fx_run_heads(&f, q + (size_t)(g * f.group * f.hd),
+			    ld, g, 1, 0, n, one + (size_t)(g * f.group * f.hd),
+			    att_simd_ops(), dot_kernel(f.type), cap);
+		att_fx_run_heads(&f, q, ld, 0, 3, 0, 3, all, att_simd_ops(),
+		    dot_kernel(f.type), cap);
+		for (int r = 3; r < n; r++)
+			att_fx_run_heads(&f, q, ld, 0, 3, r, 1, all,
+			    att_simd_ops(), dot_kernel(f.type), cap);
+		for (size_t i = 0; i < (size_t)n * ld; i++)
+			ck_assert_msg(memcmp(&all[i], &one[i], 4) == 0,
+			    "attn element %zu (%s): 3 heads %.9g, one head "
+			    "%.9g", i, walk ? "three walks" : "kept", all[i],
+			    one[i]);
+	}
+	free(all);
+	free(one);
+	free(q);
 	att_fx_free(&f);
 }
 END_TEST
@@ -1094,6 +1157,7 @@ matmul_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, test_attn_reference, 0, N_ATT);
 	tcase_add_loop_test(tc, test_attn_invariance, 0, N_ATT);
+	tcase_add_loop_test(tc, test_attn_heads, 0, N_ATT);
 	tcase_add_test(tc, test_attn_ops);
 	tcase_add_test(tc, test_attn_exp);
 	suite_add_tcase(s, tc);

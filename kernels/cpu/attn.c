@@ -18,12 +18,12 @@
 
 /* Scratch layout, each part ATTN_ALIGN-aligned from an aligned base. */
 struct attn_scratch {
-	float *st;		/* [group][n_rows][score_cap] score store */
-	float *sc;		/* [group][n_rows][bt] scores of one block */
+	float *st;		/* [heads][n_rows][score_cap] score store */
+	float *sc;		/* [heads][n_rows][bt] scores of one block */
 	float *vt;		/* [bt][hd] V rows of one block as float */
 	float *w;		/* [bt] weights of one row */
-	float *m;		/* [n_rows * group] running maxima */
-	double *l;		/* [n_rows * group][8] sum lanes */
+	float *m;		/* [n_rows * heads] running maxima */
+	double *l;		/* [n_rows * heads][8] sum lanes */
 };
 
 static size_t
@@ -33,13 +33,13 @@ attn_round(size_t n)
 }
 
 size_t
-attn_scratch_bytes(int head_dim, int group, int n_rows, int block_tokens,
+attn_scratch_bytes(int head_dim, int heads, int n_rows, int block_tokens,
     int score_cap)
 {
-	size_t hd = (size_t)head_dim, g = (size_t)group, r = (size_t)n_rows;
+	size_t hd = (size_t)head_dim, g = (size_t)heads, r = (size_t)n_rows;
 	size_t bt = (size_t)block_tokens, cap = (size_t)score_cap;
 
-	if (head_dim <= 0 || group <= 0 || n_rows <= 0 || block_tokens <= 0 ||
+	if (head_dim <= 0 || heads <= 0 || n_rows <= 0 || block_tokens <= 0 ||
 	    score_cap < 0)
 		return 0;
 	return ATTN_ALIGN + attn_round(g * r * cap * sizeof(float)) +
@@ -54,7 +54,7 @@ static void
 attn_carve(const struct attn_args *a, void *scratch, struct attn_scratch *s)
 {
 	uintptr_t p = (uintptr_t)scratch;
-	size_t hd = (size_t)a->head_dim, g = (size_t)a->group;
+	size_t hd = (size_t)a->head_dim, g = (size_t)(a->group * a->n_kv);
 	size_t r = (size_t)a->n_rows, bt = (size_t)a->block_tokens;
 	size_t cap = (size_t)a->score_cap;
 
@@ -149,6 +149,15 @@ attn_rows(const struct attn_args *a, void *scratch)
 	return attn_rows_with(a, scratch, attn_ops(), dot_kernel(a->kv_type));
 }
 
+/* KV head g's rows (K at base, or V) in block b. */
+static const unsigned char *
+attn_rows_at(const struct attn_args *a, const unsigned char *base, int b,
+    int g)
+{
+	return base + (size_t)a->blocks[b] * a->block_bytes + (size_t)g *
+	    a->kv_head_bytes;
+}
+
 /*
  * Scores of the tile's rows r1.. for the n positions of block b, query
  * head h, into sc + (r - r1) * ld (sc[j] for position p0 + j), unscaled.
@@ -157,10 +166,19 @@ static void
 attn_scores(const struct attn_args *a, const struct dot_kernel *kdot,
     int b, int n, int r1, int h, float *sc, size_t ld)
 {
-	kdot->fn(a->head_dim, a->k + (size_t)a->blocks[b] * a->block_bytes,
+	kdot->fn(a->head_dim, attn_rows_at(a, a->k, b, h / a->group),
 	    a->slot_bytes, n, a->q + (size_t)r1 * a->ldq + (size_t)h *
 	    (size_t)a->head_dim, a->ldq * sizeof(float), a->n_rows - r1, sc,
 	    ld);
+}
+
+/* Positions of block p0.. (n of them) that row r attends to. */
+static int
+attn_row_len(const struct attn_args *a, int r, int p0, int n)
+{
+	int nv = a->pos0 + r - p0 + 1;
+
+	return nv < n ? nv : n;
 }
 
 /* Row r, head h of the output. */
@@ -172,18 +190,22 @@ attn_out(const struct attn_args *a, int r, int h)
 
 /*
  * The tile's whole context fits in the score store: every score is
- * computed once and kept ([G][R][cap], positions 0..pos of row r), then
+ * computed once and kept ([G][R][cap], positions 0..pos of row r, cap
+ * the tile's context rounded up to 16 and at most score_cap), then
  * replaced by exp(s - m), then by its weight.
  */
 static void
 attn_stored(const struct attn_args *a, const struct attn_scratch *s,
     const struct attn_ops *ops, const struct dot_kernel *kdot)
 {
-	int hd = a->head_dim, G = a->group, R = a->n_rows;
+	int hd = a->head_dim, G = a->group * a->n_kv, R = a->n_rows;
 	int bt = a->block_tokens, pmax = a->pos0 + R - 1;
 	int nb = pmax / bt + 1;
-	size_t cap = (size_t)a->score_cap;
+	size_t cap = ((size_t)pmax + 16) / 16 * 16;
 	bool round_w = a->kv_type == CP_T_F16;
+
+	if (cap > (size_t)a->score_cap)
+		cap = (size_t)a->score_cap;
 
 	for (int b = 0; b < nb; b++) {
 		int p0 = b * bt, n = pmax - p0 + 1;
@@ -214,19 +236,49 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 
 		if (n > bt)
 			n = bt;
-		ops->v_load(a->kv_type, a->v + (size_t)a->blocks[b] *
-		    a->block_bytes, a->slot_bytes, n, hd, s->vt);
-		for (int r = r1; r < R; r++) {
-			int nv = a->pos0 + r - p0 + 1;
-
-			if (nv > n)
-				nv = n;
-			for (int h = 0; h < G; h++)
-				ops->accum(attn_out(a, r, h), s->st +
-				    ((size_t)h * (size_t)R + (size_t)r) * cap +
-				    (size_t)p0, s->vt, nv, hd);
+		for (int g = 0; g < a->n_kv; g++) {
+			ops->v_load(a->kv_type, attn_rows_at(a, a->v, b, g),
+			    a->slot_bytes, n, hd, s->vt);
+			for (int r = r1; r < R; r++)
+				for (int h = g * a->group; h < (g + 1) *
+				    a->group; h++)
+					ops->accum(attn_out(a, r, h), s->st +
+					    ((size_t)h * (size_t)R +
+					    (size_t)r) * cap + (size_t)p0,
+					    s->vt, attn_row_len(a, r, p0, n),
+					    hd);
 		}
 	}
+}
+
+/*
+ * One row and query head of one block in a walk of attn_walk3(): pass 0
+ * folds the scores into the running maximum, pass 1 their exponentials
+ * into the sum lanes, pass 2 the weighted V rows (vt) into the output.
+ */
+static void
+attn_walk_row(const struct attn_args *a, const struct attn_scratch *s,
+    const struct attn_ops *ops, int pass, int p0, int r, int h, float *sc,
+    int nv)
+{
+	int G = a->group * a->n_kv;
+	float *mp = &s->m[r * G + h], mx;
+	double *lp = &s->l[(size_t)(r * G + h) * 8];
+
+	mx = ops->scale_max(sc, nv, a->scale, *mp);
+	if (pass == 0) {
+		*mp = mx;
+		return;
+	}
+	mx = *mp;
+	if (pass == 1) {
+		ops->exp_sum(sc, sc, nv, mx, lp, p0 % 8);
+		return;
+	}
+	ops->exp_sum(s->w, sc, nv, mx, NULL, 0);
+	ops->weights(s->w, nv, (float)(1.0 / attn_lanes_sum(lp)),
+	    a->kv_type == CP_T_F16);
+	ops->accum(attn_out(a, r, h), s->w, s->vt, nv, a->head_dim);
 }
 
 /*
@@ -237,10 +289,9 @@ static void
 attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
     const struct attn_ops *ops, const struct dot_kernel *kdot)
 {
-	int hd = a->head_dim, G = a->group, R = a->n_rows;
+	int G = a->group * a->n_kv, R = a->n_rows;
 	int bt = a->block_tokens;
 	int pmax = a->pos0 + R - 1, nb = pmax / bt + 1;
-	bool round_w = a->kv_type == CP_T_F16;
 
 	for (int pass = 0; pass < 3; pass++) {
 		for (int b = 0; b < nb; b++) {
@@ -254,41 +305,19 @@ attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
 				attn_scores(a, kdot, b, n, r1, h, s->sc +
 				    (size_t)h * (size_t)R * (size_t)bt,
 				    (size_t)bt);
-			if (pass == 2)
-				ops->v_load(a->kv_type, a->v +
-				    (size_t)a->blocks[b] * a->block_bytes,
-				    a->slot_bytes, n, hd, s->vt);
-			for (int r = r1; r < R; r++) {
-				int nv = a->pos0 + r - p0 + 1;
-
-				if (nv > n)
-					nv = n;
-				for (int h = 0; h < G; h++) {
-					float *sc = s->sc + ((size_t)h *
-					    (size_t)R + (size_t)(r - r1)) *
-					    (size_t)bt;
-					float *mp = &s->m[r * G + h], mx;
-					double *lp = &s->l[(size_t)(r * G + h)
-					    * 8];
-
-					mx = ops->scale_max(sc, nv, a->scale,
-					    *mp);
-					if (pass == 0) {
-						*mp = mx;
-						continue;
-					}
-					mx = *mp;
-					if (pass == 1) {
-						ops->exp_sum(sc, sc, nv, mx, lp,
-						    p0 % 8);
-						continue;
-					}
-					ops->exp_sum(s->w, sc, nv, mx, NULL, 0);
-					ops->weights(s->w, nv, (float)(1.0 /
-					    attn_lanes_sum(lp)), round_w);
-					ops->accum(attn_out(a, r, h), s->w,
-					    s->vt, nv, hd);
-				}
+			for (int g = 0; g < a->n_kv; g++) {
+				if (pass == 2)
+					ops->v_load(a->kv_type, attn_rows_at(a,
+					    a->v, b, g), a->slot_bytes, n,
+					    a->head_dim, s->vt);
+				for (int r = r1; r < R; r++)
+					for (int h = g * a->group; h < (g + 1) *
+					    a->group; h++)
+						attn_walk_row(a, s, ops, pass,
+						    p0, r, h, s->sc + ((size_t)h
+						    * (size_t)R + (size_t)(r -
+						    r1)) * (size_t)bt,
+						    attn_row_len(a, r, p0, n));
 			}
 		}
 	}
@@ -299,9 +328,10 @@ attn_rows_with(const struct attn_args *a, void *scratch,
     const struct attn_ops *ops, const struct dot_kernel *kdot)
 {
 	struct attn_scratch s;
-	int G = a->group, R = a->n_rows;
+	int G = a->group * a->n_kv, R = a->n_rows;
 
-	if (kdot == NULL || kdot->wtype != a->kv_type ||
+	if (a->n_kv < 1 || a->group < 1 || kdot == NULL ||
+	    kdot->wtype != a->kv_type ||
 	    (a->kv_type != CP_T_F16 && a->kv_type != CP_T_F32))
 		return -EINVAL;
 	attn_carve(a, scratch, &s);

@@ -1,10 +1,16 @@
 /*
  * attn.h - causal attention of a tile of query rows over one sequence's
- * paged KV cache, for one KV head and the query heads that share it.
+ * paged KV cache, for n_kv consecutive KV heads and the query heads that
+ * share them (group per KV head).
  *
  * The cache is a pool of blocks of block_tokens slots; the sequence's
  * block table maps its position p to slot p % block_tokens of pool block
- * blocks[p / block_tokens].  K and V rows are kv_type (F16 or F32).
+ * blocks[p / block_tokens].  K and V rows are kv_type (F16 or F32).  The
+ * walks go over the blocks in the outer loop and the KV heads in the
+ * inner one, so that where a block holds its heads' rows one after the
+ * other (kv_head_bytes = block_tokens * slot_bytes) each block is read as
+ * one run: on the machines we measured, short runs of one head at a time
+ * read the pool at about half the bandwidth.
  *
  * Row r of the tile sits at position pos0 + r and attends to positions
  * 0..pos0 + r.  For each row and query head:
@@ -89,7 +95,9 @@ attn_lanes_sum(const double acc[8])
 
 struct attn_args {
 	int head_dim;
-	int group;		/* query heads sharing the KV head, >= 1 */
+	int group;		/* query heads sharing a KV head, >= 1 */
+	int n_kv;		/* KV heads of the call, >= 1; query head h
+				   (h < n_kv * group) uses KV head h / group */
 	int n_rows;		/* rows of the tile, >= 1 */
 	int pos0;		/* position of row 0 */
 	const float *q;		/* row r, head h: q + r * ldq + h * head_dim */
@@ -97,8 +105,10 @@ struct attn_args {
 	float *out;		/* row r, head h: out + r * ldo + h * hd */
 	size_t ldo;
 	uint32_t kv_type;	/* CP_T_F16 or CP_T_F32 */
-	const unsigned char *k;	/* the KV head's K in pool block 0, slot 0 */
+	const unsigned char *k;	/* KV head 0's K in pool block 0, slot 0 */
 	const unsigned char *v;	/* the same for V */
+	size_t kv_head_bytes;	/* bytes from one KV head's rows to the
+				   next's in a block */
 	size_t block_bytes;	/* bytes from one pool block to the next */
 	size_t slot_bytes;	/* bytes from one slot to the next */
 	const int32_t *blocks;	/* the sequence's block table */
@@ -108,11 +118,11 @@ struct attn_args {
 };
 
 /*
- * Bytes of scratch attn_rows() needs for tiles of at most n_rows rows that
- * keep the scores of up to score_cap positions (0 or more), or 0 when a
- * size is not positive.
+ * Bytes of scratch attn_rows() needs for tiles of at most n_rows rows and
+ * heads query heads (group * n_kv) that keep the scores of up to
+ * score_cap positions (0 or more), or 0 when a size is not positive.
  */
-size_t attn_scratch_bytes(int head_dim, int group, int n_rows,
+size_t attn_scratch_bytes(int head_dim, int heads, int n_rows,
     int block_tokens, int score_cap);
 
 /*
