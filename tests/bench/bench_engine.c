@@ -74,13 +74,8 @@ eb_parse(int argc, char **argv, struct eb_opts *o)
 				return -EINVAL;
 			break;
 		case 'o':
-			if (strcmp(optarg, "json") == 0)
-				o->json = true;
-			else if (strcmp(optarg, "md") != 0) {
-				fprintf(stderr, "cpbench engine: -o '%s': "
-				    "expected md or json\n", optarg);
+			if (bench_format_arg("engine", optarg, &o->json) < 0)
 				return -EINVAL;
-			}
 			break;
 		default:
 			return -EINVAL;

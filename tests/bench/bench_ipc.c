@@ -125,13 +125,8 @@ bi_parse(int argc, char **argv, struct bi_opts *o)
 			    &o->n_deliv);
 			break;
 		case 'o':
-			if (strcmp(optarg, "json") == 0)
-				o->json = true;
-			else if (strcmp(optarg, "md") != 0) {
-				fprintf(stderr, "cpbench ipc: -o '%s': "
-				    "expected md or json\n", optarg);
+			if (bench_format_arg("ipc", optarg, &o->json) < 0)
 				rc = -EINVAL;
-			}
 			break;
 		default:
 			rc = -EINVAL;

@@ -86,13 +86,8 @@ bm_parse(int argc, char **argv, struct bm_opts *o)
 		case 'm': o->path = optarg; break;
 		case 'b': o->backend = optarg; break;
 		case 'o':
-			if (strcmp(optarg, "json") == 0)
-				o->json = true;
-			else if (strcmp(optarg, "md") != 0) {
-				fprintf(stderr, "cpbench mixed: -o '%s': "
-				    "expected md or json\n", optarg);
+			if (bench_format_arg("mixed", optarg, &o->json) < 0)
 				return -EINVAL;
-			}
 			break;
 		default:
 			return -EINVAL;

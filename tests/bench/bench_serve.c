@@ -801,13 +801,8 @@ bs_parse_opts(int argc, char **argv, struct bs_opts *o)
 			    100000, &o->l.long_count);
 			break;
 		case 'o':
-			if (strcmp(optarg, "json") == 0)
-				o->json = true;
-			else if (strcmp(optarg, "md") != 0) {
-				fprintf(stderr, "cpbench serve: -o '%s': "
-				    "expected md or json\n", optarg);
+			if (bench_format_arg("serve", optarg, &o->json) < 0)
 				rc = -EINVAL;
-			}
 			break;
 		default:
 			rc = -EINVAL;

@@ -38,6 +38,8 @@ usage(void)
 {
 	fputs("usage: cpbench engine -m FILE [-p N] [-n N] [-r N] [-t N] "
 	    "[-b BACKEND] [-o md|json]\n"
+	    "       cpbench mixed -m FILE [-d N] [-D POS] [-c N] [-P POS] "
+	    "[-r N] [-t N] [-B BLOCK]\n"
 	    "       cpbench kernels [-w TYPES] [-k K] [-n N] [-m ROWS] "
 	    "[-r REPS] [-t THREADS] [-f FILE]\n"
 	    "       cpbench serve [--socket S] [-c N] [--prompt-len P] "
@@ -53,6 +55,8 @@ main(int argc, char **argv)
 {
 	if (argc >= 2 && strcmp(argv[1], "engine") == 0)
 		return bench_engine(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "mixed") == 0)
+		return bench_mixed(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "kernels") == 0)
 		return bench_kernels(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "serve") == 0)
@@ -61,6 +65,17 @@ main(int argc, char **argv)
 		return bench_ipc(argc - 1, argv + 1);
 	usage();
 	return 2;
+}
+
+int
+bench_format_arg(const char *cmd, const char *s, bool *json)
+{
+	if (strcmp(s, "json") == 0 || strcmp(s, "md") == 0) {
+		*json = s[0] == 'j';
+		return 0;
+	}
+	fprintf(stderr, "cpbench %s: -o '%s': expected md or json\n", cmd, s);
+	return -EINVAL;
 }
 
 int

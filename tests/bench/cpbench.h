@@ -4,10 +4,14 @@
 #ifndef CP_CPBENCH_H
 #define CP_CPBENCH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* `cpbench engine ...`: prompt processing and generation throughput. */
 int bench_engine(int argc, char **argv);
+
+/* `cpbench mixed ...`: a prompt chunk's cost to the decode rows beside it. */
+int bench_mixed(int argc, char **argv);
 
 /* `cpbench kernels ...`: matrix-product kernels and read bandwidth. */
 int bench_kernels(int argc, char **argv);
@@ -21,6 +25,9 @@ int bench_ipc(int argc, char **argv);
 /* Parses s as an integer in min..max into *out; 0, or -EINVAL (printed). */
 int bench_int_arg(const char *cmd, const char *opt, const char *s, int min,
     int max, int *out);
+
+/* Parses -o's md or json into *json; 0, or -EINVAL (printed). */
+int bench_format_arg(const char *cmd, const char *s, bool *json);
 
 /* Monotonic time in seconds. */
 double bench_now(void);
