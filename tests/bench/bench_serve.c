@@ -3,8 +3,8 @@
  * running daemon, and the client machinery that `cpbench ipc` shares.
  *
  *	cpbench serve [--socket S] [-c N] [--prompt-len P] [--gen-len G]
- *	    [-r R] [--long-prompt L --long-every K [--long-count M]]
- *	    [-o md|json]
+ *	    [-r R] [--long-prompt L --long-every K [--long-count M]
+ *	    [--baseline]] [-o md|json]
  *
  * N client processes are forked; each connects on its own (cp_connect),
  * builds its prompts, says it is ready and waits for the common start (a
@@ -20,7 +20,12 @@
  * clients still run.  Its TTFT is reported, and the
  * streams' inter-token gaps are split into those before the first long
  * prompt arrived (unloaded) and those overlapping a long prompt's prefill
- * (from its submission to its first token).
+ * (from its submission to its first token).  With --baseline the same
+ * streams first run alone, and their gaps between the same tokens as the
+ * gaps overlapping a prefill are reported too: the unloaded inter-token
+ * time at the positions the streams had while the prompt was prefilled
+ * (a stream's gaps grow with its context, so the gaps before the long
+ * prompt arrived understate it).
  *
  * Definitions: TTFT = first TOKEN - submission; ITL = gap between
  * consecutive TOKENs of one request; throughput = generated tokens of the
@@ -569,6 +574,7 @@ struct bs_opts {
 	struct bench_load l;
 	int n;
 	bool json;
+	bool baseline;	/* --baseline: a first run without long prompts */
 };
 
 struct bs_dist {
@@ -594,6 +600,8 @@ struct bs_result {
 	long tokens;
 	double wall, tps;
 	struct bs_dist ttft, itl, lttft, itl_free, itl_load;
+	struct bs_dist itl_base;	/* the baseline's gaps at the tokens of
+					   itl_load */
 };
 
 static bool
@@ -609,11 +617,39 @@ bs_in_prefill(const struct bench_run *run, double a, double b)
 	return false;
 }
 
+/*
+ * The streaming request of run that is the same client's same request as
+ * q of another run (its k-th streaming request), or NULL.
+ */
+static const struct bench_req *
+bs_same_req(const struct bench_run *run, const struct bench_run *other,
+    const struct bench_req *q)
+{
+	int k = 0;
+
+	for (const struct bench_req *p = other->req; p < q; p++)
+		k += p->client == q->client && !p->is_long;
+	for (int i = 0; i < run->n_req; i++) {
+		const struct bench_req *p = &run->req[i];
+
+		if (p->client == q->client && !p->is_long && k-- == 0)
+			return p;
+	}
+	return NULL;
+}
+
+/*
+ * Summarises run; with base (a run of the same streams without long
+ * prompts), also the base's gaps between the same tokens as the gaps of
+ * run that overlap a prefill: the streams' unloaded inter-token time at
+ * the positions they had during it.
+ */
 static int
-bs_summarise(const struct bench_run *run, struct bs_result *res)
+bs_summarise(const struct bench_run *run, const struct bench_run *base,
+    struct bs_result *res)
 {
 	struct bench_vec ttft = { 0 }, itl = { 0 }, lttft = { 0 };
-	struct bench_vec ifree = { 0 }, iload = { 0 };
+	struct bench_vec ifree = { 0 }, iload = { 0 }, ibase = { 0 };
 	double t_end = run->t0, first_long = INFINITY, last_ttft = -INFINITY;
 	int rc = 0;
 
@@ -648,13 +684,20 @@ bs_summarise(const struct bench_run *run, struct bs_result *res)
 			rc = bench_vec_add(&ttft, q->tok[0] - q->t_submit);
 		for (int k = 1; k < q->n_tok && rc == 0; k++) {
 			double a = q->tok[k - 1], b = q->tok[k];
+			const struct bench_req *p;
 
 			rc = bench_vec_add(&itl, b - a);
 			if (rc == 0 && b <= first_long)
 				rc = bench_vec_add(&ifree, b - a);
-			if (rc == 0 && isfinite(first_long) &&
-			    bs_in_prefill(run, a, b))
-				rc = bench_vec_add(&iload, b - a);
+			if (rc != 0 || !isfinite(first_long) ||
+			    !bs_in_prefill(run, a, b))
+				continue;
+			rc = bench_vec_add(&iload, b - a);
+			if (rc == 0 && base != NULL &&
+			    (p = bs_same_req(base, run, q)) != NULL &&
+			    k < p->n_tok)
+				rc = bench_vec_add(&ibase, p->tok[k] -
+				    p->tok[k - 1]);
 		}
 	}
 	res->wall = t_end - run->t0;
@@ -664,6 +707,8 @@ bs_summarise(const struct bench_run *run, struct bs_result *res)
 	bs_dist(&lttft, &res->lttft);
 	bs_dist(&ifree, &res->itl_free);
 	bs_dist(&iload, &res->itl_load);
+	bs_dist(&ibase, &res->itl_base);
+	bench_vec_free(&ibase);
 	bench_vec_free(&ttft);
 	bench_vec_free(&itl);
 	bench_vec_free(&lttft);
@@ -708,6 +753,9 @@ bs_print(const struct bs_opts *o, const struct cp_model_info *mi,
 			printf("  \"streams_done_before_long_ttft\": %d,\n",
 			    r->n_early);
 			bs_json_dist("itl_unloaded_ms", &r->itl_free, ",");
+			if (o->baseline)
+				bs_json_dist("itl_baseline_same_tokens_ms",
+				    &r->itl_base, ",");
 			bs_json_dist("itl_prefill_ms", &r->itl_load, "");
 		} else
 			bs_json_dist("itl_ms", &r->itl, "");
@@ -733,6 +781,11 @@ bs_print(const struct bs_opts *o, const struct cp_model_info *mi,
 		    l->long_every_ms, r->n_long, r->lttft.p50, r->lttft.max,
 		    r->itl_free.p50, r->itl_free.p99, r->itl_load.p50,
 		    r->itl_load.p99, r->itl_load.max);
+		if (o->baseline)
+			printf("\nbaseline run without the long prompt, the "
+			    "same %zu gaps: ITL p50/p99/max %.2f / %.2f / "
+			    "%.2f ms\n", r->itl_base.n, r->itl_base.p50,
+			    r->itl_base.p99, r->itl_base.max);
 	}
 	if (r->n_err > 0)
 		printf("\n%d requests ended with an error\n", r->n_err);
@@ -741,8 +794,8 @@ bs_print(const struct bs_opts *o, const struct cp_model_info *mi,
 static const char bs_usage[] =
     "usage: cpbench serve [--socket S] [-c N] [--prompt-len P] "
     "[--gen-len G] [-r R]\n"
-    "           [--long-prompt L --long-every MS [--long-count M]] "
-    "[-o md|json]\n";
+    "           [--long-prompt L --long-every MS [--long-count M] "
+    "[--baseline]] [-o md|json]\n";
 
 static int
 bs_parse_opts(int argc, char **argv, struct bs_opts *o)
@@ -757,6 +810,7 @@ bs_parse_opts(int argc, char **argv, struct bs_opts *o)
 		{ "long-every", required_argument, NULL, 'K' },
 		{ "long-count", required_argument, NULL, 'M' },
 		{ "output", required_argument, NULL, 'o' },
+		{ "baseline", no_argument, NULL, 'B' },
 		{ NULL, 0, NULL, 0 }
 	};
 	int c, rc = 0;
@@ -804,11 +858,13 @@ bs_parse_opts(int argc, char **argv, struct bs_opts *o)
 			if (bench_format_arg("serve", optarg, &o->json) < 0)
 				rc = -EINVAL;
 			break;
+		case 'B': o->baseline = true; break;
 		default:
 			rc = -EINVAL;
 		}
 	}
-	if (rc == 0 && optind != argc)
+	if (rc == 0 && (optind != argc || (o->baseline &&
+	    o->l.long_prompt == 0)))
 		rc = -EINVAL;
 	if (rc < 0)
 		fputs(bs_usage, stderr);
@@ -820,7 +876,8 @@ bench_serve(int argc, char **argv)
 {
 	struct bs_opts o;
 	struct cp_model_info mi;
-	struct bench_run run;
+	struct bench_run run, base = { 0 };
+	struct bench_load bl;
 	struct bs_result res;
 	int rc;
 
@@ -834,12 +891,21 @@ bench_serve(int argc, char **argv)
 		    "exceed the served context of %u\n", mi.n_ctx);
 		return 2;
 	}
-	if ((rc = bench_clients(&o.l, o.n, &run)) < 0) {
-		fprintf(stderr, "cpbench serve: %s\n", cp_strerror(rc));
+	bl = o.l;
+	bl.long_prompt = 0;
+	if (o.baseline && (rc = bench_clients(&bl, o.n, &base)) < 0) {
+		fprintf(stderr, "cpbench serve: baseline: %s\n",
+		    cp_strerror(rc));
 		return 1;
 	}
-	rc = bs_summarise(&run, &res);
+	if ((rc = bench_clients(&o.l, o.n, &run)) < 0) {
+		fprintf(stderr, "cpbench serve: %s\n", cp_strerror(rc));
+		bench_run_free(&base);
+		return 1;
+	}
+	rc = bs_summarise(&run, o.baseline ? &base : NULL, &res);
 	bench_run_free(&run);
+	bench_run_free(&base);
 	if (rc < 0) {
 		fprintf(stderr, "cpbench serve: %s\n", strerror(-rc));
 		return 1;
