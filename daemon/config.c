@@ -84,6 +84,11 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	    F(max_prefill_chunk), 0, 1, 65536, 0, NULL, "512",
 	    "most prompt tokens of one sequence in one step; at most "
 	    "max_batch_tokens" },
+	[CONFIG_ATTENTION_COST_TOKENS] = { "attention_cost_tokens", T_INT,
+	    F(attention_cost_tokens), 0, 0, 1 << 24, 0, NULL, "0",
+	    "a prompt token at position p counts as 1 + p / this against "
+	    "max_batch_tokens, so that chunks shrink as a long prompt's "
+	    "context grows and its steps stay as long; 0 counts it as 1" },
 	[CONFIG_MAX_SEQS] = { "max_seqs", T_INT, F(max_seqs), 0,
 	    1, 4096, 0, NULL, "64",
 	    "most sequences in one step" },

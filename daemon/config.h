@@ -38,6 +38,7 @@ enum config_key {
 	CONFIG_THREADS,
 	CONFIG_MAX_BATCH_TOKENS,
 	CONFIG_MAX_PREFILL_CHUNK,
+	CONFIG_ATTENTION_COST_TOKENS,
 	CONFIG_MAX_SEQS,
 	CONFIG_KV_CACHE,
 	CONFIG_CONTEXT,
@@ -89,6 +90,8 @@ struct cpd_config {
 	int threads;			/* 0 = number of physical cores */
 	int max_batch_tokens;		/* tokens per engine step */
 	int max_prefill_chunk;		/* prompt tokens of one sequence per step */
+	int attention_cost_tokens;	/* a prompt token at position p counts
+					   1 + p / this in the budget; 0 = 1 */
 	int max_seqs;			/* sequences per step */
 	uint64_t kv_cache_tokens;	/* KV pool in tokens, 0 = not in tokens */
 	uint64_t kv_cache_bytes;	/* KV pool in bytes, 0 = not in bytes */

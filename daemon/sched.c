@@ -45,6 +45,16 @@
  *      fits an empty pool); its first chunk is min(sequence,
  *      max_prefill_chunk, budget left).  A request that does not fit ends
  *      the phase: nobody overtakes it, its client keeps the turn.
+ * The budget is max_batch_tokens.  A decode token costs 1 of it; a
+ * prompt token at position p costs 1, or 1 + p / attention_cost_tokens
+ * when that is set (a chunk of n tokens from pos costs n plus the sum of
+ * their positions over attention_cost_tokens, rounded up): a prompt
+ * token's attention grows with its context, so chunks shrink as a long
+ * prompt goes on and the steps it shares with decoding streams stay about
+ * as long from its start to its end, instead of growing by the end to
+ * set the streams' worst inter-token time.  A chunk gets at least one
+ * token when any budget is left (its cost then takes the rest).
+ *
  * A decode that needs a block when none is free takes blocks from the
  * newest running request (largest arrival), preempting it, and is itself
  * preempted when it is the newest.  A prefill chunk that does not fit
@@ -82,7 +92,8 @@
  *     n_seq.  So between two preemptions each position of a request is
  *     planned exactly once, in order; after a preemption planning starts
  *     again at 0 and covers prompt + generated tokens.
- *  9. sum(n) <= max_batch_tokens; n_items <= n_running <= max_seqs; a
+ *  9. sum(n) <= sum(cost) <= max_batch_tokens; n_items <= n_running <=
+ *     max_seqs; a
  *     request appears at most once, in rel[] or in items[], not both.
  * 10. Decode first: every unpaused DECODING request that is not
  *     preempted is planned, before any prefill chunk; each prefill chunk
@@ -90,8 +101,9 @@
  * 11. Preemption takes the newest running request.  Hence the oldest
  *     running request is never preempted while another runs, and when
  *     unpaused it progresses every step: its decode token, or a chunk of
- *     min(rest of its sequence, max_prefill_chunk, max_batch_tokens -
- *     max_seqs + 1) tokens.  With invariant 5 this rules out deadlock, and
+ *     at least one token (min(rest of its sequence, max_prefill_chunk,
+ *     max_batch_tokens - max_seqs + 1) tokens without
+ *     attention_cost_tokens).  With invariant 5 this rules out deadlock, and
  *     since arrival order is total, every request eventually becomes the
  *     oldest (pauses aside).
  * 12. Admission is round-robin across clients with waiting requests, one
@@ -120,6 +132,8 @@
 #include "sched.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -148,6 +162,7 @@ struct sreq {
 	int prev, next;		/* waiting queue, running list or free list */
 	int cprev, cnext;	/* the client's list of live requests */
 	int item;		/* index in the open plan's items, or NIL */
+	int cost;		/* budget its planned item took */
 	int gen;		/* handle generation, 0..GEN_MASK */
 	bool paused;
 	bool cancel;
@@ -270,6 +285,9 @@ config_resolve(const struct sched_config *in, struct sched_config *c,
 	    SCHED_MAX_KV_TOKENS / c->kv_block_tokens)) != 0)
 		return rc;
 	if ((rc = check_range(e, "n_ctx", c->n_ctx, 2, SCHED_MAX_CTX)) != 0)
+		return rc;
+	if ((rc = check_range(e, "attention_cost_tokens",
+	    c->attention_cost_tokens, 0, SCHED_MAX_CTX)) != 0)
 		return rc;
 	if (c->kv_watermark_blocks == 0) {
 		c->kv_watermark_blocks = c->kv_total_blocks / 100;
@@ -631,17 +649,63 @@ plan_release(struct sched *s, int i, int why)
 	x->n_gen = r->n_gen;
 }
 
+/*
+ * Budget that n prompt tokens from position pos cost (see the top), at
+ * most INT_MAX.
+ */
+static int
+chunk_cost(const struct sched *s, int pos, int n)
+{
+	int64_t c = s->cfg.attention_cost_tokens, sum;
+
+	if (c <= 0)
+		return n;
+	/* positions pos .. pos + n - 1 */
+	sum = (int64_t)n * pos + (int64_t)n * (n - 1) / 2;
+	sum = n + (sum + c - 1) / c;
+	return sum > INT_MAX ? INT_MAX : (int)sum;
+}
+
+/*
+ * The most of n prompt tokens from position pos whose cost fits the
+ * budget left, at least 1.
+ */
+static int
+chunk_fit(const struct sched *s, int pos, int n)
+{
+	int lo = 1, hi = n;
+
+	if (n > s->budget)
+		hi = n = s->budget > 1 ? s->budget : 1;
+	if (chunk_cost(s, pos, n) <= s->budget)
+		return n;
+	while (lo < hi) {	/* cost(lo) fits or lo == 1; cost(hi) not */
+		int mid = lo + (hi - lo) / 2;
+
+		if (mid == lo)
+			break;
+		if (chunk_cost(s, pos, mid) <= s->budget)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 static void
 plan_item(struct sched *s, int i, int n)
 {
 	struct sreq *r = &s->req[i];
 	struct sched_item *x = &s->items[s->plan.n_items];
 	int need = blocks_for(s, r->n_computed + n) - r->n_blocks;
+	int cost = r->state == SCHED_DECODING ? n : chunk_cost(s,
+	    r->n_computed, n);
 
 	r->item = s->plan.n_items++;
 	r->n_blocks += need;
 	s->kv_free -= need;
-	s->budget -= n;
+	r->cost = cost < s->budget ? cost : s->budget;
+	s->budget -= r->cost;
 	x->req = handle_of(s, i);
 	x->client = r->client;
 	x->req_id = r->req_id;
@@ -664,7 +728,7 @@ preempt(struct sched *s, int i)
 
 	if (r->item != NIL) {
 		x = &s->items[r->item];
-		s->budget += x->n;
+		s->budget += r->cost;
 		x->n = 0;
 		r->item = NIL;
 	}
@@ -735,8 +799,7 @@ step_prefill(struct sched *s)
 		n = r->n_prompt + r->n_gen - r->n_computed;
 		if (n > s->cfg.max_prefill_chunk)
 			n = s->cfg.max_prefill_chunk;
-		if (n > s->budget)
-			n = s->budget;
+		n = chunk_fit(s, r->n_computed, n);
 		while (blocks_for(s, r->n_computed + n) - r->n_blocks >
 		    s->kv_free && s->run_tail != i)
 			preempt(s, s->run_tail);
@@ -790,8 +853,7 @@ step_admit(struct sched *s)
 			return;
 		if (n > c->max_prefill_chunk)
 			n = c->max_prefill_chunk;
-		if (n > s->budget)
-			n = s->budget;
+		n = chunk_fit(s, 0, n);
 		s->cursor = s->cl[cl].ring_next;
 		wait_pop(s, i);
 		run_push(s, i);

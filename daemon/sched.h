@@ -50,6 +50,9 @@ struct sched_config {
 	int kv_watermark_blocks; /* left free by admission [1%, at least 1];
 				    SCHED_NO_WATERMARK for none */
 	int n_ctx;		/* most positions one sequence may hold */
+	int attention_cost_tokens; /* > 0: a prompt token at position p
+				    counts as 1 + p / this against
+				    max_batch_tokens [0: as 1] */
 };
 
 enum sched_state {

@@ -985,6 +985,7 @@ setup_sched(struct worker *w, const struct worker_params *p,
 	sc.kv_total_blocks = kv_blocks_total(w->kv);
 	sc.kv_watermark_blocks = p->kv_watermark_blocks;
 	sc.n_ctx = w->n_ctx;
+	sc.attention_cost_tokens = p->attention_cost_tokens;
 	pool = (int64_t)sc.kv_total_blocks * kp->block_tokens;
 	w->pool_tokens = pool > INT_MAX ? INT_MAX : (int)pool;
 	return sched_new(&sc, &w->sched, e);

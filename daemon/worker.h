@@ -36,6 +36,7 @@ struct worker_params {
 	int max_prefill_chunk;		/* prompt tokens per request and step
 					   (0 or above max_batch_tokens: the
 					   budget) */
+	int attention_cost_tokens;	/* sched_config's (0: off) */
 	int max_requests;		/* live requests, queued or running
 					   (0: 1024) */
 	int max_clients;		/* distinct round-robin turns (0: 256);

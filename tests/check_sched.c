@@ -403,6 +403,57 @@ START_TEST(test_chunk_cap)
 }
 END_TEST
 
+/*
+ * attention_cost_tokens 100: a prompt token at position p costs
+ * 1 + p / 100 of the budget (the chunk's sum rounded up), so a long
+ * prompt's chunks shrink as it goes; a decode token costs 1.  The chunk
+ * sizes below are worked out by hand from that rule.
+ */
+START_TEST(test_attention_cost)
+{
+	struct sched_config c = { .max_batch_tokens = 20, .max_seqs = 4,
+	    .kv_total_blocks = 100, .n_ctx = 512,
+	    .attention_cost_tokens = 100 };
+	struct sched_config c2 = { .max_batch_tokens = 4, .max_seqs = 2,
+	    .kv_total_blocks = 10, .n_ctx = 64, .attention_cost_tokens = 2 };
+	struct sched *s = mk(c);
+	struct sched_plan p;
+	int a = add(s, 0, 300, 2), b;
+
+	/* 18 + ceil(153 / 100) = 20 (19 tokens would cost 21): nothing is
+	 * left for b */
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { a, 0, 18, 0 } });
+	commit(s, &p);
+	b = add(s, 1, 1, 5);
+	/* 15 + ceil((15 * 18 + 105) / 100) = 19 (16 would cost 21); b's
+	 * one prompt token takes the last */
+	step(s, &p);
+	plan_is(&p, 0, 2, (struct want[]){ { a, 18, 15, 0 }, { b, 0, 1, 1 } });
+	commit(s, &p);
+	/* b's decode leaves 19: 13 + ceil((13 * 33 + 78) / 100) = 19 (14
+	 * would cost 20) */
+	step(s, &p);
+	plan_is(&p, 0, 2, (struct want[]){ { b, 1, 1, 1 }, { a, 33, 13, 0 } });
+	commit(s, &p);
+	sched_free(s);
+
+	/* a chunk keeps at least one token when one alone costs more than
+	 * the budget: 2 + ceil(1 / 2) = 3, then one token a step */
+	s = mk(c2);
+	a = add(s, 0, 20, 1);
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { a, 0, 2, 0 } });
+	commit(s, &p);
+	for (int k = 2; k < 20; k++) {
+		step(s, &p);
+		plan_is(&p, 0, 1, (struct want[]){ { a, k, 1, k == 19 } });
+		commit(s, &p);
+	}
+	sched_free(s);
+}
+END_TEST
+
 /* max_seqs 2: five 3-step requests run two at a time, in 3 rounds. */
 START_TEST(test_max_seqs)
 {
@@ -1188,6 +1239,24 @@ sim_releases(struct sim *m, const struct sched_plan *p)
 		SIM_UINT(max_kept, <, min_pre);
 }
 
+/*
+ * Budget n prompt tokens from pos take: 1 each, plus the sum of their
+ * positions over attention_cost_tokens, rounded up (sched.c's rule,
+ * summed here position by position).
+ */
+static int64_t
+sim_chunk_cost(const struct sched_config *c, int pos, int n)
+{
+	int64_t sum = 0;
+
+	if (c->attention_cost_tokens <= 0)
+		return n;
+	for (int i = 0; i < n; i++)
+		sum += pos + i;
+	return n + (sum + c->attention_cost_tokens - 1) /
+	    c->attention_cost_tokens;
+}
+
 /* Check the items of plan p and apply them to the model and the cache. */
 static void
 sim_items(struct sim *m, const struct sched_plan *p)
@@ -1267,6 +1336,11 @@ sim_items(struct sim *m, const struct sched_plan *p)
 			want = c->max_prefill_chunk;
 		if (want > c->max_batch_tokens - c->max_seqs + 1)
 			want = c->max_batch_tokens - c->max_seqs + 1;
+		/* with an attention cost: the tokens whose cost fits what
+		 * the decodes leave, at least one */
+		while (want > 1 && sim_chunk_cost(c, it->pos, want) >
+		    c->max_batch_tokens - c->max_seqs + 1)
+			want--;
 		SIM_INT(it->n, >=, want);
 	}
 }
@@ -1421,20 +1495,24 @@ run_workload(const struct workload *w)
  * p_stop, p_eos, p_cancel_client; expect_preempt.
  */
 static const struct workload workloads[] = {
-	{ "small pool, preemption", { 32, 6, 8, 64, 8, 4, 24, 1, 96 },
+	{ "small pool, preemption", { 32, 6, 8, 64, 8, 4, 24, 1, 96, 0 },
 	  1, 4, 600, 150, 48, 32, 3, 5, 100, 2, 10, 300, 5, true },
-	{ "long prompts, 16-token blocks", { 64, 8, 6, 40, 5, 16, 12, 0, 200 },
+	{ "long prompts, 16-token blocks", { 64, 8, 6, 40, 5, 16, 12, 0, 200, 0 },
 	  2, 5, 600, 60, 160, 40, 3, 3, 200, 1, 5, 200, 3, true },
-	{ "big pool, table full", { 128, 0, 16, 24, 3, 0, 1000, 0, 512 },
+	{ "big pool, table full", { 128, 0, 16, 24, 3, 0, 1000, 0, 512, 0 },
 	  3, 3, 400, 400, 300, 30, 4, 5, 100, 2, 10, 300, 2, false },
 	{ "one-token blocks, no watermark",
-	  { 8, 3, 4, 0, 3, 1, 20, SCHED_NO_WATERMARK, 20 },
+	  { 8, 3, 4, 0, 3, 1, 20, SCHED_NO_WATERMARK, 20, 0 },
 	  4, 3, 800, 100, 14, 10, 4, 5, 150, 2, 10, 300, 3, true },
-	{ "max_seqs == max_batch_tokens", { 4, 2, 4, 0, 6, 2, 16, 2, 32 },
+	{ "max_seqs == max_batch_tokens", { 4, 2, 4, 0, 6, 2, 16, 2, 32, 0 },
 	  5, 6, 800, 50, 12, 16, 4, 5, 150, 2, 10, 300, 3, true },
 	{ "no cancels, no pauses, heavy preemption",
-	  { 48, 12, 12, 0, 4, 8, 30, 1, 240 },
+	  { 48, 12, 12, 0, 4, 8, 30, 1, 240, 0 },
 	  6, 4, 600, 120, 100, 100, 0, 0, 0, 0, 5, 100, 0, true },
+	{ "attention cost, long prompts", { 64, 32, 6, 40, 5, 16, 40, 0,
+	  400, 50 }, 7, 5, 1200, 30, 360, 40, 3, 3, 200, 1, 5, 200, 3, true },
+	{ "attention cost larger than the budget", { 8, 8, 4, 0, 3, 4, 30, 1,
+	  64, 3 }, 8, 3, 800, 100, 40, 16, 4, 5, 150, 2, 10, 300, 3, false },
 };
 
 START_TEST(test_random_workloads)
@@ -1459,6 +1537,7 @@ sched_suite(void)
 	tcase_add_test(tc, test_chunked_prefill);
 	tcase_add_test(tc, test_decode_first);
 	tcase_add_test(tc, test_chunk_cap);
+	tcase_add_test(tc, test_attention_cost);
 	tcase_add_test(tc, test_max_seqs);
 	tcase_add_test(tc, test_round_robin);
 	tcase_add_test(tc, test_preempt_newest_recompute);
