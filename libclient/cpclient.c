@@ -121,9 +121,10 @@ cp_params_init(struct cp_params *p)
 }
 
 /* given, else $CPD_SOCKET, $XDG_RUNTIME_DIR/cpd.sock, /run/cpd/cpd.sock. */
-static int
-socket_path(const char *given, char *buf, size_t size)
+int
+cp_socket_path(const char *given, char *buf, size_t size)
 {
+	struct sockaddr_un sa;
 	const char *env;
 	int n;
 
@@ -135,7 +136,7 @@ socket_path(const char *given, char *buf, size_t size)
 		n = snprintf(buf, size, "%s/cpd.sock", env);
 	else
 		n = snprintf(buf, size, "/run/cpd/cpd.sock");
-	if (n < 0 || (size_t)n >= size)
+	if (n < 0 || (size_t)n >= size || (size_t)n >= sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
 	return 0;
 }
@@ -148,7 +149,7 @@ dial(const char *path)
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
-	if ((r = socket_path(path, sa.sun_path, sizeof(sa.sun_path))) < 0)
+	if ((r = cp_socket_path(path, sa.sun_path, sizeof(sa.sun_path))) < 0)
 		return r;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)

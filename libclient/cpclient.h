@@ -220,6 +220,13 @@ CP_API void cp_connect_opts_init(struct cp_connect_opts *o);
  */
 CP_API int cp_connect(const struct cp_connect_opts *o, struct cp_client **out);
 
+/*
+ * The socket cp_connect() dials for socket_path given (NULL or "": from the
+ * environment), as a string in buf: 0, or -ENAMETOOLONG when it does not fit
+ * size bytes or a socket address.
+ */
+CP_API int cp_socket_path(const char *given, char *buf, size_t size);
+
 /* Disconnects (the daemon cancels what is still running) and frees c; NULL accepted. */
 CP_API void cp_close(struct cp_client *c);
 

@@ -425,22 +425,6 @@ usage:
 	return -EINVAL;
 }
 
-/* The path libcpclient will dial, for messages (same order as cp_connect()). */
-static void
-socket_path(const char *given, char *buf, size_t size)
-{
-	const char *env;
-
-	if (given != NULL)
-		snprintf(buf, size, "%s", given);
-	else if ((env = getenv("CPD_SOCKET")) != NULL && *env != '\0')
-		snprintf(buf, size, "%s", env);
-	else if ((env = getenv("XDG_RUNTIME_DIR")) != NULL && *env != '\0')
-		snprintf(buf, size, "%s/cpd.sock", env);
-	else
-		snprintf(buf, size, "/run/cpd/cpd.sock");
-}
-
 /* ---- JSON output ----------------------------------------------------- */
 
 /* Length of the valid UTF-8 sequence (RFC 3629) at s[0..n), 0 if invalid. */
@@ -1356,7 +1340,11 @@ main(int argc, char **argv)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 
-	socket_path(o.socket, path, sizeof(path));
+	if (cp_socket_path(o.socket, path, sizeof(path)) < 0) {
+		fprintf(stderr, "cpq: socket path too long: %s\n", o.socket ?
+		    o.socket : "(from the environment)");
+		return EXIT_USAGE;
+	}
 	if ((rc = connect_daemon(&o, path, &c)) != 0)
 		return rc;
 	cp_model_info(c, &mi);

@@ -4,6 +4,7 @@ MANPAGES := $(wildcard man/*.[1-8])
 # Pages that describe several functions are also installed under the other
 # names, as "page:name" pairs (section 3 only).
 MANLINKS3 := cp_connect.3:cp_connect_opts_init.3 cp_connect.3:cp_close.3 \
+	cp_connect.3:cp_socket_path.3 \
 	cp_submit.3:cp_params_init.3 cp_submit.3:cp_submit_tokens.3 \
 	cp_submit.3:cp_cancel.3 cp_next_event.3:cp_event_fd.3 \
 	cp_model_info.3:cp_stats.3

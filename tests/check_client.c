@@ -739,6 +739,37 @@ START_TEST(test_env_forces_loop)
 }
 END_TEST
 
+/*
+ * cp_socket_path(): the path given, else $CPD_SOCKET, else
+ * $XDG_RUNTIME_DIR/cpd.sock, else /run/cpd/cpd.sock; an empty string is
+ * no path; a path too long for a socket address is refused.
+ */
+START_TEST(test_socket_path)
+{
+	char buf[200], big[300];
+
+	unsetenv("CPD_SOCKET");
+	unsetenv("XDG_RUNTIME_DIR");
+	ck_assert_int_eq(cp_socket_path(NULL, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/run/cpd/cpd.sock");
+	setenv("XDG_RUNTIME_DIR", "/run/user/7", 1);
+	ck_assert_int_eq(cp_socket_path("", buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/run/user/7/cpd.sock");
+	setenv("CPD_SOCKET", "/tmp/e.sock", 1);
+	ck_assert_int_eq(cp_socket_path(NULL, buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/tmp/e.sock");
+	ck_assert_int_eq(cp_socket_path("/tmp/g.sock", buf, sizeof(buf)), 0);
+	ck_assert_str_eq(buf, "/tmp/g.sock");
+	ck_assert_int_eq(cp_socket_path("/tmp/g.sock", buf, 5), -ENAMETOOLONG);
+	memset(big, 'a', sizeof(big) - 1);
+	big[0] = '/';
+	big[sizeof(big) - 1] = '\0';
+	ck_assert_int_eq(cp_socket_path(big, buf, sizeof(buf)), -ENAMETOOLONG);
+	unsetenv("CPD_SOCKET");
+	unsetenv("XDG_RUNTIME_DIR");
+}
+END_TEST
+
 /* Every dynamic symbol libcpclient.so.0 defines is cp_* (or its version node). */
 START_TEST(test_exports_only_cp)
 {
@@ -1290,6 +1321,7 @@ client_suite(int k0)
 	tcase_add_test(tf, test_threads);
 	tcase_add_test(tf, test_refusals);
 	tcase_add_test(tf, test_env_forces_loop);
+	tcase_add_test(tf, test_socket_path);
 	tcase_add_test(tf, test_exports_only_cp);
 	tcase_add_test(tf, test_progress);
 	tcase_set_timeout(tf, 30);

@@ -451,6 +451,7 @@ START_TEST(test_no_daemon)
 {
 	const char *a1[] = { "--socket", NULL, "hello", NULL };
 	const char *a2[] = { "hello", NULL };
+	const char *a3[] = { "--socket", NULL, "hello", NULL };
 	struct cq_spawn_opts so = { 0 };
 	struct sockaddr_un sa;
 	struct cq_buf out = { 0 }, err = { 0 };
@@ -471,11 +472,19 @@ START_TEST(test_no_daemon)
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 
-	/* $CPD_SOCKET names the socket when --socket does not. */
+	/* $CPD_SOCKET names the socket when --socket does not, and the
+	 * message names it (cp_socket_path()); an empty --socket is a
+	 * usage error. */
 	so.env_socket = path;
 	cq_spawn(&p, a2, &so);
 	ck_assert_int_eq(cq_finish(&p, NULL, 0, &out, &err), 3);
 	ck_assert_ptr_nonnull(strstr(err.p, msg));
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+	a3[1] = "";
+	cq_spawn(&p, a3, &so);
+	ck_assert_int_eq(cq_finish(&p, NULL, 0, &out, &err), 2);
+	ck_assert_ptr_nonnull(strstr(err.p, "--socket"));
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 
