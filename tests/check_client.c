@@ -26,10 +26,10 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "ioloop.h"
+#include "lib/clock.h"
 #include "lib/cpd_harness.h"
 #include "ring.h"
 #include "session.h"
@@ -40,15 +40,6 @@ Suite *client_suite(int k0);
 static const int loop_kinds[3] = {
 	IOLOOP_URING_FUTEX, IOLOOP_URING_FD, IOLOOP_EPOLL
 };
-
-static uint64_t
-ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void
 cfg_init(struct srv_config *c, int kind)
@@ -371,12 +362,12 @@ START_TEST(test_daemon_killed)
 	ck_assert_int_gt(cp_submit(c, prompt, sizeof(prompt), NULL), 0);
 	ck_assert_int_eq(cp_next_event(c, &ev, 5000), 0);
 	hd_kill(&d);
-	t0 = ms_now();
+	t0 = clock_ms();
 	/* Events written before the death, then CP_EDEAD: never a hang. */
 	while ((r = cp_next_event(c, &ev, timeout)) == 0)
 		n++;
 	ck_assert_int_eq(r, CP_EDEAD);
-	ck_assert_uint_lt(ms_now() - t0, 2000);
+	ck_assert_uint_lt(clock_ms() - t0, 2000);
 	ck_assert_int_lt(n, (int)sizeof(prompt));
 	ck_assert_int_eq(cp_submit(c, "x", 1, NULL), CP_EDEAD);
 	cp_close(c);
@@ -486,7 +477,7 @@ START_TEST(test_wake_latency)
 	mo.step_us = 0;
 	start(&d, &cfg, &mo);
 	ck_assert_int_eq(connect_to(&d, &c), 0);
-	t0 = ms_now();
+	t0 = clock_ms();
 	for (i = 0; i < 40; i++) {
 		usleep(2000);	/* let both sides go to sleep */
 		id = cp_submit(c, "w", 1, NULL);
@@ -497,7 +488,7 @@ START_TEST(test_wake_latency)
 		ck_assert_int_eq(ev.req_id, id);
 	}
 	/* 40 x 2 ms of naps, plus well under a slice a trip. */
-	ck_assert_uint_lt(ms_now() - t0, 40 * 2 + 40 * 25);
+	ck_assert_uint_lt(clock_ms() - t0, 40 * 2 + 40 * 25);
 	cp_close(c);
 	ck_assert_int_eq(hd_stop(&d), 0);
 }

@@ -26,10 +26,10 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cp_proto.h"
+#include "lib/clock.h"
 #include "lib/cpd_harness.h"
 #include "lib/cpq_run.h"
 #include "lib/json.h"
@@ -693,9 +693,9 @@ START_TEST(test_sigint_before_prompt)
 	cq_start(&d, "", 200);
 	args[1] = d.path;
 	cq_spawn(&p, args, &so);
-	end = cq_ms_now() + 5000;
+	end = clock_ms() + 5000;
 	do {
-		ck_assert(cq_ms_now() < end);
+		ck_assert(clock_ms() < end);
 		usleep(10000);
 		cq_stats(&d, &st);
 	} while (st.clients < 2);	/* cpq and this check */
@@ -750,10 +750,10 @@ START_TEST(test_wait_line_on_tty)
 	so.err_path = slave;
 	cq_spawn(&p, args, &so);
 	/* cpq connects first, then reads its prompt. */
-	end = cq_ms_now() + 5000;
+	end = clock_ms() + 5000;
 	do {
 		ck_assert_int_eq(raw_stats(&rc, &st), 0);
-		ck_assert(cq_ms_now() < end);
+		ck_assert(clock_ms() < end);
 		usleep(10000);
 	} while (st.clients < 2);
 	ck_assert_int_eq(kill(d.pid, SIGSTOP), 0);

@@ -24,13 +24,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "engine_port.h"
-#include "lib/fixtures.h"
 #include "kvcache.h"
+#include "lib/clock.h"
+#include "lib/fixtures.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "worker.h"
@@ -163,15 +163,6 @@ tw_open(struct tw *t, struct rec *recs, int n_recs, int max_batch, int chunk,
 	ck_assert_int_eq(worker_start(t->w), 0);
 }
 
-static double
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static struct rec *
 rec_of(struct tw *t, uint64_t id)
 {
@@ -272,7 +263,7 @@ tw_poll(struct tw *t, int ms)
 static void
 tw_drain(struct tw *t, int want, int timeout_ms)
 {
-	double end = now_ms() + timeout_ms;
+	double end = clock_ms_f() + timeout_ms;
 	int i, pending;
 
 	for (;;) {
@@ -283,7 +274,7 @@ tw_drain(struct tw *t, int want, int timeout_ms)
 				pending++;
 		if (pending == 0)
 			return;
-		ck_assert_msg(now_ms() < end, "%d requests still running "
+		ck_assert_msg(clock_ms_f() < end, "%d requests still running "
 		    "after %d ms", pending, timeout_ms);
 		if (tw_poll(t, 20))
 			tw_take(t);
@@ -294,9 +285,9 @@ tw_drain(struct tw *t, int want, int timeout_ms)
 static void
 tw_quiet(struct tw *t, int ms)
 {
-	double end = now_ms() + ms;
+	double end = clock_ms_f() + ms;
 
-	while (now_ms() < end)
+	while (clock_ms_f() < end)
 		if (tw_poll(t, 5))
 			ck_assert_uint_eq(tw_take(t), 0);
 }
@@ -430,13 +421,13 @@ static void
 tw_wait_steps(struct tw *t, uint64_t n)
 {
 	struct worker_stats st;
-	double end = now_ms() + 20000;
+	double end = clock_ms_f() + 20000;
 
 	for (;;) {
 		worker_stats(t->w, &st);
 		if (st.steps >= n)
 			return;
-		ck_assert_msg(now_ms() < end, "worker stuck at %llu steps",
+		ck_assert_msg(clock_ms_f() < end, "worker stuck at %llu steps",
 		    (unsigned long long)st.steps);
 		usleep(1000);
 	}
@@ -1015,19 +1006,19 @@ START_TEST(test_shutdown_in_flight)
 	/* Blocked in ep_post() with every request in flight (the counters
 	 * are published after a step: wait for the one that admitted all). */
 	tw_wait_steps(&t, EP_MAX_LAG);
-	t0 = now_ms();
+	t0 = clock_ms_f();
 	do {
 		worker_stats(t.w, &st);
 		if (st.requests_live == 8)
 			break;
 		usleep(1000);
-	} while (now_ms() - t0 < 10000);
+	} while (clock_ms_f() - t0 < 10000);
 	ck_assert_int_eq(st.requests_live, 8);
-	t0 = now_ms();
+	t0 = clock_ms_f();
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_SHUTDOWN, 0, 0), 0);
 	ck_assert_int_eq(worker_join(t.w), 0);
-	ck_assert_msg(now_ms() - t0 < 2000, "shutdown took %.0f ms",
-	    now_ms() - t0);
+	ck_assert_msg(clock_ms_f() - t0 < 2000, "shutdown took %.0f ms",
+	    clock_ms_f() - t0);
 	worker_stats(t.w, &st);
 	ck_assert_int_eq(st.requests_live, 0);
 	ck_assert_int_eq(st.kv_seqs_live, 0);

@@ -19,9 +19,9 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "engine_port.h"
 #include "ioloop.h"
 #include "log.h"
@@ -492,20 +492,11 @@ raw_submit(struct raw_client *rc, uint32_t req_id, const char *prompt,
 	return 0;
 }
 
-static uint64_t
-mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int
 raw_collect(struct raw_client *rc, uint32_t req_id, char *out, size_t size,
     int timeout_ms, uint8_t *finish)
 {
-	uint64_t end = mono_ms() + (uint64_t)timeout_ms;
+	uint64_t end = clock_ms() + (uint64_t)timeout_ms;
 	size_t used = out ? strlen(out) : 0;
 
 	for (;;) {
@@ -535,7 +526,7 @@ raw_collect(struct raw_client *rc, uint32_t req_id, char *out, size_t size,
 				return q.type;
 			}
 		}
-		if (mono_ms() >= end)
+		if (clock_ms() >= end)
 			return 0;
 		usleep(500);
 	}
@@ -544,12 +535,12 @@ raw_collect(struct raw_client *rc, uint32_t req_id, char *out, size_t size,
 int
 raw_wait_closed(struct raw_client *rc, int timeout_ms)
 {
-	uint64_t end = mono_ms() + (uint64_t)timeout_ms;
+	uint64_t end = clock_ms() + (uint64_t)timeout_ms;
 	struct pollfd pfd;
 	char buf[512];
 
 	for (;;) {
-		uint64_t now = mono_ms();
+		uint64_t now = clock_ms();
 
 		if (now >= end)
 			return 0;

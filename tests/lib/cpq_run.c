@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 char cq_cpq_path[4096];
 
@@ -32,15 +33,6 @@ cq_find_cpq(void)
 		return -1;
 	}
 	return 0;
-}
-
-uint64_t
-cq_ms_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 void
@@ -185,7 +177,7 @@ int
 cq_finish(struct cq_proc *p, const char *in, size_t in_len, struct cq_buf *out,
     struct cq_buf *err)
 {
-	uint64_t end = cq_ms_now() + CQ_RUN_MS;
+	uint64_t end = clock_ms() + CQ_RUN_MS;
 	size_t in_off = 0;
 	char b[4096];
 	int st;
@@ -199,7 +191,7 @@ cq_finish(struct cq_proc *p, const char *in, size_t in_len, struct cq_buf *out,
 		int n = 0, i;
 		ssize_t k;
 
-		ck_assert_msg(cq_ms_now() < end, "cpq did not finish");
+		ck_assert_msg(clock_ms() < end, "cpq did not finish");
 		if (p->out >= 0)
 			pf[n++] = (struct pollfd){ p->out, POLLIN, 0 };
 		if (p->err >= 0)
@@ -271,14 +263,14 @@ static int
 read_while(int fd, struct cq_buf *b, int timeout_ms,
     int (*done)(const struct cq_buf *, const void *), const void *arg)
 {
-	uint64_t end = cq_ms_now() + (uint64_t)timeout_ms;
+	uint64_t end = clock_ms() + (uint64_t)timeout_ms;
 	char tmp[4096];
 
 	while (!done(b, arg)) {
 		struct pollfd pf = { .fd = fd, .events = POLLIN };
 		ssize_t k;
 
-		if (cq_ms_now() >= end)
+		if (clock_ms() >= end)
 			return 0;
 		if (poll(&pf, 1, 50) <= 0)
 			continue;

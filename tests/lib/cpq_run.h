@@ -23,7 +23,6 @@ extern char cq_cpq_path[4096];
 /* Fills cq_cpq_path; 0, or -1 when it is not an executable (say so, exit 77). */
 int cq_find_cpq(void);
 
-uint64_t cq_ms_now(void);
 
 /* ---- daemons ---- */
 
