@@ -145,8 +145,6 @@ struct worker {
 	int *free_slot;			/* (max_requests) stack of free slots */
 	int n_free;
 
-	int32_t *eog;			/* (n_eog) end-of-generation ids */
-	int n_eog;
 	int32_t *enc;			/* (n_ctx) prompt scratch */
 
 	int32_t *btok;			/* (max_batch) rows of the step */
@@ -397,8 +395,7 @@ submit_sampler(struct worker *w, struct wreq *r, const struct ep_cmd *c,
 	sp.ignore_eos = false;
 	if ((r->smp = sampler_new_ws(&sp, w->n_vocab, w->smp_ws, e)) == NULL)
 		return e->code < 0 ? e->code : -EINVAL;
-	if ((rc = sampler_set_eog(r->smp, w->eog, w->n_eog)) < 0 ||
-	    (rc = sampler_accept_prompt(r->smp, r->toks, r->n_prompt)) < 0)
+	if ((rc = sampler_accept_prompt(r->smp, r->toks, r->n_prompt)) < 0)
 		return cp_err_set(e, rc, "sampler: %s", strerror(-rc));
 	return 0;
 }
@@ -950,19 +947,24 @@ worker_backend(struct worker *w)
 
 /* ---- set-up ------------------------------------------------------------ */
 
-/* The end-of-generation ids of the vocabulary into w->eog. */
+/*
+ * The end-of-generation ids of the vocabulary, set once in the samplers'
+ * shared workspace (every request's sampler reads them there).
+ */
 static int
 find_eog(struct worker *w)
 {
-	int32_t id;
+	int32_t id, *eog;
+	int n = 0, rc;
 
-	w->eog = calloc((size_t)w->n_vocab, sizeof(*w->eog));
-	if (w->eog == NULL)
+	if ((eog = calloc((size_t)w->n_vocab, sizeof(*eog))) == NULL)
 		return -ENOMEM;
 	for (id = 0; id < w->n_vocab; id++)
 		if (tok_is_eog(w->tok, id))
-			w->eog[w->n_eog++] = id;
-	return 0;
+			eog[n++] = id;
+	rc = sampler_ws_set_eog(w->smp_ws, eog, n);
+	free(eog);
+	return rc;
 }
 
 static int
@@ -1103,7 +1105,6 @@ worker_free(struct worker *w)
 	free(w->bseq);
 	free(w->btok);
 	free(w->enc);
-	free(w->eog);
 	free(w->free_slot);
 	free(w->req);
 	sched_free(w->sched);

@@ -27,6 +27,13 @@ struct cand {
 	float logit;
 };
 
+/* A set of end-of-generation ids: the list, and its bits for lookups. */
+struct eog_set {
+	int32_t *ids;		/* (n) */
+	int n;
+	uint8_t *bits;		/* (n_vocab bits), NULL while never set */
+};
+
 struct sampler {
 	struct sampler_params p;	/* p.seed is the seed in use */
 	int n_vocab;
@@ -40,9 +47,8 @@ struct sampler {
 	uint8_t *seen;		/* ws->seen: (n_vocab bits) all clear outside
 				   the penalty */
 
-	int32_t *eog;		/* (n_eog) end-of-generation ids */
-	int n_eog;
-	uint8_t *eog_bits;	/* (n_vocab bits) membership of eog[] */
+	const struct eog_set *eog;	/* &own_eog, or the workspace's */
+	struct eog_set own_eog;		/* sampler_set_eog()'s */
 
 	struct sampler_ws *own_ws;	/* scratch of its own, or NULL */
 	struct cand *cand;	/* ws->cand: (n_vocab) scratch, see above */
@@ -134,6 +140,57 @@ bit_put(uint8_t *b, int32_t i, bool v)
 		b[(uint32_t)i >> 3] |= (uint8_t)(1u << (i & 7));
 	else
 		b[(uint32_t)i >> 3] &= (uint8_t)~(1u << (i & 7));
+}
+
+/* ---- end-of-generation sets ---- */
+
+/*
+ * Replaces set by ids[0..n) of a vocabulary of n_vocab: 0, -EINVAL (set
+ * unchanged) for an id out of range or n < 0, -ENOMEM.
+ */
+static int
+eog_set_put(struct eog_set *set, int n_vocab, const int32_t *ids, int n)
+{
+	int32_t *copy = NULL;
+	uint8_t *bits;
+	int i;
+
+	if (n < 0 || (n > 0 && ids == NULL))
+		return -EINVAL;
+	for (i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= n_vocab)
+			return -EINVAL;
+	if ((bits = set->bits) == NULL &&
+	    (bits = calloc(((size_t)n_vocab + 7) / 8, 1)) == NULL)
+		return -ENOMEM;
+	set->bits = bits;
+	if (n > 0) {
+		if ((copy = malloc((size_t)n * sizeof(*copy))) == NULL)
+			return -ENOMEM;
+		memcpy(copy, ids, (size_t)n * sizeof(*copy));
+	}
+	for (i = 0; i < set->n; i++)
+		bit_put(bits, set->ids[i], false);
+	free(set->ids);
+	set->ids = copy;
+	set->n = n;
+	for (i = 0; i < n; i++)
+		bit_put(bits, copy[i], true);
+	return 0;
+}
+
+static bool
+eog_set_has(const struct eog_set *set, int32_t id)
+{
+	return set->n > 0 && bit_get(set->bits, id);
+}
+
+static void
+eog_set_free(struct eog_set *set)
+{
+	free(set->ids);
+	free(set->bits);
+	memset(set, 0, sizeof(*set));
 }
 
 /* ---- ranking: selection and sorting without allocation ---- */
@@ -285,6 +342,7 @@ struct sampler_ws {
 	struct cand *cand;
 	float *w;
 	uint8_t *seen;
+	struct eog_set eog;	/* sampler_ws_set_eog() */
 };
 
 struct sampler_ws *
@@ -312,6 +370,7 @@ sampler_ws_free(struct sampler_ws *ws)
 {
 	if (ws == NULL)
 		return;
+	eog_set_free(&ws->eog);
 	free(ws->seen);
 	free(ws->w);
 	free(ws->cand);
@@ -350,9 +409,9 @@ sampler_new_ws(const struct sampler_params *p, int n_vocab,
 	s->seen = ws->seen;
 	s->hist_cap = p->repeat_last_n > 0 ? p->repeat_last_n : 1;
 	s->hist = calloc((size_t)s->hist_cap, sizeof(*s->hist));
-	s->eog_bits = calloc(((size_t)n_vocab + 7) / 8, 1);
-	if (s->hist == NULL || s->eog_bits == NULL)
+	if (s->hist == NULL)
 		goto nomem;
+	s->eog = &ws->eog;
 	if (s->p.seed == SAMPLER_SEED_RANDOM)
 		s->p.seed = seed_from_os();
 	sampler_reset(s);
@@ -370,8 +429,7 @@ sampler_free(struct sampler *s)
 	if (s == NULL)
 		return;
 	sampler_ws_free(s->own_ws);
-	free(s->eog);
-	free(s->eog_bits);
+	eog_set_free(&s->own_eog);
 	free(s->hist);
 	free(s);
 }
@@ -408,29 +466,19 @@ sampler_n_sampled(const struct sampler *s)
 /* ---- end-of-generation ids and history ---- */
 
 int
+sampler_ws_set_eog(struct sampler_ws *ws, const int32_t *ids, int n)
+{
+	return eog_set_put(&ws->eog, ws->n_vocab, ids, n);
+}
+
+int
 sampler_set_eog(struct sampler *s, const int32_t *ids, int n)
 {
-	int32_t *copy = NULL;
-	int i;
+	int rc;
 
-	if (n < 0 || (n > 0 && ids == NULL))
-		return -EINVAL;
-	for (i = 0; i < n; i++)
-		if (ids[i] < 0 || ids[i] >= s->n_vocab)
-			return -EINVAL;
-	if (n > 0) {
-		if ((copy = malloc((size_t)n * sizeof(*copy))) == NULL)
-			return -ENOMEM;
-		memcpy(copy, ids, (size_t)n * sizeof(*copy));
-	}
-	for (i = 0; i < s->n_eog; i++)
-		bit_put(s->eog_bits, s->eog[i], false);
-	free(s->eog);
-	s->eog = copy;
-	s->n_eog = n;
-	for (i = 0; i < n; i++)
-		bit_put(s->eog_bits, copy[i], true);
-	return 0;
+	if ((rc = eog_set_put(&s->own_eog, s->n_vocab, ids, n)) == 0)
+		s->eog = &s->own_eog;
+	return rc;
 }
 
 bool
@@ -438,7 +486,7 @@ sampler_is_eog(const struct sampler *s, int32_t id)
 {
 	if (id < 0 || id >= s->n_vocab)
 		return false;
-	return bit_get(s->eog_bits, id);
+	return eog_set_has(s->eog, id);
 }
 
 static void
@@ -733,9 +781,9 @@ sampler_sample(struct sampler *s, const float *logits,
 		goto err;
 	m = m_all;		/* all -inf: refused below, as m can only drop */
 	if (s->p.ignore_eos) {
-		for (i = 0; i < s->n_eog; i++) {
-			remax |= c[s->eog[i]].logit == m;
-			c[s->eog[i]].logit = -INFINITY;
+		for (i = 0; i < s->eog->n; i++) {
+			remax |= c[s->eog->ids[i]].logit == m;
+			c[s->eog->ids[i]].logit = -INFINITY;
 		}
 	}
 	if (remax) {
@@ -759,7 +807,7 @@ sampler_sample(struct sampler *s, const float *logits,
 		out->logprob = (float)((double)(c[pick].logit - m_all) -
 		    lse_off);
 	s->n_sampled++;
-	if (bit_get(s->eog_bits, id))
+	if (eog_set_has(s->eog, id))
 		out->finish = SAMPLER_FINISH_EOG;
 	else if (s->p.max_tokens >= 0 && s->n_sampled >= s->p.max_tokens)
 		out->finish = SAMPLER_FINISH_LENGTH;

@@ -141,9 +141,18 @@ const struct sampler_params *sampler_get_params(const struct sampler *s);
  * SAMPLER_SEED_RANDOM), so that a run can be reproduced. */
 uint64_t sampler_seed(const struct sampler *s);
 
-/* Replace the end-of-generation ids by ids[0..n) (copied; n may be 0);
- * 0, or -EINVAL (s unchanged) when an id is outside [0, n_vocab) or n < 0,
- * -ENOMEM.  Allocates: call at set-up, not per token. */
+/*
+ * The end-of-generation ids of the samplers on ws that do not set their
+ * own: ids[0..n) (copied; n may be 0); 0, or -EINVAL (unchanged) when an
+ * id is outside [0, n_vocab) or n < 0, -ENOMEM.  Set once, before the
+ * samplers draw: they read the set, they keep no copy.
+ */
+int sampler_ws_set_eog(struct sampler_ws *ws, const int32_t *ids, int n);
+
+/* Replace s's end-of-generation ids by ids[0..n) (copied; n may be 0),
+ * instead of its workspace's (none until set); 0, or -EINVAL (s
+ * unchanged) when an id is outside [0, n_vocab) or n < 0, -ENOMEM.
+ * Allocates n_vocab bits: call at set-up, not per token. */
 int sampler_set_eog(struct sampler *s, const int32_t *ids, int n);
 
 /* True when id is one of the end-of-generation ids. */

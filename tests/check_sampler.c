@@ -920,6 +920,53 @@ START_TEST(test_eog)
 }
 END_TEST
 
+/*
+ * The workspace's end-of-generation set serves every sampler on it that
+ * sets none of its own, including ignore_eos; a sampler's own set wins.
+ */
+START_TEST(test_eog_shared)
+{
+	const float l[4] = { 0.0f, 1.0f, 5.0f, 0.5f };
+	const int32_t eog[2] = { 2, 3 };
+	struct sampler_params p = plain();
+	struct sampler_ws *ws = sampler_ws_new(4);
+	struct sampler_out out;
+	struct sampler *a, *b, *c;
+	struct cp_err e = { 0 };
+
+	ck_assert_ptr_nonnull(ws);
+	ck_assert_int_eq(sampler_ws_set_eog(ws, (const int32_t[]){ 4 }, 1),
+	    -EINVAL);
+	ck_assert_int_eq(sampler_ws_set_eog(ws, eog, 2), 0);
+	p.temp = 0;
+	a = sampler_new_ws(&p, 4, ws, &e);
+	p.ignore_eos = true;
+	b = sampler_new_ws(&p, 4, ws, &e);
+	p.ignore_eos = false;
+	c = sampler_new_ws(&p, 4, ws, &e);
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_ptr_nonnull(c);
+	ck_assert_int_eq(sampler_set_eog(c, (const int32_t[]){ 1 }, 1), 0);
+	ck_assert(sampler_is_eog(a, 2) && sampler_is_eog(a, 3));
+	ck_assert(!sampler_is_eog(a, 1));
+	ck_assert(sampler_is_eog(c, 1) && !sampler_is_eog(c, 2));
+	ck_assert_int_eq(sampler_sample(a, l, &out), 0);
+	ck_assert_int_eq(out.id, 2);
+	ck_assert_int_eq(out.finish, SAMPLER_FINISH_EOG);
+	ck_assert_int_eq(sampler_sample(b, l, &out), 0);
+	ck_assert_int_eq(out.id, 1);
+	ck_assert_int_eq(out.finish, SAMPLER_CONTINUE);
+	ck_assert_int_eq(sampler_sample(c, l, &out), 0);
+	ck_assert_int_eq(out.id, 2);
+	ck_assert_int_eq(out.finish, SAMPLER_CONTINUE);
+	sampler_free(c);
+	sampler_free(b);
+	sampler_free(a);
+	sampler_ws_free(ws);
+}
+END_TEST
+
 START_TEST(test_max_tokens)
 {
 	const float l[3] = { 0.0f, 1.0f, 2.0f };
@@ -1033,6 +1080,7 @@ sampler_suite(void)
 	tcase_add_test(tc, test_frequencies);
 	tcase_add_test(tc, test_nonfinite);
 	tcase_add_test(tc, test_eog);
+	tcase_add_test(tc, test_eog_shared);
 	tcase_add_test(tc, test_max_tokens);
 	tcase_add_test(tc, test_accept_errors);
 	tcase_add_test(tc, test_candidates_cap);
