@@ -20,21 +20,9 @@
 #include <string.h>
 
 #include "dot_tiles.h"
+#include "dot_x86.h"
 #include "quant.h"
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-/* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)) */
-static ALWAYS_INLINE float
-hsum_f32(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
-	    _mm256_extractf128_ps(v, 1));
-
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
 
 static ALWAYS_INLINE int
 hsum_i32(__m256i v)
@@ -197,16 +185,6 @@ dot_round_f16_avx2(const float *src, float *dst, int n)
  */
 #define QT 4
 
-/* The f16 at p as a float (exact; F16C). */
-static ALWAYS_INLINE float
-f16(const uint8_t *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return _cvtsh_ss(v);
-}
-
 /* Per-lane sums of 4 products of unsigned a and signed b bytes. */
 static ALWAYS_INLINE __m256i
 lanes_us(__m256i a, __m256i b)
@@ -249,12 +227,6 @@ bits_32(const uint8_t *p)
 	b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)v), shuf);
 	b = _mm256_cmpeq_epi8(_mm256_and_si256(b, bit), bit);
 	return _mm256_and_si256(b, _mm256_set1_epi8(0x10));
-}
-
-static ALWAYS_INLINE const void *
-xrow(const char *x, size_t bx, int r)
-{
-	return x + (size_t)r * bx;
 }
 
 /* The five 32-value block kinds; _0 kinds hold signed values. */
@@ -445,12 +417,6 @@ chunk_scales(__m256i s16, __m256i out[8])
 	}
 }
 
-static ALWAYS_INLINE const struct blk_q8_K *
-xblk(const char *x, size_t bx, int r, int b)
-{
-	return (const struct blk_q8_K *)xrow(x, bx, r) + b;
-}
-
 /*
  * Q2_K: lanes first take -d_x dmin times the min lanes, then d_x d times
  * the scaled quant lanes.
@@ -602,27 +568,6 @@ k_min_lanes(__m128i mins16, const int16_t *bsums)
 	    _mm256_extracti128_si256(bs, 1));
 
 	return _mm_madd_epi16(mins16, pairs);
-}
-
-/*
- * The 8 scales and 8 mins of a Q4_K/Q5_K block's 12 scale bytes q as int16
- * lanes sc[0..7], mn[0..7]: quant_k_scale_min() on four bytes at a time.
- * Bytes 0-3 hold sc[0..3] (low 6 bits) and bits 4-5 of sc[4..7] (top 2),
- * bytes 4-7 mn[0..3] and bits 4-5 of mn[4..7], bytes 8-11 the low 4 bits
- * of sc[4..7] (low nibbles) and mn[4..7] (high nibbles).
- */
-static ALWAYS_INLINE __m256i
-k_scales_mins(const uint8_t *q)
-{
-	uint32_t u[3], sc_lo, sc_hi, mn_lo, mn_hi;
-
-	memcpy(u, q, sizeof(u));
-	sc_lo = u[0] & 0x3f3f3f3f;
-	mn_lo = u[1] & 0x3f3f3f3f;
-	sc_hi = (u[2] & 0x0f0f0f0f) | (u[0] >> 6 & 0x03030303) << 4;
-	mn_hi = (u[2] >> 4 & 0x0f0f0f0f) | (u[1] >> 6 & 0x03030303) << 4;
-	return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi,
-	    (int)mn_lo, (int)mn_hi));
 }
 
 /* Q4_K (q5 = 0) or Q5_K (q5 = 1). */

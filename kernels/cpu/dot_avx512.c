@@ -33,31 +33,9 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "dot_x86.h"
 #include "quant.h"
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
-
-/* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)), as dot_avx2.c */
-static ALWAYS_INLINE float
-hsum_f32(__m256 v)
-{
-	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
-	    _mm256_extractf128_ps(v, 1));
-
-	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-	s = _mm_add_ss(s, _mm_movehdup_ps(s));
-	return _mm_cvtss_f32(s);
-}
-
-/* The f16 at p as a float (exact). */
-static ALWAYS_INLINE float
-f16(const uint8_t *p)
-{
-	uint16_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return _cvtsh_ss(v);
-}
 
 /* ---- F16 and F32 ------------------------------------------------------ */
 
@@ -252,27 +230,6 @@ dot_q8_0_q8_0_avx512(int k, const void *w, size_t bw, int nw, const void *x,
  * weight rows q apart, as the other matrix-vector kernels do.
  */
 #define KT 4		/* activation rows per tile */
-
-static ALWAYS_INLINE const struct blk_q8_K *
-xblk(const char *x, size_t bx, int r, int b)
-{
-	return (const struct blk_q8_K *)(x + (size_t)r * bx) + b;
-}
-
-/* sc[0..7], mn[0..7] of a Q4_K block's 12 scale bytes (as dot_avx2.c). */
-static ALWAYS_INLINE __m256i
-k_scales_mins(const uint8_t *q)
-{
-	uint32_t u[3], sc_lo, sc_hi, mn_lo, mn_hi;
-
-	memcpy(u, q, sizeof(u));
-	sc_lo = u[0] & 0x3f3f3f3f;
-	mn_lo = u[1] & 0x3f3f3f3f;
-	sc_hi = (u[2] & 0x0f0f0f0f) | (u[0] >> 6 & 0x03030303) << 4;
-	mn_hi = (u[2] >> 4 & 0x0f0f0f0f) | (u[1] >> 6 & 0x03030303) << 4;
-	return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi,
-	    (int)mn_lo, (int)mn_hi));
-}
 
 /*
  * Chunk c (values 64c..64c+63) of a Q4_K block: its low and high nibbles

@@ -1,0 +1,73 @@
+/*
+ * dot_x86.h - pieces the AVX2 and the AVX-512 kernels share (dot_avx2.c,
+ * dot_avx512.c).  Include it after <immintrin.h> and, in dot_avx512.c,
+ * after the target pragma, so that each file compiles them for its own
+ * target.
+ */
+#ifndef CP_DOT_X86_H
+#define CP_DOT_X86_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "quant.h"
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)): dot.h's reduction. */
+static ALWAYS_INLINE float
+hsum_f32(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
+	    _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+/* The f16 at p as a float (exact; F16C). */
+static ALWAYS_INLINE float
+f16(const uint8_t *p)
+{
+	uint16_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return _cvtsh_ss(v);
+}
+
+/* Activation row r of x (rows bx bytes apart). */
+static ALWAYS_INLINE const void *
+xrow(const char *x, size_t bx, int r)
+{
+	return x + (size_t)r * bx;
+}
+
+/* Q8_K block b of activation row r. */
+static ALWAYS_INLINE const struct blk_q8_K *
+xblk(const char *x, size_t bx, int r, int b)
+{
+	return (const struct blk_q8_K *)xrow(x, bx, r) + b;
+}
+
+/*
+ * sc[0..7], mn[0..7] of a Q4_K / Q5_K block's 12 scale bytes, as 16 int16
+ * lanes.  Bytes 0-3 hold sc[0..3] (low 6 bits) and bits 4-5 of sc[4..7]
+ * (top 2), bytes 4-7 mn[0..3] and bits 4-5 of mn[4..7], bytes 8-11 the low
+ * 4 bits of sc[4..7] (low nibbles) and mn[4..7] (high nibbles).
+ */
+static ALWAYS_INLINE __m256i
+k_scales_mins(const uint8_t *q)
+{
+	uint32_t u[3], sc_lo, sc_hi, mn_lo, mn_hi;
+
+	memcpy(u, q, sizeof(u));
+	sc_lo = u[0] & 0x3f3f3f3f;
+	mn_lo = u[1] & 0x3f3f3f3f;
+	sc_hi = (u[2] & 0x0f0f0f0f) | (u[0] >> 6 & 0x03030303) << 4;
+	mn_hi = (u[2] >> 4 & 0x0f0f0f0f) | (u[1] >> 6 & 0x03030303) << 4;
+	return _mm256_cvtepu8_epi16(_mm_setr_epi32((int)sc_lo, (int)sc_hi,
+	    (int)mn_lo, (int)mn_hi));
+}
+
+#endif
