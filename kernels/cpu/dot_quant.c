@@ -20,18 +20,12 @@
 #include <string.h>
 
 #include "quant.h"
+#include "quant_bytes.h"
 
 static inline float
 hsum8(const float a[8])
 {
 	return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
-
-static inline uint32_t
-ld32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	    (uint32_t)p[3] << 24;
 }
 
 /* acc[l] = fma(d, sum over p in [4l, 4l + 4) of w[p] x[p], acc[l]) */

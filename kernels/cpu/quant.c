@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "cpu_features.h"
+#include "quant_bytes.h"
 #include "quantize_k.h"
 #include "ttype.h"
 
@@ -126,30 +127,12 @@ fp32_to_bf16(float f)
 	return (uint16_t)((u + 0x7fff + (u >> 16 & 1)) >> 16);
 }
 
-static inline uint16_t
-ld16(const uint8_t *p)
-{
-	return (uint16_t)(p[0] | p[1] << 8);
-}
-
-static inline void
-st16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
-
-static inline uint32_t
-ld32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	    (uint32_t)p[3] << 24;
-}
-
 /*
- * Float to int the two ways ggml rounds, made total: NaN gives 0 and
- * out-of-range values saturate, so hostile input never converts out of
- * range.  Inputs from sane data are already within [-128, 127].
+ * Float to int, ties away from zero (ggml's roundf()), made total: NaN
+ * gives 0 and out-of-range values saturate, so hostile input never
+ * converts out of range.  Inputs from sane data are already within
+ * [-128, 127].  The other way ggml rounds, ties to even, is round_clamp()
+ * (quant_bytes.h).
  */
 static inline int
 round_away(float v)
@@ -159,24 +142,6 @@ round_away(float v)
 	if (v > 127.0f)
 		return 127;
 	return (int)roundf(v);
-}
-
-/*
- * Adding and removing 1.5 * 2^23 rounds a float of magnitude below 2^22 to
- * an integer, ties to even, in the default rounding mode (as ggml's
- * nearest_int() does), without a library call.
- */
-static inline int
-round_even(float v)
-{
-	float t;
-
-	if (!(v > -128.0f))
-		return v != v ? 0 : -128;
-	if (v > 127.0f)
-		return 127;
-	t = v + 12582912.0f;
-	return (int)(t - 12582912.0f);
 }
 
 /* ---- dequantization ---------------------------------------------------- */
@@ -527,7 +492,7 @@ q_q8_0_act(const float *x, void *dst, size_t nb)
 
 		st16(b->d, fp32_to_fp16(amax / 127.0f));
 		for (int j = 0; j < QUANT_QK; j++)
-			b->qs[j] = (int8_t)round_even(x[j] * id);
+			b->qs[j] = (int8_t)round_clamp(x[j] * id, -128, 127);
 	}
 }
 
@@ -546,7 +511,7 @@ q8_1_block(const float *x, struct blk_q8_1 *b, bool act)
 
 	st16(b->d, fp32_to_fp16(d));
 	for (int j = 0; j < QUANT_QK; j++) {
-		b->qs[j] = (int8_t)(act ? round_even(x[j] * id) :
+		b->qs[j] = (int8_t)(act ? round_clamp(x[j] * id, -128, 127) :
 		    round_away(x[j] * id));
 		sum += b->qs[j];
 	}
@@ -634,7 +599,7 @@ q_q8_K(const float *x, void *dst, size_t nb)
 		if (amax != 0.0f) {
 			iscale = -127.0f / max;
 			for (int j = 0; j < QUANT_QK_K; j++)
-				b.qs[j] = (int8_t)round_even(iscale * x[j]);
+				b.qs[j] = (int8_t)round_clamp(iscale * x[j], -128, 127);
 			for (int g = 0; g < 16; g++) {
 				int sum = 0;
 

@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "quant_bytes.h"
 #include "ttype.h"
 
 /* max(|v|, acc): NaN lanes of v leave acc as it was. */
@@ -68,13 +69,6 @@ hsum_i32(__m256i v)
 	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
 	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
 	return _mm_cvtsi128_si32(s);
-}
-
-static inline void
-st16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
 }
 
 /*

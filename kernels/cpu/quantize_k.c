@@ -33,16 +33,10 @@
 #include <string.h>
 
 #include "quant.h"
+#include "quant_bytes.h"
 
 /* A sub-block whose largest magnitude is below this is all zeros. */
 #define QK_ZERO_EPS 1e-15f
-
-static inline void
-st16(uint8_t *p, uint16_t v)
-{
-	p[0] = (uint8_t)v;
-	p[1] = (uint8_t)(v >> 8);
-}
 
 /* Store f as the f16 at p; returns the value the f16 holds. */
 static inline float
@@ -52,26 +46,6 @@ put_f16(uint8_t *p, float f)
 
 	st16(p, h);
 	return fp16_to_fp32(h);
-}
-
-/*
- * v rounded to the nearest integer, ties to even, clamped to [lo, hi]
- * (|lo|, |hi| < 2^22).  Adding and removing 1.5 * 2^23 rounds a float below
- * 2^22 in magnitude in the default rounding mode.  NaN counts as 0.
- */
-static inline int
-round_clamp(float v, int lo, int hi)
-{
-	float t;
-
-	if (v != v)
-		v = 0.0f;
-	if (v <= (float)lo)
-		return lo;
-	if (v >= (float)hi)
-		return hi;
-	t = v + 12582912.0f;
-	return (int)(t - 12582912.0f);
 }
 
 /* trunc(v) clamped to [0, hi]; NaN gives 0. */
