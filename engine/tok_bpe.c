@@ -47,44 +47,7 @@ pair_before(const struct bpe_pair *a, const struct bpe_pair *b)
 	return a->left < b->left;
 }
 
-static void
-heap_push(struct bpe_pair *h, size_t *n, struct bpe_pair p)
-{
-	size_t i = (*n)++;
-
-	while (i > 0) {
-		size_t up = (i - 1) / 2;
-
-		if (!pair_before(&p, &h[up]))
-			break;
-		h[i] = h[up];
-		i = up;
-	}
-	h[i] = p;
-}
-
-static struct bpe_pair
-heap_pop(struct bpe_pair *h, size_t *n)
-{
-	struct bpe_pair top = h[0], last = h[--(*n)];
-	size_t i = 0;
-
-	for (;;) {
-		size_t c = 2 * i + 1;
-
-		if (c >= *n)
-			break;
-		if (c + 1 < *n && pair_before(&h[c + 1], &h[c]))
-			c++;
-		if (!pair_before(&h[c], &last))
-			break;
-		h[i] = h[c];
-		i = c;
-	}
-	if (*n > 0)
-		h[i] = last;
-	return top;
-}
+TOK_HEAP(struct bpe_pair, pair_before)
 
 static void
 try_pair(const struct tokenizer *t, const char *w, const struct bpe_sym *sym,

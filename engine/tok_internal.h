@@ -121,4 +121,50 @@ int pretok_from_name(const char *name, size_t len);
 size_t pretok_split(enum tok_pre pre, const uint32_t *cp, const uint16_t *fl,
     size_t n, size_t *lens, size_t *tmp);
 
+/*
+ * TOK_HEAP(T, BEFORE) defines static heap_push() and heap_pop() over a
+ * binary heap of T in h[0..*n) (the caller sizes h), for the merge queues
+ * of tok_bpe.c and tok_spm.c.  BEFORE(a, b) (pointers to T) is true when a
+ * leaves the heap before b; heap_pop() takes the first, *n > 0.
+ */
+#define TOK_HEAP(T, BEFORE)						\
+static void								\
+heap_push(T *h, size_t *n, T p)						\
+{									\
+	size_t i = (*n)++;						\
+									\
+	while (i > 0) {							\
+		size_t up = (i - 1) / 2;				\
+									\
+		if (!BEFORE(&p, &h[up]))				\
+			break;						\
+		h[i] = h[up];						\
+		i = up;							\
+	}								\
+	h[i] = p;							\
+}									\
+									\
+static T								\
+heap_pop(T *h, size_t *n)						\
+{									\
+	T top = h[0], last = h[--(*n)];					\
+	size_t i = 0;							\
+									\
+	for (;;) {							\
+		size_t c = 2 * i + 1;					\
+									\
+		if (c >= *n)						\
+			break;						\
+		if (c + 1 < *n && BEFORE(&h[c + 1], &h[c]))		\
+			c++;						\
+		if (!BEFORE(&h[c], &last))				\
+			break;						\
+		h[i] = h[c];						\
+		i = c;							\
+	}								\
+	if (*n > 0)							\
+		h[i] = last;						\
+	return top;							\
+}
+
 #endif
