@@ -67,6 +67,7 @@
 #include "ioloop.h"
 #include "log.h"
 #include "session.h"
+#include "sock_path.h"
 #include "stats.h"
 
 #define TAG_LISTEN	1
@@ -203,20 +204,7 @@ srv_config_defaults(struct srv_config *c)
 int
 srv_socket_path(const char *configured, char *buf, size_t size)
 {
-	const char *env;
-	int n;
-
-	if (configured != NULL && *configured != '\0')
-		n = snprintf(buf, size, "%s", configured);
-	else if ((env = getenv("CPD_SOCKET")) != NULL && *env != '\0')
-		n = snprintf(buf, size, "%s", env);
-	else if ((env = getenv("XDG_RUNTIME_DIR")) != NULL && *env != '\0')
-		n = snprintf(buf, size, "%s/cpd.sock", env);
-	else
-		n = snprintf(buf, size, "/run/cpd/cpd.sock");
-	if (n < 0 || (size_t)n >= size)
-		return -ENAMETOOLONG;
-	return 0;
+	return sock_path_resolve(configured, buf, size);
 }
 
 /* A power of two in [min, max] no larger than v (v already > 0). */

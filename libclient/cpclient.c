@@ -22,6 +22,7 @@
 #include "cp_proto.h"
 #include "cpclient_int.h"
 #include "ring.h"
+#include "sock_path.h"
 
 #define CPC_TIMEOUT_MS	5000
 #define CPC_RECV_FDS	8	/* room for more descriptors than we accept */
@@ -125,20 +126,11 @@ int
 cp_socket_path(const char *given, char *buf, size_t size)
 {
 	struct sockaddr_un sa;
-	const char *env;
-	int n;
+	int r;
 
-	if (given != NULL && *given != '\0')
-		n = snprintf(buf, size, "%s", given);
-	else if ((env = getenv("CPD_SOCKET")) != NULL && *env != '\0')
-		n = snprintf(buf, size, "%s", env);
-	else if ((env = getenv("XDG_RUNTIME_DIR")) != NULL && *env != '\0')
-		n = snprintf(buf, size, "%s/cpd.sock", env);
-	else
-		n = snprintf(buf, size, "/run/cpd/cpd.sock");
-	if (n < 0 || (size_t)n >= size || (size_t)n >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	return 0;
+	if ((r = sock_path_resolve(given, buf, size)) < 0)
+		return r;
+	return strlen(buf) < sizeof(sa.sun_path) ? 0 : -ENAMETOOLONG;
 }
 
 static int
