@@ -184,6 +184,12 @@ ep_take_cmds(struct engine_port *p)
 	return list;
 }
 
+void
+ep_wake_engine(struct engine_port *p)
+{
+	efd_signal(p->cmd_efd);
+}
+
 int
 ep_wait_cmds(struct engine_port *p, int timeout_ms)
 {

@@ -23,6 +23,9 @@
  *     when cancelled (DONE with CP_FINISH_CANCELLED); nothing follows it.
  *  2. CANCEL, PAUSE and RESUME for an id that is unknown or already ended
  *     are ignored.  A CANCEL takes effect at the next step, mid-prefill too.
+ *     One that names a SUBMIT whose text is still being tokenized waits
+ *     for it (prep.h), and a client's SUBMITs are applied in the order
+ *     they came.
  *  3. A PAUSEd request is not scheduled (its KV state is kept) until RESUME
  *     or CANCEL (which ends it as usual, with its DONE): the io loop pauses
  *     a client whose completion ring is full, and cancels it if it stays
@@ -200,6 +203,12 @@ struct ep_cmd *ep_take_cmds(struct engine_port *p);
 
 /* engine: wait up to timeout_ms (-1: no limit) for commands; 1, 0, -errno. */
 int ep_wait_cmds(struct engine_port *p, int timeout_ms);
+
+/*
+ * Makes the engine's ep_wait_cmds() return, without a command: for the
+ * engine's own helper threads (prep.h) when they have work ready for it.
+ */
+void ep_wake_engine(struct engine_port *p);
 
 /* Adds one event; text (len bytes, copied) may be NULL when len is 0; 0 or -ENOMEM. */
 int ep_batch_add(struct ep_batch *b, const struct ep_event *ev,

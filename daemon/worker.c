@@ -4,9 +4,12 @@
  * ONE TURN OF THE LOOP (worker_run)
  *   1. Commands.  When the last turn ran nothing, wait for the port's
  *      command fd (with a timeout, like every wait here).  Take every
- *      queued command and apply it in order: SUBMIT (tokenize or check the
- *      ids, build the request, sched_add), CANCEL, PAUSE, RESUME (to the
- *      scheduler), SHUTDOWN (drop everything, return).
+ *      queued command and apply it in order: SUBMIT (check the ids, build
+ *      the request, sched_add), CANCEL, PAUSE, RESUME (to the scheduler),
+ *      SHUTDOWN (drop everything, return).  A SUBMIT of text goes to the
+ *      tokenizer thread first (prep.h), and its client's later commands
+ *      wait behind it; the loop goes on stepping meanwhile, and applies
+ *      them when its ids are ready.
  *   2. Plan: sched_step().
  *   3. Release: free the KV sequence of each plan.rel[] entry; a cancelled
  *      request gets DONE (CP_FINISH_CANCELLED) and its slot is freed, a
@@ -91,6 +94,7 @@
 
 #include "kvcache.h"
 #include "log.h"
+#include "prep.h"
 #include "sampler.h"
 #include "sched.h"
 #include "stats.h"
@@ -146,6 +150,7 @@ struct worker {
 	int n_free;
 
 	int32_t *enc;			/* (n_ctx) prompt scratch */
+	struct prep *prep;		/* text prompts' tokenizer thread */
 
 	int32_t *btok;			/* (max_batch) rows of the step */
 	struct batch_seq *bseq;		/* (max_seqs) entries of the step */
@@ -325,13 +330,17 @@ req_find(struct worker *w, uint64_t id)
 	return NULL;
 }
 
-/* The prompt of c into w->enc; *n gets its length.  0 or -errno with e. */
+/*
+ * The prompt of c into w->enc; *n gets its length.  A text prompt comes
+ * tokenized in ids (k = what tok_encode() returned, ids NULL when it
+ * failed) or, when ids is NULL and k is 0, is tokenized here.  0 or
+ * -errno with e.
+ */
 static int
-submit_prompt(struct worker *w, const struct ep_cmd *c, int *n,
-    struct cp_err *e)
+submit_prompt(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
+    int k, int *n, struct cp_err *e)
 {
 	size_t i;
-	int k;
 
 	*n = 0;
 	if (c->flags & EP_SUBMIT_TOKENS) {
@@ -355,8 +364,12 @@ submit_prompt(struct worker *w, const struct ep_cmd *c, int *n,
 	}
 	if (c->text == NULL && c->text_len > 0)
 		return cp_err_set(e, -EINVAL, "prompt text missing");
-	k = tok_encode(w->tok, c->text != NULL ? c->text : "", c->text_len,
-	    true, true, w->enc, w->n_ctx);
+	if (ids == NULL && k == 0)
+		k = tok_encode(w->tok, c->text != NULL ? c->text : "",
+		    c->text_len, true, true, w->enc, w->n_ctx);
+	else if (k > 0)
+		memcpy(w->enc, ids, (size_t)(k < w->n_ctx ? k : w->n_ctx) *
+		    sizeof(*ids));
 	if (k < 0)
 		return cp_err_set(e, k, "cannot tokenize the prompt: %s",
 		    strerror(-k));
@@ -419,15 +432,18 @@ submit_stops(struct wreq *r, const struct ep_cmd *c, struct cp_err *e)
 	return r->ss != NULL ? 0 : (e->code < 0 ? e->code : -EINVAL);
 }
 
-/* Builds request r in its (free) slot from c; 0 or -errno with e. */
+/*
+ * Builds request r in its (free) slot from c (ids, k: submit_prompt()'s);
+ * 0 or -errno with e.
+ */
 static int
 submit_build(struct worker *w, struct wreq *r, int slot,
-    const struct ep_cmd *c, struct cp_err *e)
+    const struct ep_cmd *c, const int32_t *ids, int k, struct cp_err *e)
 {
 	struct sched_request sr;
 	int n, max, room, rc;
 
-	if ((rc = submit_prompt(w, c, &n, e)) < 0)
+	if ((rc = submit_prompt(w, c, ids, k, &n, e)) < 0)
 		return rc;
 	r->n_prompt = n;
 	if (c->params.max_tokens == 0) {
@@ -471,7 +487,8 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 }
 
 static void
-cmd_submit(struct worker *w, const struct ep_cmd *c)
+cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
+    int k)
 {
 	struct cp_err e = { 0 };
 	struct wreq *r;
@@ -485,7 +502,7 @@ cmd_submit(struct worker *w, const struct ep_cmd *c)
 	}
 	slot = w->free_slot[w->n_free - 1];
 	r = &w->req[slot];
-	if ((rc = submit_build(w, r, slot, c, &e)) < 0) {
+	if ((rc = submit_build(w, r, slot, c, ids, k, &e)) < 0) {
 		emit_error(w, c->id, r->n_prompt, 0, rc,
 		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
 		req_clear(w, r);
@@ -497,15 +514,18 @@ cmd_submit(struct worker *w, const struct ep_cmd *c)
 	w->st.submitted++;
 }
 
-/* Applies one command other than SHUTDOWN. */
+/*
+ * Applies one command other than SHUTDOWN; a text SUBMIT's prompt comes
+ * as ids and k (submit_prompt()).
+ */
 static void
-command(struct worker *w, const struct ep_cmd *c)
+command(struct worker *w, const struct ep_cmd *c, const int32_t *ids, int k)
 {
 	struct wreq *r;
 
 	switch (c->kind) {
 	case EP_CMD_SUBMIT:
-		cmd_submit(w, c);
+		cmd_submit(w, c, ids, k);
 		break;
 	case EP_CMD_CANCEL:
 		if ((r = req_find(w, c->id)) != NULL)
@@ -528,11 +548,17 @@ command(struct worker *w, const struct ep_cmd *c)
 	w->dirty = true;
 }
 
-/* Takes and applies every queued command; 1 after a SHUTDOWN, else 0. */
+/*
+ * Takes every queued command: applies it, or hands it to the tokenizer
+ * thread's hold (prep.h); then applies what the hold gives back.  1 after
+ * a SHUTDOWN, else 0.
+ */
 static int
 commands(struct worker *w)
 {
 	struct ep_cmd *c, *next;
+	int32_t *ids;
+	int k;
 
 	for (c = ep_take_cmds(w->port); c != NULL; c = next) {
 		next = c->next;
@@ -540,7 +566,14 @@ commands(struct worker *w)
 			ep_cmd_free_list(c);
 			return 1;
 		}
-		command(w, c);
+		if (prep_hold(w->prep, c) == 1)
+			continue;
+		command(w, c, NULL, 0);
+		ep_cmd_free(c);
+	}
+	while ((c = prep_next(w->prep, &ids, &k)) != NULL) {
+		command(w, c, ids, ids == NULL && k >= 0 ? -ENOMEM : k);
+		free(ids);
 		ep_cmd_free(c);
 	}
 	return 0;
@@ -1045,6 +1078,7 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->req = calloc((size_t)w->max_requests, sizeof(*w->req));
 	w->free_slot = calloc((size_t)w->max_requests, sizeof(*w->free_slot));
 	w->enc = calloc((size_t)w->n_ctx, sizeof(*w->enc));
+	w->prep = prep_new(w->tok, w->n_ctx, port);
 	w->btok = calloc((size_t)w->max_batch, sizeof(*w->btok));
 	w->bseq = calloc((size_t)w->max_seqs, sizeof(*w->bseq));
 	w->bitem = calloc((size_t)w->max_seqs, sizeof(*w->bitem));
@@ -1057,7 +1091,8 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->id_next = malloc((size_t)w->max_requests * sizeof(*w->id_next));
 	w->id_mask--;
 	if (w->req == NULL || w->free_slot == NULL || w->enc == NULL ||
-	    w->btok == NULL || w->bseq == NULL || w->bitem == NULL ||
+	    w->prep == NULL || w->btok == NULL || w->bseq == NULL ||
+	    w->bitem == NULL ||
 	    w->dbuf == NULL || w->sbuf == NULL || w->smp_ws == NULL ||
 	    w->id_head == NULL || w->id_next == NULL || find_eog(w) < 0) {
 		cp_err_set(e, rc, "worker: out of memory");
@@ -1104,6 +1139,7 @@ worker_free(struct worker *w)
 	free(w->bitem);
 	free(w->bseq);
 	free(w->btok);
+	prep_free(w->prep);
 	free(w->enc);
 	free(w->free_slot);
 	free(w->req);

@@ -90,6 +90,7 @@ struct rec {
 	uint32_t n_prompt, n_gen;
 	uint64_t steps[MAX_IDS];	/* step of each token */
 	uint64_t end_step;	/* of the terminal event */
+	int end_order;		/* 1 + terminal events taken before it */
 	int after;		/* events after the terminal one */
 	int n_prog;		/* PROGRESS events */
 	uint32_t prog[MAX_PROG];	/* their n_prompt */
@@ -107,6 +108,7 @@ struct tw {
 	uint64_t last_step;	/* largest step number seen in an event */
 	struct rec *recs;
 	int n_recs;
+	int n_ended;		/* terminal events taken */
 };
 
 static void
@@ -233,6 +235,7 @@ tw_take(struct tw *t)
 		case EP_EV_DONE:
 		case EP_EV_ERROR:
 			r->done = true;
+			r->end_order = ++t->n_ended;
 			r->type = ev->type;
 			r->finish = ev->finish;
 			r->error = ev->error;
@@ -986,6 +989,58 @@ START_TEST(test_length_and_errors)
 }
 END_TEST
 
+/*
+ * A text prompt is tokenized off the engine thread (prep.h).  While a
+ * prompt of 6 MiB is tokenized (long enough to notice), a stream already
+ * running and a request of another client submitted after it run to their
+ * end; the same client's next request waits for it (per-client order),
+ * and a CANCEL of that request waits for it in turn, instead of finding no
+ * such request and being dropped.
+ */
+START_TEST(test_tokenize_off_thread)
+{
+	static char big[6 << 20];
+	const char piece[] = "Once upon a time, ";
+	struct rec recs[4];
+	struct ep_params p;
+	struct tw t;
+	size_t i;
+
+	for (i = 0; i + 1 < sizeof(big); i++)
+		big[i] = piece[i % (sizeof(piece) - 1)];
+	big[sizeof(big) - 1] = '\0';
+	tw_open(&t, recs, 4, 0, 0, 0, 0);
+	p = greedy(60);
+	tw_text(&t, 0, ref_prompt, &p);
+	tw_wait_steps(&t, 2);
+	p = greedy(4);
+	tw_submit(&t, 1, 101, 1, big, NULL, 0, &p, 0, NULL, 0);
+	p = greedy(10);
+	tw_submit(&t, 2, 102, 2, NULL, ref_prompt_ids, REF_N_PROMPT, &p, 0,
+	    NULL, 0);
+	p = greedy(50);
+	tw_submit(&t, 3, 103, 1, NULL, ref_prompt_ids, REF_N_PROMPT, &p, 0,
+	    NULL, 0);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 1, 103), 0);
+	tw_drain(&t, -1, 60000);
+
+	assert_error(&recs[1], -E2BIG, "context");
+	assert_done(&recs[0], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[0], ref_ids, 60);
+	assert_done(&recs[2], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[2], ref_ids, 10);
+	assert_done(&recs[3], CP_FINISH_CANCELLED);
+	ck_assert_int_lt(recs[3].n_ids, 50);
+	ck_assert_msg(recs[0].end_order < recs[1].end_order &&
+	    recs[2].end_order < recs[1].end_order, "the stream (%d) and the "
+	    "other client's request (%d) waited for the tokenization (%d)",
+	    recs[0].end_order, recs[2].end_order, recs[1].end_order);
+	ck_assert_int_gt(recs[3].end_order, recs[1].end_order);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
 START_TEST(test_shutdown_in_flight)
 {
 	/* Prompts of at most 23 tokens: over 100 steps each to the end. */
@@ -1170,6 +1225,7 @@ worker_suite(void)
 	tcase_add_test(tc, test_cancel_mid_prefill);
 	tcase_add_test(tc, test_progress_chunks);
 	tcase_add_test(tc, test_pause_resume);
+	tcase_add_test(tc, test_tokenize_off_thread);
 	tcase_add_test(tc, test_shutdown_in_flight);
 	tcase_add_test(tc, test_step_error);
 	suite_add_tcase(s, tc);

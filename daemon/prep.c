@@ -1,0 +1,207 @@
+/*
+ * prep.c - prompts tokenized off the engine thread (prep.h).
+ *
+ * Held commands wait in one FIFO in arrival order.  A text SUBMIT is also
+ * queued for the tokenizer thread, which fills in its ids and marks it
+ * ready under the lock.  prep_next() walks the FIFO from its head and
+ * returns the first command that is ready (anything but a text SUBMIT
+ * still being tokenized) and waits for no earlier held command: a SUBMIT
+ * for none of its client's SUBMITs, a CANCEL, PAUSE or RESUME for none
+ * naming its id.
+ */
+#include "prep.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "engine_port.h"
+#include "tokenizer.h"
+
+struct pjob {
+	struct pjob *next;	/* the FIFO of held commands */
+	struct pjob *tnext;	/* the tokenizer thread's queue */
+	struct ep_cmd *c;
+	bool text;		/* a text SUBMIT */
+	bool ready;		/* text: tokenized (under lock) */
+	int32_t *ids;		/* text: (max_ids), NULL on failure */
+	int n;			/* text: tok_encode()'s result */
+};
+
+struct prep {
+	const struct tokenizer *tok;
+	struct engine_port *port;
+	int max_ids;
+	struct pjob *head, **tailp;	/* held, engine thread only */
+	int n_held;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct pjob *todo, **todo_tailp;	/* lock */
+	bool stop;			/* lock */
+	bool started;
+	pthread_t th;
+};
+
+struct prep *
+prep_new(const struct tokenizer *tok, int max_ids, struct engine_port *port)
+{
+	struct prep *p;
+
+	if ((p = calloc(1, sizeof(*p))) == NULL)
+		return NULL;
+	p->tok = tok;
+	p->port = port;
+	p->max_ids = max_ids;
+	p->tailp = &p->head;
+	p->todo_tailp = &p->todo;
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->cond, NULL);
+	return p;
+}
+
+static void *
+prep_thread(void *arg)
+{
+	struct prep *p = arg;
+	struct pjob *j;
+	int32_t *ids;
+	int n;
+
+	pthread_mutex_lock(&p->lock);
+	for (;;) {
+		while (!p->stop && p->todo == NULL)
+			pthread_cond_wait(&p->cond, &p->lock);
+		if (p->stop)
+			break;
+		j = p->todo;
+		if ((p->todo = j->tnext) == NULL)
+			p->todo_tailp = &p->todo;
+		pthread_mutex_unlock(&p->lock);
+		/* j->c is read-only while queued; the engine frees it only
+		 * once j is ready */
+		ids = malloc((size_t)p->max_ids * sizeof(*ids));
+		n = ids == NULL ? -ENOMEM : tok_encode(p->tok, j->c->text !=
+		    NULL ? j->c->text : "", j->c->text_len, true, true, ids,
+		    p->max_ids);
+		pthread_mutex_lock(&p->lock);
+		j->ids = ids;
+		j->n = n;
+		j->ready = true;
+		pthread_mutex_unlock(&p->lock);
+		ep_wake_engine(p->port);
+		pthread_mutex_lock(&p->lock);
+	}
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+void
+prep_free(struct prep *p)
+{
+	struct pjob *j, *next;
+
+	if (p == NULL)
+		return;
+	pthread_mutex_lock(&p->lock);
+	p->stop = true;
+	pthread_cond_broadcast(&p->cond);
+	pthread_mutex_unlock(&p->lock);
+	if (p->started)
+		pthread_join(p->th, NULL);
+	for (j = p->head; j != NULL; j = next) {
+		next = j->next;
+		ep_cmd_free(j->c);
+		free(j->ids);
+		free(j);
+	}
+	pthread_cond_destroy(&p->cond);
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+/*
+ * True when c has to wait for a command held before stop (NULL: any held
+ * command): a SUBMIT for a SUBMIT of its client, another command for one
+ * with its id.
+ */
+static bool
+waits(const struct prep *p, const struct pjob *stop, const struct ep_cmd *c)
+{
+	for (const struct pjob *j = p->head; j != stop; j = j->next) {
+		if (c->kind == EP_CMD_SUBMIT ? j->c->kind == EP_CMD_SUBMIT &&
+		    j->c->client == c->client : j->c->id == c->id)
+			return true;
+	}
+	return false;
+}
+
+int
+prep_hold(struct prep *p, struct ep_cmd *c)
+{
+	bool text = c->kind == EP_CMD_SUBMIT &&
+	    !(c->flags & EP_SUBMIT_TOKENS);
+	struct pjob *j;
+
+	if ((!text || c->text_len <= PREP_INLINE_BYTES) && !waits(p, NULL, c))
+		return 0;
+	if ((j = calloc(1, sizeof(*j))) == NULL)
+		return -ENOMEM;
+	j->c = c;
+	j->text = text;
+	if (text && !p->started) {
+		if (pthread_create(&p->th, NULL, prep_thread, p) != 0) {
+			free(j);
+			return -ENOMEM;
+		}
+		p->started = true;
+	}
+	*p->tailp = j;
+	p->tailp = &j->next;
+	p->n_held++;
+	if (text) {
+		pthread_mutex_lock(&p->lock);
+		*p->todo_tailp = j;
+		p->todo_tailp = &j->tnext;
+		pthread_cond_signal(&p->cond);
+		pthread_mutex_unlock(&p->lock);
+	}
+	return 1;
+}
+
+struct ep_cmd *
+prep_next(struct prep *p, int32_t **ids, int *n)
+{
+	struct pjob *j, **prev;
+	struct ep_cmd *c;
+	bool ready;
+
+	*ids = NULL;
+	*n = 0;
+	for (prev = &p->head; (j = *prev) != NULL; prev = &j->next) {
+		if (j->text) {
+			pthread_mutex_lock(&p->lock);
+			ready = j->ready;
+			pthread_mutex_unlock(&p->lock);
+			if (!ready)
+				continue;
+		}
+		if (waits(p, j, j->c))
+			continue;
+		if ((*prev = j->next) == NULL)
+			p->tailp = prev;
+		p->n_held--;
+		c = j->c;
+		*ids = j->ids;
+		*n = j->n;
+		free(j);
+		return c;
+	}
+	return NULL;
+}
+
+int
+prep_held(const struct prep *p)
+{
+	return p->n_held;
+}

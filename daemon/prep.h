@@ -1,0 +1,72 @@
+/*
+ * prep.h - prompts tokenized off the engine thread.
+ *
+ * Tokenizing a prompt of a few MiB of text takes seconds; done between
+ * two steps on the engine thread it would stop every stream for that
+ * long.  The engine thread hands each text SUBMIT of more than
+ * PREP_INLINE_BYTES to this module's thread instead and goes on stepping;
+ * the SUBMIT comes back, with its ids, once they are ready.  A shorter
+ * one (a millisecond or so of work) it tokenizes itself, which spares the
+ * round trip through the other thread.
+ *
+ * Order: a CANCEL, PAUSE or RESUME never overtakes the SUBMIT it names,
+ * and a client's SUBMITs keep their arrival order for the scheduler;
+ * nothing else is held up (another client's commands, or a PAUSE for a
+ * request of the same client that already runs, which the io loop needs
+ * applied at once).  prep_hold() takes a command that has to wait (a text
+ * SUBMIT, or a command behind one as above); prep_next() gives back, in
+ * order, the held commands that can be applied now.
+ *
+ * Threads: prep_hold(), prep_next() and prep_free() belong to the engine
+ * thread; the tokenizer thread starts at the first text SUBMIT and, after
+ * each prompt, makes ep_wait_cmds() return (ep_wake_engine()).
+ */
+#ifndef CP_PREP_H
+#define CP_PREP_H
+
+#include <stdint.h>
+
+#define PREP_INLINE_BYTES 1024	/* text SUBMITs tokenized on the engine
+				   thread, when nothing holds them */
+
+struct engine_port;
+struct ep_cmd;
+struct tokenizer;
+struct prep;
+
+/*
+ * A preparer for tok (borrowed, read-only from its thread) writing at most
+ * max_ids ids a prompt; port is woken when a prompt is ready.  NULL when
+ * out of memory.
+ */
+struct prep *prep_new(const struct tokenizer *tok, int max_ids,
+    struct engine_port *port);
+
+/*
+ * Stops the thread (after the prompt it is tokenizing) and frees every
+ * command still held, without events; NULL accepted.
+ */
+void prep_free(struct prep *p);
+
+/*
+ * 1 when c was taken (freed later by the caller of prep_next()), 0 when the
+ * caller is to apply c now (tokenizing it, for a text SUBMIT of at most
+ * PREP_INLINE_BYTES): nothing held comes before it.  -ENOMEM (nothing
+ * taken) when it could not be held: the caller applies it now all the
+ * same.
+ */
+int prep_hold(struct prep *p, struct ep_cmd *c);
+
+/*
+ * The first held command that can be applied now, taken off the hold (the
+ * caller applies and frees it), or NULL.  For a text SUBMIT, *ids (the
+ * caller's to free; NULL on failure) and *n: the prompt's ids as
+ * tok_encode() gives them, with *n the count the whole text needs (more
+ * than max_ids: only max_ids were written) or a negative errno.
+ */
+struct ep_cmd *prep_next(struct prep *p, int32_t **ids, int *n);
+
+/* Commands held: waiting for their ids or behind their client's. */
+int prep_held(const struct prep *p);
+
+#endif
