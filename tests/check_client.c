@@ -31,6 +31,7 @@
 #include "ioloop.h"
 #include "lib/clock.h"
 #include "lib/cpd_harness.h"
+#include "lib/tmpdir.h"
 #include "ring.h"
 #include "session.h"
 #include "stats.h"
@@ -954,12 +955,11 @@ static void
 fake_start(struct fake *f, int mode)
 {
 	struct sockaddr_un sa;
-	const char *t = getenv("TMPDIR");
 
 	memset(f, 0, sizeof(*f));
 	f->mode = mode;
-	snprintf(f->path, sizeof(f->path), "%s/cpfake.%ld",
-	    t != NULL && *t != '\0' ? t : "/tmp", (long)getpid());
+	snprintf(f->path, sizeof(f->path), "%s/cpfake.%ld", tmp_dir(),
+	    (long)getpid());
 	unlink(f->path);
 	f->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	memset(&sa, 0, sizeof(sa));

@@ -8,6 +8,7 @@
  * columns from 1.
  */
 #include "config.h"
+#include "lib/tmpdir.h"
 
 #include <check.h>
 #include <errno.h>
@@ -90,13 +91,10 @@ static char *
 tmp_file(const char *text, size_t len)
 {
 	static char path[PATH_MAX + 96];
-	const char *dir = getenv("TMPDIR");
 	FILE *f;
 	int fd;
 
-	if (dir == NULL || dir[0] == '\0')
-		dir = repo_path("build/tmp");
-	snprintf(path, sizeof(path), "%s/check_config.XXXXXX", dir);
+	snprintf(path, sizeof(path), "%s/check_config.XXXXXX", tmp_dir());
 	fd = mkstemp(path);
 	ck_assert_msg(fd >= 0, "mkstemp %s: %s", path, strerror(errno));
 	f = fdopen(fd, "w");

@@ -20,6 +20,7 @@
 
 #include "cpclient.h"
 #include "lib/fixtures.h"
+#include "lib/tmpdir.h"
 
 extern char **environ;
 
@@ -42,12 +43,10 @@ static void
 paths(void)
 {
 	const char *build = getenv("BUILD");
-	const char *tmp = getenv("TMPDIR");
-
 	snprintf(cpd_bin, sizeof(cpd_bin), "%s/bin/cpd",
 	    build != NULL ? build : "build");
-	snprintf(sock, sizeof(sock), "%s/cpd-test-%d.sock",
-	    tmp != NULL ? tmp : "/tmp", (int)getpid());
+	snprintf(sock, sizeof(sock), "%s/cpd-test-%d.sock", tmp_dir(),
+	    (int)getpid());
 }
 
 /* Runs cpd with args (NULL-terminated, after argv[0]); returns its pid. */

@@ -33,6 +33,7 @@
 #include "lib/cpd_harness.h"
 #include "lib/cpq_run.h"
 #include "lib/json.h"
+#include "lib/tmpdir.h"
 
 Suite *cpq_suite(void);
 
@@ -457,10 +458,9 @@ START_TEST(test_no_daemon)
 	struct cq_buf out = { 0 }, err = { 0 };
 	char path[300], msg[400];
 	struct cq_proc p;
-	const char *t = getenv("TMPDIR");
 	int fd;
 
-	snprintf(path, sizeof(path), "%s/cpq-none-%ld", t ? t : "/tmp",
+	snprintf(path, sizeof(path), "%s/cpq-none-%ld", tmp_dir(),
 	    (long)getpid());
 	unlink(path);
 	a1[1] = path;

@@ -38,6 +38,7 @@
 #include "lib/cpd_harness.h"
 #include "lib/fixtures.h"
 #include "lib/prog.h"
+#include "lib/tmpdir.h"
 #include "ring.h"
 
 Suite *daemon_suite(void);
@@ -76,19 +77,6 @@ struct cpd {
 	char sock[300];
 	char log[300];		/* its stderr */
 };
-
-static const char *
-tmp_base(void)
-{
-	const char *t = getenv("TMPDIR");
-
-	if (t != NULL && *t != '\0' && access(t, W_OK) == 0)
-		return t;
-	if (access("build/tmp", W_OK) == 0)
-		return "build/tmp";
-	return "/tmp";
-}
-
 static int
 log_has(const struct cpd *d, const char *needle)
 {
@@ -119,7 +107,7 @@ cpd_start(struct cpd *d, const char *const *extra)
 	int n = 0, i;
 
 	memset(d, 0, sizeof(*d));
-	snprintf(d->dir, sizeof(d->dir), "%s/cpdd.XXXXXX", tmp_base());
+	snprintf(d->dir, sizeof(d->dir), "%s/cpdd.XXXXXX", tmp_dir());
 	ck_assert_ptr_nonnull(mkdtemp(d->dir));
 	snprintf(d->sock, sizeof(d->sock), "%s/s", d->dir);
 	snprintf(d->log, sizeof(d->log), "%s/cpd.log", d->dir);

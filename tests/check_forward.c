@@ -22,13 +22,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lib/fixtures.h"
-#include "lib/rig.h"
-#include "lib/json.h"
 #include "backend.h"
 #include "gguf.h"
 #include "gguf_write.h"
 #include "kvcache.h"
+#include "lib/fixtures.h"
+#include "lib/json.h"
+#include "lib/rig.h"
+#include "lib/tmpdir.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "ttype.h"
@@ -974,7 +975,7 @@ START_TEST(test_spec_equations)
 {
 	const struct spec *sp = &specs[_i];
 	struct be_params p = params(2, 16, 1);
-	const char *tmp = getenv("TMPDIR");
+	const char *tmp = tmp_dir();
 	struct cp_err e = { 0 };
 	struct spec_w W;
 	struct rig r;
@@ -985,7 +986,7 @@ START_TEST(test_spec_equations)
 	int pos, i, seq;
 
 	snprintf(path, sizeof(path), "%s/check_forward-%ld-spec%d.gguf",
-	    tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", (long)getpid(), _i);
+	    tmp, (long)getpid(), _i);
 	spec_write(sp, &W, path);
 	make_prompt(toks, 40, sp->n_vocab, 5u + (unsigned)_i);
 	ref = malloc(40 * (size_t)sp->n_vocab * sizeof(double));
@@ -1048,15 +1049,13 @@ cpmodel_path(void)
 static int
 run_generate(const char *const *args, char **out, char **err)
 {
-	const char *tmp = getenv("TMPDIR");
+	const char *tmp = tmp_dir();
 	char po[512], pe[512];
 	char *argv[32];
 	posix_spawn_file_actions_t fa;
 	pid_t pid;
 	int n = 0, st, k;
 
-	if (tmp == NULL || tmp[0] == '\0')
-		tmp = "/tmp";
 	snprintf(po, sizeof(po), "%s/check_forward-%ld.out", tmp,
 	    (long)getpid());
 	snprintf(pe, sizeof(pe), "%s/check_forward-%ld.err", tmp,
@@ -1137,7 +1136,7 @@ END_TEST
 START_TEST(test_cli_errors)
 {
 	char *model = fx_path("aidreams260K.gguf");
-	const char *tmp = getenv("TMPDIR");
+	const char *tmp = tmp_dir();
 	char *out, *err, path[512];
 	unsigned char *buf;
 	long size;
@@ -1194,7 +1193,7 @@ START_TEST(test_cli_errors)
 	fclose(fp);
 	memset(buf + size - 300000, 0xff, 100000);
 	snprintf(path, sizeof(path), "%s/check_forward-%ld-nan.gguf",
-	    tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", (long)getpid());
+	    tmp, (long)getpid());
 	fp = fopen(path, "wb");
 	ck_assert_ptr_nonnull(fp);
 	ck_assert_uint_eq(fwrite(buf, 1, (size_t)size, fp), (size_t)size);

@@ -15,6 +15,7 @@
 
 #include "gguf.h"
 #include "gguf_write.h"
+#include "lib/tmpdir.h"
 #include "ttype.h"
 
 /* ---- a byte builder for hand-made GGUF files ---------------------------- */
@@ -981,20 +982,6 @@ START_TEST(test_accessors)
 	ck_assert_uint_eq(gguf_vtype_size(GGUF_VT_COUNT), 0);
 }
 END_TEST
-
-/* ---- gguf_open() on paths ------------------------------------------------ */
-
-static const char *
-tmp_dir(void)
-{
-	const char *t = getenv("TMPDIR");
-
-	if (t != NULL && t[0] != '\0')
-		return t;
-	mkdir("build", 0755);
-	mkdir("build/tmp", 0755);
-	return "build/tmp";
-}
 
 static void
 tmp_path(char *buf, size_t size, const char *name)

@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "lib/cpd_harness.h"
+#include "lib/tmpdir.h"
 
 #ifndef CP_SRCDIR
 #define CP_SRCDIR "."		/* tests run from the tree's root */
@@ -295,33 +296,16 @@ run_make(const char *target, const char *dest, const char *log)
 }
 
 /*
- * A fresh directory under $TMPDIR (else the build's tmp) into buf; 0 or
- * -1.  Asserts nothing: the unchecked fixture calls it too.
+ * A fresh directory under tmp_dir() into buf; 0 or -1.  Asserts
+ * nothing: the unchecked fixture calls it too.
  */
 static int
 scratch_dir(char *buf, size_t size)
 {
-	const char *t = getenv("TMPDIR");
-	int n;
+	int n = snprintf(buf, size, "%s/check_install.XXXXXX", tmp_dir());
 
-	if (t != NULL && *t != '\0')
-		n = snprintf(buf, size, "%s/check_install.XXXXXX", t);
-	else if (CP_BUILD[0] == '/')
-		n = snprintf(buf, size, "%s/tmp/check_install.XXXXXX",
-		    CP_BUILD);
-	else
-		n = snprintf(buf, size, "%s/%s/tmp/check_install.XXXXXX",
-		    CP_SRCDIR, CP_BUILD);
 	if (n < 0 || (size_t)n >= size)
 		return -1;
-	/* The build's tmp may not exist yet when run by hand. */
-	if (t == NULL || *t == '\0') {
-		char *slash = strrchr(buf, '/');
-
-		*slash = '\0';
-		mkdir(buf, 0755);
-		*slash = '/';
-	}
 	return mkdtemp(buf) != NULL ? 0 : -1;
 }
 

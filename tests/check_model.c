@@ -12,9 +12,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "lib/fixtures.h"
 #include "gguf.h"
 #include "gguf_write.h"
+#include "lib/fixtures.h"
+#include "lib/tmpdir.h"
 #include "model.h"
 #include "ttype.h"
 
@@ -391,14 +392,14 @@ START_TEST(test_err_file)
 {
 	size_t size, off;
 	unsigned char *buf = slurp("aidreams260K.gguf", &size);
-	const char *tmp = getenv("TMPDIR");
+	const char *tmp = tmp_dir();
 	char path[512];
 	struct model *m = (struct model *)1;
 	struct cp_err e = { 0 };
 	FILE *fp;
 
 	snprintf(path, sizeof(path), "%s/check_model_%d.gguf",
-	    tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", (int)getpid());
+	    tmp, (int)getpid());
 	off = find_gguf_str(buf, size, "blk.3.attn_v.weight");
 	buf[off - 1] = 'w';
 	fp = fopen(path, "wb");
@@ -460,13 +461,13 @@ mini_load(const struct mini *mm, struct model **out, struct cp_err *e)
 {
 	static unsigned char zeros[MINI_FF * MINI_EMBD * 4];
 	struct gguf_writer *w = gguf_writer_new();
-	const char *tmp = getenv("TMPDIR");
+	const char *tmp = tmp_dir();
 	char path[512];
 	int rc;
 
 	ck_assert_ptr_nonnull(w);
 	snprintf(path, sizeof(path), "%s/check_model-%ld-mini.gguf",
-	    tmp != NULL && tmp[0] != '\0' ? tmp : "/tmp", (long)getpid());
+	    tmp, (long)getpid());
 	gguf_writer_set_str(w, "general.architecture",
 	    mm->arch != NULL ? mm->arch : "llama");
 	gguf_writer_set_u32(w, "llama.context_length", 32);

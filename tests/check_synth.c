@@ -17,9 +17,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "gguf.h"
 #include "lib/fixtures.h"
 #include "lib/prog.h"
-#include "gguf.h"
+#include "lib/tmpdir.h"
 #include "quant.h"
 #include "ttype.h"
 
@@ -31,19 +32,6 @@ static char cpmodel[1024];
 
 /* cpmodel with the arguments, output to a file (prog.h). */
 #define run(...) prog_run(cpmodel, __VA_ARGS__)
-
-static const char *
-tmp_dir(void)
-{
-	const char *t = getenv("TMPDIR");
-
-	if (t != NULL && t[0] != '\0')
-		return t;
-	mkdir("build", 0755);
-	mkdir("build/tmp", 0755);
-	return "build/tmp";
-}
-
 static void
 tmp_path(char *buf, size_t size, const char *name)
 {

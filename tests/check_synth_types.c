@@ -25,12 +25,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lib/prog.h"
-#include "lib/rig.h"
 #include "backend.h"
 #include "gguf.h"
 #include "gguf_write.h"
 #include "kvcache.h"
+#include "lib/prog.h"
+#include "lib/rig.h"
+#include "lib/tmpdir.h"
 #include "model.h"
 #include "quant.h"
 #include "ttype.h"
@@ -361,19 +362,6 @@ tensor_name(const struct gguf_tensor *t, char *buf)
 }
 
 /* ---- cpmodel synth models through the engine -------------------------- */
-
-static const char *
-tmp_dir(void)
-{
-	const char *t = getenv("TMPDIR");
-
-	if (t != NULL && t[0] != '\0')
-		return t;
-	mkdir("build", 0755);
-	mkdir("build/tmp", 0755);
-	return "build/tmp";
-}
-
 static void
 tmp_path(char *buf, size_t size, const char *name)
 {

@@ -23,6 +23,7 @@
 #include "lib/clock.h"
 #include "lib/fixtures.h"
 #include "lib/json.h"
+#include "lib/tmpdir.h"
 #include "tok_internal.h"
 #include "tokenizer.h"
 #include "unicode.h"
@@ -814,19 +815,6 @@ enum flaw {
 	FLAW_BPE_OK,
 	FLAW_COUNT
 };
-
-static const char *
-tmp_dir(void)
-{
-	const char *t = getenv("TMPDIR");
-
-	if (t != NULL && t[0] != '\0')
-		return t;
-	mkdir("build", 0755);
-	mkdir("build/tmp", 0755);
-	return "build/tmp";
-}
-
 /* Write the vocabulary with flaw; returns the load result, e filled. */
 static int
 load_flawed(enum flaw flaw, struct tokenizer **t, struct cp_err *e)

@@ -33,6 +33,10 @@ $(BUILD)/tests/check_install.o: override XCFLAGS += \
 	-DCP_SRCDIR='"$(abspath .)"' -DCP_BUILD='"$(BUILD)"' \
 	-DCP_CC='"$(CC)"' -DCP_SANFLAGS='"$(SANFLAGS)"'
 
+# tests/lib/tmpdir.c: the build's tmp directory, wherever the test runs.
+$(BUILD)/tests/lib/tmpdir.o: override XCFLAGS += \
+	-DCP_SRCDIR='"$(abspath .)"' -DCP_BUILD='"$(BUILD)"'
+
 # check_cuda_kernels writes out the CPU forward pass's float formulas and
 # compares the CUDA kernels with them bit for bit: no fused multiply-adds,
 # whatever the compiler's default.

@@ -26,6 +26,7 @@
 #include "ioloop.h"
 #include "log.h"
 #include "ring.h"
+#include "tmpdir.h"
 
 #define HD_MAX 8
 
@@ -77,19 +78,6 @@ hd_on_term(int sig)
 	else
 		srv_stop(hd_server);
 }
-
-static const char *
-tmp_base(void)
-{
-	const char *t = getenv("TMPDIR");
-
-	if (t != NULL && *t != '\0' && access(t, W_OK) == 0)
-		return t;
-	if (access("build/tmp", W_OK) == 0)
-		return "build/tmp";
-	return "/tmp";
-}
-
 /* The child: runs the server until SIGTERM; never returns. */
 static void
 hd_child(struct hd *d, const struct srv_config *cfg,
@@ -164,7 +152,7 @@ hd_start(struct hd *d, const struct srv_config *cfg,
 		mock_opts_default(&def);
 		mo = &def;
 	}
-	n = snprintf(d->dir, sizeof(d->dir), "%s/cpdtest.XXXXXX", tmp_base());
+	n = snprintf(d->dir, sizeof(d->dir), "%s/cpdtest.XXXXXX", tmp_dir());
 	if (n < 0 || (size_t)n >= sizeof(d->dir) || mkdtemp(d->dir) == NULL)
 		return -EIO;
 	if (strlen(d->dir) + 3 > sizeof(d->path))
