@@ -63,7 +63,6 @@ struct fwd {
 	int score_cap;		/* attn_args.score_cap of a full tile */
 	struct fwd_att_task *tasks;
 	int max_tasks;
-	bool add_tmp;		/* x lacks tmp, the last product's output */
 	/* The step being run (valid during fwd_step()). */
 	const struct step_batch *b;
 	int *entry_row0;	/* [max_seqs] first row of each entry */
@@ -591,7 +590,7 @@ fwd_rows(struct fwd *f, fwd_row_fn *fn, int n)
 	tp_run(f->p.tp, fwd_rows_task, &j, (n + j.chunk - 1) / j.chunk);
 }
 
-/* x[r] += tmp[r] (the previous product's output), when f->add_tmp. */
+/* x[r] += tmp[r], the previous product's output. */
 static void
 fwd_row_residual(struct fwd *f, int r)
 {
@@ -599,19 +598,22 @@ fwd_row_residual(struct fwd *f, int r)
 	float *x = f->x + (size_t)r * ne;
 	const float *t = f->tmp + (size_t)r * ne;
 
-	if (f->add_tmp)
-		for (size_t i = 0; i < ne; i++)
-			x[i] += t[i];
+	for (size_t i = 0; i < ne; i++)
+		x[i] += t[i];
 }
 
-/* The residual, then xn[r] = the attention norm of x[r]. */
+/*
+ * The residual (the previous layer's last product; none before layer 0),
+ * then xn[r] = the attention norm of x[r].
+ */
 static void
 fwd_row_attn_norm(struct fwd *f, int r)
 {
 	const struct model_hparams *hp = &f->m->hp;
 	size_t ne = (size_t)hp->n_embd;
 
-	fwd_row_residual(f, r);
+	if (f->layer > 0)
+		fwd_row_residual(f, r);
 	fwd_rmsnorm(f->xn + (size_t)r * ne, f->x + (size_t)r * ne,
 	    f->m->layers[f->layer].attn_norm, hp->n_embd, hp->rms_eps);
 }
@@ -664,9 +666,9 @@ fwd_row_rope_store(struct fwd *f, int r)
 }
 
 /*
- * Layer il.  On entry x holds the residual stream less tmp when
- * f->add_tmp (the previous layer's last product, added while normalizing);
- * on return the same holds for this layer's.
+ * Layer il.  On entry x holds the residual stream less tmp, the previous
+ * layer's last product (added while normalizing), from layer 1 on; on
+ * return the same holds for this layer's.
  */
 static void
 fwd_layer(struct fwd *f, int il)
@@ -688,7 +690,6 @@ fwd_layer(struct fwd *f, int il)
 	j.n_mat = 0;
 	fwd_mm_add(&j, &l->wo, f->att, T, f->tmp);
 	fwd_mm_run(f, &j);
-	f->add_tmp = true;
 	fwd_rows(f, fwd_row_ffn_norm, T);
 	j.n_mat = 0;
 	j.swiglu = true;
@@ -739,7 +740,6 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 		model_rope_row(f->rope + (size_t)r * (size_t)hp->n_rot,
 		    f->row_pos[r], hp);
 	}
-	f->add_tmp = false;
 	for (il = 0; il < hp->n_layer; il++)
 		fwd_layer(f, il);
 	/* only the rows that give logits need the last residual */
