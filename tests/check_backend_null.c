@@ -287,18 +287,5 @@ backend_null_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
-	char *p = fx_path("aidreams260K.gguf");
-	int failed;
-
-	if (p == NULL) {
-		printf("fixtures not found in %s\n", fx_dir());
-		return 77;
-	}
-	free(p);
-	sr = srunner_create(backend_null_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return failed == 0 ? 0 : 1;
+	return fx_main(backend_null_suite, "aidreams260K.gguf");
 }

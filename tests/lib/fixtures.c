@@ -1,5 +1,6 @@
 #include "fixtures.h"
 
+#include <check.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,4 +68,24 @@ fx_path(const char *rel)
 		return NULL;
 	}
 	return p;
+}
+
+int
+fx_main(Suite *(*make)(void), const char *rel)
+{
+	char *p = fx_path(rel);
+	SRunner *sr;
+	int failed;
+
+	if (p == NULL) {
+		printf("fixtures not found in %s (%s): skipped\n", fx_dir(),
+		    rel);
+		return 77;
+	}
+	free(p);
+	sr = srunner_create(make());
+	srunner_run_all(sr, CK_NORMAL);
+	failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed == 0 ? 0 : 1;
 }

@@ -14,4 +14,13 @@ const char *fx_dir(void);
 /* Malloc'd path of fx_dir()/rel (caller frees), or NULL when that file is absent. */
 char *fx_path(const char *rel);
 
+struct Suite;
+
+/*
+ * A test program's main(): when the fixture rel exists, runs the suite
+ * make() builds and returns 0 (every test passed) or 1; else says so on
+ * stdout and returns 77 (skipped).
+ */
+int fx_main(struct Suite *(*make)(void), const char *rel);
+
 #endif
