@@ -22,7 +22,7 @@
 #define FWD_ROWS_PAR 16		/* rows from which row-wise work is split */
 #define FWD_ALIGN 64
 
-/* One attention task: rows [r0, r1) of batch entry `entry`, KV head g. */
+/* One attention task: rows [r0, r1) of batch entry `entry`, KV heads g0.. */
 struct fwd_att_task {
 	int entry;
 	int g0, g1;		/* KV heads [g0, g1) */
