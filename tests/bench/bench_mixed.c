@@ -16,6 +16,12 @@
  * with c rows a step) and the cost of one prompt row, (mixed - decode) / c.
  * This is the step the daemon runs at max_batch_tokens d + c while a long
  * prompt prefills beside d streams.
+ *
+ * A third kind of step puts the c prompt rows at positions 0..c-1 instead,
+ * for the cost of a prompt row without context, p0.  With pP the cost at
+ * P, a row costs about p0 (1 + P / A) where A = P p0 / (pP - p0): the
+ * value for cpd.yaml's attention_cost_tokens, reported too (0 when pP is
+ * not above p0).
  */
 #include "cpbench.h"
 
@@ -183,14 +189,19 @@ bm_run(const struct bm_opts *o, struct backend *be, const int32_t *toks,
     struct cp_err *e)
 {
 	struct kv_cache *kv = be_kv(be);
-	struct batch_seq *bs;
-	double *td, *tm, dec, mix;
+	struct batch_seq *bs, *bz;
+	double *td, *tm, *tz, dec, mix, zero, p0, pp, cost;
 	int d = o->d, rc = 0;
 
+	/* bs: the d decode entries and the prompt at P; bz: the same
+	 * decode entries and a prompt at 0 */
 	bs = calloc((size_t)d + 1, sizeof(*bs));
+	bz = calloc((size_t)d + 1, sizeof(*bz));
 	td = calloc((size_t)o->reps, sizeof(*td));
 	tm = calloc((size_t)o->reps, sizeof(*tm));
-	if (bs == NULL || td == NULL || tm == NULL) {
+	tz = calloc((size_t)o->reps, sizeof(*tz));
+	if (bs == NULL || bz == NULL || td == NULL || tm == NULL ||
+	    tz == NULL) {
 		rc = cp_err_set(e, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -205,48 +216,65 @@ bm_run(const struct bm_opts *o, struct backend *be, const int32_t *toks,
 		bs[i].n_tokens = i < d ? 1 : o->c;
 		bs[i].logits = i < d;
 		rc = bm_fill(be, bs[i].seq, toks, len, e);
+		bz[i] = bs[i];
 	}
+	if (rc == 0 && (bz[d].seq = kv_seq_new(kv)) < 0)
+		rc = cp_err_set(e, bz[d].seq, "no free sequence");
+	bz[d].pos = 0;
 	for (int r = -1; r < o->reps && rc == 0; r++) {
-		double s1, s2;
+		double s1, s2, s3;
 
 		if (d > 0 && (rc = bm_step(be, toks, bs, d, d, &s1, e)) < 0)
 			break;
 		if ((rc = bm_step(be, toks, bs, d + 1, d + o->c, &s2, e)) < 0)
 			break;
+		if ((rc = bm_step(be, toks, bz, d + 1, d + o->c, &s3, e)) < 0)
+			break;
 		if (r >= 0) {
 			td[r] = d > 0 ? s1 : 0;
 			tm[r] = s2;
+			tz[r] = s3;
 		}
 	}
 	if (rc < 0)
 		goto out;
 	dec = bm_median(td, o->reps) * 1e3;
 	mix = bm_median(tm, o->reps) * 1e3;
+	zero = bm_median(tz, o->reps) * 1e3;
+	p0 = (zero - dec) / o->c;
+	pp = (mix - dec) / o->c;
+	cost = pp > p0 && p0 > 0 ? o->ppos * p0 / (pp - p0) : 0;
 	if (o->json) {
 		printf("{\"model\": \"%s\", \"backend\": \"%s\", \"threads\": "
 		    "%d, \"block_tokens\": %d, \"decode_rows\": %d, "
 		    "\"decode_pos\": %d, \"prompt_rows\": %d, "
 		    "\"prompt_pos\": %d, \"reps\": %d, \"decode_ms\": %.3f, "
 		    "\"mixed_ms\": %.3f, \"ratio\": %.3f, "
-		    "\"prompt_row_ms\": %.4f}\n", o->path, be_name(be),
+		    "\"prompt_row_ms\": %.4f, \"prompt_row_ms_at_0\": %.4f, "
+		    "\"attention_cost_tokens\": %.0f}\n", o->path, be_name(be),
 		    o->threads, kv_params(kv)->block_tokens, d, o->dpos, o->c,
-		    o->ppos, o->reps, dec, mix, dec > 0 ? mix / dec : 0,
-		    (mix - dec) / o->c);
+		    o->ppos, o->reps, dec, mix, dec > 0 ? mix / dec : 0, pp,
+		    p0, cost);
 	} else {
 		printf("| backend | threads | block | decode rows @ pos | "
 		    "prompt rows @ pos | decode ms | mixed ms | ratio | "
-		    "ms per prompt row |\n");
+		    "ms per prompt row | at position 0 | "
+		    "attention_cost_tokens |\n");
 		printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-		    "| ---: |\n");
+		    "| ---: | ---: | ---: |\n");
 		printf("| %s | %d | %d | %d @ %d | %d @ %d | %.2f | %.2f | "
-		    "%.2f | %.3f |\n", be_name(be), o->threads,
+		    "%.2f | %.3f | %.3f | %.0f |\n", be_name(be), o->threads,
 		    kv_params(kv)->block_tokens, d, o->dpos, o->c, o->ppos,
-		    dec, mix, dec > 0 ? mix / dec : 0, (mix - dec) / o->c);
+		    dec, mix, dec > 0 ? mix / dec : 0, pp, p0, cost);
 	}
 out:
 	for (int i = 0; bs != NULL && i <= d; i++)
 		if (bs[i].n_tokens > 0 && bs[i].seq >= 0)
 			(void)kv_seq_free(kv, bs[i].seq);
+	if (bz != NULL && bz[d].n_tokens > 0 && bz[d].seq >= 0)
+		(void)kv_seq_free(kv, bz[d].seq);
+	free(tz);
+	free(bz);
 	free(tm);
 	free(td);
 	free(bs);
@@ -278,10 +306,10 @@ bench_mixed(int argc, char **argv)
 	bp.n_threads = o.threads;
 	bp.max_batch_tokens = o.d + o.c > BM_FILL_CHUNK ? o.d + o.c :
 	    BM_FILL_CHUNK;
-	bp.max_seqs = o.d + 1;
+	bp.max_seqs = o.d + 2;
 	bp.n_ctx = n_ctx;
 	bp.block_tokens = o.block;
-	bp.kv_tokens = (o.d + 1) * (n_ctx + KV_MAX_BLOCK_TOKENS);
+	bp.kv_tokens = (o.d + 2) * (n_ctx + KV_MAX_BLOCK_TOKENS);
 	if ((rc = be_open(o.backend, m, &bp, &be, &e)) < 0)
 		goto err;
 	if ((toks = malloc((size_t)n_ctx * sizeof(*toks))) == NULL) {
