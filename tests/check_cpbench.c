@@ -1,0 +1,154 @@
+/*
+ * check_cpbench.c - cpbench engine and cpbench mixed on the aidreams260K
+ * fixture: they run, report what they were asked to measure in their JSON
+ * (the shapes echoed, every time positive), and refuse bad arguments with
+ * the documented exit codes (cpbench(1): 2 for usage, 1 for a failure).
+ * The times themselves are for BENCHMARKS.md, never asserted here.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/fixtures.h"
+#include "lib/json.h"
+#include "lib/prog.h"
+
+static Suite *cpbench_suite(void);
+
+static char out[1 << 16];
+
+/* $BUILD/bin/cpbench, else build/bin/cpbench. */
+static const char *
+cpbench_path(void)
+{
+	static char path[1024];
+	const char *build = getenv("BUILD");
+
+	snprintf(path, sizeof(path), "%s/bin/cpbench",
+	    build != NULL && build[0] != '\0' ? build : "build");
+	return path;
+}
+
+/* The number under key in object j, asserted present and finite. */
+static double
+num(const struct json *j, const char *key)
+{
+	const struct json *v = json_get(j, key);
+
+	ck_assert_msg(v != NULL && v->type == JSON_NUMBER, "no number %s",
+	    key);
+	ck_assert(isfinite(v->num));
+	return v->num;
+}
+
+static struct json *
+parse_out(void)
+{
+	char err[256];
+	struct json *j = json_parse(out, strlen(out), err, sizeof(err));
+
+	ck_assert_msg(j != NULL, "cpbench output: %s\n%s", err, out);
+	return j;
+}
+
+START_TEST(test_mixed)
+{
+	char *model = fx_path("aidreams260K.gguf");
+	const char *argv[] = { cpbench_path(), "mixed", "-m", model, "-t",
+	    "1", "-d", "2", "-D", "20", "-c", "4", "-P", "40", "-r", "3",
+	    "-o", "json", NULL };
+	struct json *j;
+
+	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 0);
+	j = parse_out();
+	ck_assert_int_eq((int)num(j, "decode_rows"), 2);
+	ck_assert_int_eq((int)num(j, "decode_pos"), 20);
+	ck_assert_int_eq((int)num(j, "prompt_rows"), 4);
+	ck_assert_int_eq((int)num(j, "prompt_pos"), 40);
+	ck_assert_int_eq((int)num(j, "reps"), 3);
+	ck_assert_int_eq((int)num(j, "block_tokens"), 16);
+	ck_assert(num(j, "decode_ms") > 0);
+	ck_assert(num(j, "mixed_ms") > 0);
+	ck_assert(num(j, "ratio") > 0);
+	ck_assert(num(j, "attention_cost_tokens") >= 0);
+	(void)num(j, "prompt_row_ms");
+	(void)num(j, "prompt_row_ms_at_0");
+	json_free(j);
+	free(model);
+}
+END_TEST
+
+START_TEST(test_engine)
+{
+	char *model = fx_path("aidreams260K.gguf");
+	const char *argv[] = { cpbench_path(), "engine", "-m", model, "-p",
+	    "16", "-n", "8", "-r", "1", "-t", "1", "-o", "json", NULL };
+	const struct json *t;
+	struct json *j;
+
+	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 0);
+	j = parse_out();
+	ck_assert_int_eq(j->type, JSON_ARRAY);
+	ck_assert_uint_eq(j->n, 2);
+	t = json_get(json_at(j, 0), "test");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_str_eq(t->str, "pp16");
+	t = json_get(json_at(j, 1), "test");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_str_eq(t->str, "tg8");
+	ck_assert(num(json_at(j, 0), "avg_ts") > 0);
+	ck_assert(num(json_at(j, 1), "avg_ts") > 0);
+	json_free(j);
+	free(model);
+}
+END_TEST
+
+/* Usage errors exit 2; positions past the model's context exit 1. */
+START_TEST(test_bad_args)
+{
+	char *model = fx_path("aidreams260K.gguf");
+	const char *a1[] = { cpbench_path(), "mixed", "-m", model, "-c", "0",
+	    NULL };
+	const char *a2[] = { cpbench_path(), "mixed", "-m", model, "-o", "xml",
+	    NULL };
+	const char *a3[] = { cpbench_path(), "mixed", NULL };
+	const char *a4[] = { cpbench_path(), "mixed", "-m", model, "-P", "200",
+	    "-r", "1", NULL };
+	const char *a5[] = { cpbench_path(), "nope", NULL };
+
+	ck_assert_int_eq(prog_capture(a1, out, sizeof(out)), 2);
+	ck_assert_int_eq(prog_capture(a2, out, sizeof(out)), 2);
+	ck_assert_int_eq(prog_capture(a3, out, sizeof(out)), 2);
+	ck_assert_int_eq(prog_capture(a4, out, sizeof(out)), 1);
+	ck_assert_int_eq(prog_capture(a5, out, sizeof(out)), 2);
+	free(model);
+}
+END_TEST
+
+static Suite *
+cpbench_suite(void)
+{
+	Suite *s = suite_create("cpbench");
+	TCase *tc = tcase_create("runs");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_test(tc, test_mixed);
+	tcase_add_test(tc, test_engine);
+	tcase_add_test(tc, test_bad_args);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	if (access(cpbench_path(), X_OK) != 0) {
+		printf("check_cpbench: %s not built: skipped\n",
+		    cpbench_path());
+		return 77;
+	}
+	return fx_main(cpbench_suite, "aidreams260K.gguf");
+}
