@@ -1,5 +1,5 @@
 /*
- * check_cpbench.c - cpbench engine and cpbench mixed on the aidreams260K
+ * check_cpbench.c - cpbench engine, mixed and split on the aidreams260K
  * fixture: they run, report what they were asked to measure in their JSON
  * (the shapes echoed, every time positive), and refuse bad arguments with
  * the documented exit codes (cpbench(1): 2 for usage, 1 for a failure).
@@ -106,6 +106,28 @@ START_TEST(test_engine)
 }
 END_TEST
 
+START_TEST(test_split)
+{
+	char *model = fx_path("aidreams260K.gguf");
+	const char *argv[] = { cpbench_path(), "split", "-m", model, "-d",
+	    "2", "-D", "20", "-P", "100", "-c", "32", "-o", "json", NULL };
+	struct json *j;
+
+	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 0);
+	j = parse_out();
+	ck_assert_int_eq((int)num(j, "decode_rows"), 2);
+	ck_assert_int_eq((int)num(j, "prompt_tokens"), 100);
+	ck_assert_int_eq((int)num(j, "chunk"), 32);
+	ck_assert(num(j, "decode_alone_p50_ms") > 0);
+	ck_assert(num(j, "decode_steps") >= 1);
+	ck_assert(num(j, "decode_p99_ms") >= num(j, "decode_p50_ms"));
+	ck_assert(num(j, "decode_max_ms") >= num(j, "decode_p99_ms"));
+	ck_assert(num(j, "prefill_s") > 0);
+	json_free(j);
+	free(model);
+}
+END_TEST
+
 /* Usage errors exit 2; positions past the model's context exit 1. */
 START_TEST(test_bad_args)
 {
@@ -137,6 +159,7 @@ cpbench_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_mixed);
 	tcase_add_test(tc, test_engine);
+	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_bad_args);
 	suite_add_tcase(s, tc);
 	return s;

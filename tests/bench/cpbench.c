@@ -40,6 +40,7 @@ usage(void)
 	    "[-b BACKEND] [-o md|json]\n"
 	    "       cpbench mixed -m FILE [-d N] [-D POS] [-c N] [-P POS] "
 	    "[-r N] [-t N] [-B BLOCK]\n"
+	    "       cpbench split -m FILE [-d N] [-D POS] [-P N] [-c N]\n"
 	    "       cpbench kernels [-w TYPES] [-k K] [-n N] [-m ROWS] "
 	    "[-r REPS] [-t THREADS] [-f FILE]\n"
 	    "       cpbench serve [--socket S] [-c N] [--prompt-len P] "
@@ -57,6 +58,8 @@ main(int argc, char **argv)
 		return bench_engine(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "mixed") == 0)
 		return bench_mixed(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "split") == 0)
+		return bench_split(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "kernels") == 0)
 		return bench_kernels(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "serve") == 0)

@@ -13,6 +13,9 @@ int bench_engine(int argc, char **argv);
 /* `cpbench mixed ...`: a prompt chunk's cost to the decode rows beside it. */
 int bench_mixed(int argc, char **argv);
 
+/* `cpbench split ...`: decoding streams and a prefill on a core each. */
+int bench_split(int argc, char **argv);
+
 /* `cpbench kernels ...`: matrix-product kernels and read bandwidth. */
 int bench_kernels(int argc, char **argv);
 
