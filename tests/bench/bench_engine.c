@@ -218,7 +218,6 @@ bench_engine(int argc, char **argv)
 	struct eb_result res[2];
 	int32_t *toks = NULL;
 	int nres = 0, n_max, rc;
-	uint64_t rng = 0x9e3779b97f4a7c15ull;
 
 	if (eb_parse(argc, argv, &o) < 0)
 		return 2;
@@ -243,10 +242,7 @@ bench_engine(int argc, char **argv)
 		rc = cp_err_set(&e, -ENOMEM, "out of memory");
 		goto err;
 	}
-	for (int i = 0; i < n_max; i++) {
-		rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-		toks[i] = (int32_t)(rng % (uint64_t)m->hp.n_vocab);
-	}
+	bench_tokens(toks, n_max, m->hp.n_vocab);
 	if (o.n_prompt > 0) {
 		res[nres] = (struct eb_result){ "pp", o.n_prompt, 0, 0 };
 		if ((rc = eb_test(be, toks, o.n_prompt, o.n_prompt, o.reps,

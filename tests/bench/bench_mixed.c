@@ -110,9 +110,8 @@ bm_parse(int argc, char **argv, struct bm_opts *o)
 	return 0;
 }
 
-/* Random token ids from a fixed seed. */
-static void
-bm_tokens(int32_t *t, int n, int n_vocab)
+void
+bench_tokens(int32_t *t, int n, int n_vocab)
 {
 	uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -122,17 +121,16 @@ bm_tokens(int32_t *t, int n, int n_vocab)
 	}
 }
 
-/* Prefills seq to position len in steps of BM_FILL_CHUNK rows. */
-static int
-bm_fill(struct backend *be, int seq, const int32_t *toks, int len,
-    struct cp_err *e)
+int
+bench_fill(struct backend *be, int seq, const int32_t *toks, int len,
+    int chunk, struct cp_err *e)
 {
 	const float *logits;
 	int rc;
 
-	for (int pos = 0; pos < len; pos += BM_FILL_CHUNK) {
-		int n = len - pos < BM_FILL_CHUNK ? len - pos : BM_FILL_CHUNK;
-		struct batch_seq bs = { seq, pos, n, false };
+	for (int pos = 0; pos < len; pos += chunk) {
+		int n = len - pos < chunk ? len - pos : chunk;
+		struct batch_seq bs = { seq, pos, n, pos + n == len };
 		struct step_batch b = { toks + pos, n, &bs, 1 };
 
 		if ((rc = kv_seq_append(be_kv(be), seq, n)) < 0)
@@ -144,12 +142,8 @@ bm_fill(struct backend *be, int seq, const int32_t *toks, int len,
 	return 0;
 }
 
-/*
- * One step over entries bs[0..n) (the positions are their sequences'
- * lengths), then the sequences truncated back; seconds taken.
- */
-static int
-bm_step(struct backend *be, const int32_t *toks, struct batch_seq *bs,
+int
+bench_step_back(struct backend *be, const int32_t *toks, struct batch_seq *bs,
     int n, int rows, double *secs, struct cp_err *e)
 {
 	struct kv_cache *kv = be_kv(be);
@@ -215,7 +209,7 @@ bm_run(const struct bm_opts *o, struct backend *be, const int32_t *toks,
 		bs[i].pos = len;
 		bs[i].n_tokens = i < d ? 1 : o->c;
 		bs[i].logits = i < d;
-		rc = bm_fill(be, bs[i].seq, toks, len, e);
+		rc = bench_fill(be, bs[i].seq, toks, len, BM_FILL_CHUNK, e);
 		bz[i] = bs[i];
 	}
 	if (rc == 0 && (bz[d].seq = kv_seq_new(kv)) < 0)
@@ -224,11 +218,11 @@ bm_run(const struct bm_opts *o, struct backend *be, const int32_t *toks,
 	for (int r = -1; r < o->reps && rc == 0; r++) {
 		double s1, s2, s3;
 
-		if (d > 0 && (rc = bm_step(be, toks, bs, d, d, &s1, e)) < 0)
+		if (d > 0 && (rc = bench_step_back(be, toks, bs, d, d, &s1, e)) < 0)
 			break;
-		if ((rc = bm_step(be, toks, bs, d + 1, d + o->c, &s2, e)) < 0)
+		if ((rc = bench_step_back(be, toks, bs, d + 1, d + o->c, &s2, e)) < 0)
 			break;
-		if ((rc = bm_step(be, toks, bz, d + 1, d + o->c, &s3, e)) < 0)
+		if ((rc = bench_step_back(be, toks, bz, d + 1, d + o->c, &s3, e)) < 0)
 			break;
 		if (r >= 0) {
 			td[r] = d > 0 ? s1 : 0;
@@ -316,7 +310,7 @@ bench_mixed(int argc, char **argv)
 		rc = cp_err_set(&e, -ENOMEM, "out of memory");
 		goto err;
 	}
-	bm_tokens(toks, n_ctx, m->hp.n_vocab);
+	bench_tokens(toks, n_ctx, m->hp.n_vocab);
 	if ((rc = bm_run(&o, be, toks, &e)) < 0)
 		goto err;
 	free(toks);

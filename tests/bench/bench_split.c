@@ -103,27 +103,6 @@ bsp_parse(int argc, char **argv, struct bsp_opts *o)
 	return 0;
 }
 
-/* Runs toks[0..n) into a new sequence of be in steps of chunk rows. */
-static int
-bsp_fill(struct backend *be, int seq, const int32_t *toks, int n, int chunk,
-    struct cp_err *e)
-{
-	const float *logits;
-	int rc;
-
-	for (int pos = 0; pos < n; pos += chunk) {
-		int k = n - pos < chunk ? n - pos : chunk;
-		struct batch_seq bs = { seq, pos, k, pos + k == n };
-		struct step_batch b = { toks + pos, k, &bs, 1 };
-
-		if ((rc = kv_seq_append(be_kv(be), seq, k)) < 0)
-			return cp_err_set(e, rc, "KV cache full");
-		if ((rc = be_step(be, &b, &logits, NULL, e)) < 0)
-			return rc;
-	}
-	return 0;
-}
-
 static void *
 bsp_prefill_main(void *arg)
 {
@@ -132,31 +111,10 @@ bsp_prefill_main(void *arg)
 	double t0 = bench_now();
 
 	p->rc = seq < 0 ? cp_err_set(&p->e, seq, "no free sequence") :
-	    bsp_fill(p->be, seq, p->toks, p->n, p->chunk, &p->e);
+	    bench_fill(p->be, seq, p->toks, p->n, p->chunk, &p->e);
 	p->secs = bench_now() - t0;
 	__atomic_store_n(&p->done, 1, __ATOMIC_RELEASE);
 	return NULL;
-}
-
-/* One decode step of the d sequences at their positions, then back. */
-static int
-bsp_decode(struct backend *be, const int32_t *toks, struct batch_seq *bs,
-    int d, double *secs, struct cp_err *e)
-{
-	struct step_batch b = { toks, d, bs, d };
-	const float *logits;
-	double t0;
-	int rc;
-
-	for (int i = 0; i < d; i++)
-		if ((rc = kv_seq_append(be_kv(be), bs[i].seq, 1)) < 0)
-			return cp_err_set(e, rc, "KV cache full");
-	t0 = bench_now();
-	rc = be_step(be, &b, &logits, NULL, e);
-	*secs = bench_now() - t0;
-	for (int i = 0; i < d; i++)
-		(void)kv_seq_truncate(be_kv(be), bs[i].seq, bs[i].pos);
-	return rc;
 }
 
 static int
@@ -196,10 +154,11 @@ bsp_run(const struct bsp_opts *o, struct backend *dec, struct backend *pre,
 			break;
 		}
 		bs[i] = (struct batch_seq){ bs[i].seq, o->dpos, 1, true };
-		rc = bsp_fill(dec, bs[i].seq, toks, o->dpos, BS_FILL, e);
+		rc = bench_fill(dec, bs[i].seq, toks, o->dpos, BS_FILL, e);
 	}
 	for (int r = -1; r < BS_ALONE && rc == 0; r++)
-		rc = bsp_decode(dec, toks, bs, o->d, &alone[r < 0 ? 0 : r], e);
+		rc = bench_step_back(dec, toks, bs, o->d, o->d,
+		    &alone[r < 0 ? 0 : r], e);
 	if (rc < 0)
 		goto out;
 	p50a = bench_pct(alone, BS_ALONE, 50);
@@ -209,7 +168,7 @@ bsp_run(const struct bsp_opts *o, struct backend *dec, struct backend *pre,
 	}
 	while (!__atomic_load_n(&p.done, __ATOMIC_ACQUIRE) && rc == 0 &&
 	    n < BS_MAX_STEPS)
-		rc = bsp_decode(dec, toks, bs, o->d, &t[n++], e);
+		rc = bench_step_back(dec, toks, bs, o->d, o->d, &t[n++], e);
 	pthread_join(th, NULL);
 	if (rc == 0 && p.rc < 0) {
 		*e = p.e;
@@ -276,8 +235,7 @@ bench_split(int argc, char **argv)
 		rc = cp_err_set(&e, -ENOMEM, "out of memory");
 		goto err;
 	}
-	for (int i = 0; i < n_ctx; i++)
-		toks[i] = (int32_t)((i * 7919u + 13u) % (unsigned)m->hp.n_vocab);
+	bench_tokens(toks, n_ctx, m->hp.n_vocab);
 	if ((rc = bsp_run(&o, dec, pre, toks, &e)) < 0)
 		goto err;
 	free(toks);

@@ -13,6 +13,29 @@ int bench_engine(int argc, char **argv);
 /* `cpbench mixed ...`: a prompt chunk's cost to the decode rows beside it. */
 int bench_mixed(int argc, char **argv);
 
+struct backend;
+struct batch_seq;
+struct cp_err;
+
+/* n token ids in [0, n_vocab) from a fixed seed, the same every run. */
+void bench_tokens(int32_t *t, int n, int n_vocab);
+
+/*
+ * Prefills sequence seq of be with toks[0..len) in steps of chunk rows
+ * (logits for the last); 0 or -errno with e.
+ */
+int bench_fill(struct backend *be, int seq, const int32_t *toks, int len,
+    int chunk, struct cp_err *e);
+
+/*
+ * One step of be over entries bs[0..n) (rows tokens in all; each entry at
+ * its sequence's length), then each sequence truncated back, so that the
+ * next step sees the same positions; *secs gets the step's time.  0 or
+ * -errno with e.
+ */
+int bench_step_back(struct backend *be, const int32_t *toks,
+    struct batch_seq *bs, int n, int rows, double *secs, struct cp_err *e);
+
 /* `cpbench split ...`: decoding streams and a prefill on a core each. */
 int bench_split(int argc, char **argv);
 
