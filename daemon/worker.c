@@ -571,8 +571,10 @@ commands(struct worker *w)
 		command(w, c, NULL, 0);
 		ep_cmd_free(c);
 	}
+	/* a text SUBMIT comes with ids (or ids NULL and k < 0); any other
+	 * command with ids NULL and k 0, which submit_prompt() never reads */
 	while ((c = prep_next(w->prep, &ids, &k)) != NULL) {
-		command(w, c, ids, ids == NULL && k >= 0 ? -ENOMEM : k);
+		command(w, c, ids, k);
 		free(ids);
 		ep_cmd_free(c);
 	}
