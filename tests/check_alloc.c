@@ -27,9 +27,10 @@
 
 #include "backend.h"
 #include "kvcache.h"
+#include "lib/fixtures.h"
+#include "lib/suite.h"
 #include "model.h"
 #include "sampler.h"
-#include "lib/fixtures.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define ALLOC_SANITIZED 1
@@ -352,7 +353,6 @@ alloc_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
 	int failed;
 
 #ifdef ALLOC_SANITIZED
@@ -376,9 +376,6 @@ main(void)
 			return 77;
 		}
 	}
-	sr = srunner_create(alloc_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(alloc_suite());
 	return failed == 0 ? 0 : 1;
 }

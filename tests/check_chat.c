@@ -24,6 +24,7 @@
  * carries them).  One is written here, marked "written".
  */
 #include "chat.h"
+#include "lib/suite.h"
 
 #include <check.h>
 #include <errno.h>
@@ -906,11 +907,7 @@ chat_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(chat_suite());
-	int failed;
+	int failed = suite_run(chat_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return failed == 0 ? 0 : 1;
 }

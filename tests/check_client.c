@@ -31,6 +31,7 @@
 #include "ioloop.h"
 #include "lib/clock.h"
 #include "lib/cpd_harness.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "ring.h"
 #include "session.h"
@@ -1333,16 +1334,9 @@ main(void)
 	/* Without the io_uring futex opcodes, the futex loop's cases are
 	 * not run (not counted as passes). */
 	int k0 = ioloop_probe_futex() ? 0 : 1;
-	SRunner *sr;
-	int nf;
 
 	if (k0 > 0)
 		printf("check_client: io_uring futex opcodes unavailable on "
 		    "this kernel: the futex loop's cases skipped\n");
-	sr = srunner_create(client_suite(k0));
-
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	return nf == 0 ? 0 : 1;
+	return suite_run(client_suite(k0)) == 0 ? 0 : 1;
 }

@@ -8,6 +8,7 @@
  * columns from 1.
  */
 #include "config.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 
 #include <check.h>
@@ -1049,11 +1050,7 @@ config_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(config_suite());
-	int failed;
+	int failed = suite_run(config_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return failed == 0 ? 0 : 1;
 }

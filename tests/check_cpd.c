@@ -20,6 +20,7 @@
 
 #include "cpclient.h"
 #include "lib/fixtures.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 
 extern char **environ;
@@ -338,7 +339,6 @@ cpd_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
 	int nfail;
 
 	paths();
@@ -351,10 +351,7 @@ main(void)
 		    "found in %s\n", fx_dir());
 		return 77;
 	}
-	sr = srunner_create(cpd_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	nfail = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	nfail = suite_run(cpd_suite());
 	free(model);
 	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

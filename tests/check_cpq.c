@@ -33,6 +33,7 @@
 #include "lib/cpd_harness.h"
 #include "lib/cpq_run.h"
 #include "lib/json.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 
 Suite *cpq_suite(void);
@@ -912,14 +913,10 @@ cpq_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
 	int failed;
 
 	if (cq_find_cpq() < 0)
 		return 77;
-	sr = srunner_create(cpq_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(cpq_suite());
 	return failed != 0 ? 1 : 0;
 }

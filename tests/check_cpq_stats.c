@@ -14,6 +14,7 @@
 #include "lib/cpd_harness.h"
 #include "lib/cpq_run.h"
 #include "lib/json.h"
+#include "lib/suite.h"
 
 Suite *cpq_stats_suite(void);
 
@@ -360,14 +361,10 @@ cpq_stats_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
 	int failed;
 
 	if (cq_find_cpq() < 0)
 		return 77;
-	sr = srunner_create(cpq_stats_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(cpq_stats_suite());
 	return failed != 0 ? 1 : 0;
 }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cuda_probe.h"
+#include "lib/suite.h"
 
 START_TEST(test_probe_device)
 {
@@ -86,16 +87,12 @@ int
 main(void)
 {
 	char why[256] = "";
-	SRunner *sr;
 	int nfail;
 
 	if (probe_in_child(why, sizeof(why)) == 0) {
 		printf("check_cuda: skipped, no usable CUDA device: %s\n", why);
 		return 77;
 	}
-	sr = srunner_create(cuda_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	nfail = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	nfail = suite_run(cuda_suite());
 	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -29,11 +29,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "lib/fixtures.h"
-#include "lib/rig.h"
 #include "backend.h"
 #include "cuda_probe.h"
 #include "kvcache.h"
+#include "lib/fixtures.h"
+#include "lib/rig.h"
+#include "lib/suite.h"
 #include "model.h"
 #include "quant.h"
 #include "ttype.h"
@@ -802,7 +803,6 @@ int
 main(void)
 {
 	char why[256], *p = fx_path("aidreams260K.gguf");
-	SRunner *sr;
 	int n_dev, failed;
 
 	if (p == NULL) {
@@ -812,11 +812,8 @@ main(void)
 	}
 	free(p);
 	n_dev = probe_in_child(why, sizeof(why));
-	sr = srunner_create(n_dev > 0 ? cuda_backend_suite() :
+	failed = suite_run(n_dev > 0 ? cuda_backend_suite() :
 	    cuda_backend_nodev_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	if (failed != 0)
 		return EXIT_FAILURE;
 	if (n_dev <= 0) {

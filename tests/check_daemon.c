@@ -38,6 +38,7 @@
 #include "lib/cpd_harness.h"
 #include "lib/fixtures.h"
 #include "lib/prog.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "ring.h"
 
@@ -1278,7 +1279,6 @@ int
 main(void)
 {
 	const char *build = getenv("BUILD");
-	SRunner *sr;
 	int nfail;
 
 	snprintf(cpd_bin, sizeof(cpd_bin), "%s/bin/cpd",
@@ -1296,10 +1296,7 @@ main(void)
 		return 77;
 	}
 	signal(SIGPIPE, SIG_IGN);
-	sr = srunner_create(daemon_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	nfail = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	nfail = suite_run(daemon_suite());
 	free(model);
 	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -15,6 +15,7 @@
 
 #include "gguf.h"
 #include "gguf_write.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "ttype.h"
 
@@ -1332,12 +1333,8 @@ gguf_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
 	int failed;
 
-	sr = srunner_create(gguf_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(gguf_suite());
 	return failed != 0;
 }

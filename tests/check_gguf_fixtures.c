@@ -10,9 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/fixtures.h"
 #include "error.h"
 #include "gguf.h"
+#include "lib/fixtures.h"
+#include "lib/suite.h"
 #include "ttype.h"
 
 static struct gguf_file *
@@ -345,7 +346,6 @@ gguf_fixtures_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
 	int failed;
 
 	if (!fixtures_present()) {
@@ -353,9 +353,6 @@ main(void)
 		    "tests skipped\n", fx_dir());
 		return 77;
 	}
-	sr = srunner_create(gguf_fixtures_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(gguf_fixtures_suite());
 	return failed != 0;
 }

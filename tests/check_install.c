@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "lib/cpd_harness.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 
 #ifndef CP_SRCDIR
@@ -1231,11 +1232,7 @@ install_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(install_suite());
-	int nf;
+	int nf = suite_run(install_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return nf == 0 ? 0 : 1;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kvcache.h"
+#include "lib/suite.h"
 #include "ttype.h"
 
 Suite *kvcache_suite(void);
@@ -347,11 +348,7 @@ kvcache_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(kvcache_suite());
-	int failed;
+	int failed = suite_run(kvcache_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return failed == 0 ? 0 : 1;
 }

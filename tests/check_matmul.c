@@ -19,6 +19,7 @@
 #include "attn.h"
 #include "cpu_features.h"
 #include "dot.h"
+#include "lib/suite.h"
 #include "matmul.h"
 #include "quant.h"
 #include "ttype.h"
@@ -1167,11 +1168,7 @@ matmul_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(matmul_suite());
-	int failed;
+	int failed = suite_run(matmul_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return failed == 0 ? 0 : 1;
 }

@@ -15,6 +15,7 @@
 #include "gguf.h"
 #include "gguf_write.h"
 #include "lib/fixtures.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "ttype.h"
@@ -641,7 +642,6 @@ model_suite(void)
 int
 main(void)
 {
-	SRunner *sr;
 	char *p = fx_path("aidreams260K.gguf");
 	int failed;
 
@@ -651,9 +651,6 @@ main(void)
 		printf("fixtures not found in %s\n", fx_dir());
 		return 77;
 	}
-	sr = srunner_create(model_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(model_suite());
 	return failed == 0 ? 0 : 1;
 }

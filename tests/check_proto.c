@@ -5,6 +5,7 @@
  * 2^32 wrap.
  */
 #include "cp_proto.h"
+#include "lib/suite.h"
 #include "ring.h"
 
 #include <check.h>
@@ -240,11 +241,7 @@ proto_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(proto_suite());
-	int nf;
+	int nf = suite_run(proto_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return nf == 0 ? 0 : 1;
 }

@@ -17,10 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/fixtures.h"
 #include "cpu_features.h"
 #include "error.h"
 #include "gguf.h"
+#include "lib/fixtures.h"
+#include "lib/suite.h"
 #include "quant.h"
 #include "ttype.h"
 
@@ -1146,14 +1147,10 @@ main(void)
 {
 	char *master = fx_path("synth/synth-tiny-F32.gguf");
 	bool fixtures = master != NULL;
-	SRunner *sr;
 	int failed;
 
 	free(master);
-	sr = srunner_create(quant_suite(fixtures));
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(quant_suite(fixtures));
 	if (failed != 0)
 		return 1;
 	if (!fixtures) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/suite.h"
 #include "sampler.h"
 
 Suite *sampler_suite(void);
@@ -1092,11 +1093,7 @@ sampler_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(sampler_suite());
-	int nf;
+	int nf = suite_run(sampler_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -15,8 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
 #include "kvcache.h"
+#include "lib/suite.h"
+#include "sched.h"
 #include "ttype.h"
 
 Suite *sched_suite(void);
@@ -1568,11 +1569,7 @@ sched_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(sched_suite());
-	int failed;
+	int failed = suite_run(sched_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return failed == 0 ? 0 : 1;
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "lib/cpd_harness.h"
+#include "lib/suite.h"
 #include "ring.h"
 
 Suite *server_suite(void);
@@ -659,11 +660,7 @@ server_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(server_suite());
-	int nf;
+	int nf = suite_run(server_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return nf == 0 ? 0 : 1;
 }

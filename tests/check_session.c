@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "lib/cpd_harness.h"	/* hd_count_fds */
+#include "lib/suite.h"
 #include "ring.h"
 
 Suite *session_suite(void);
@@ -1382,11 +1383,7 @@ session_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(session_suite());
-	int nf;
+	int nf = suite_run(session_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return nf == 0 ? 0 : 1;
 }

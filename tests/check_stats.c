@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "engine_port.h"
+#include "lib/suite.h"
 
 Suite *stats_suite(void);
 
@@ -195,11 +196,7 @@ stats_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(stats_suite());
-	int nf;
+	int nf = suite_run(stats_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/suite.h"
 #include "stopstr.h"
 
 Suite *stopstr_suite(void);
@@ -464,11 +465,7 @@ stopstr_suite(void)
 int
 main(void)
 {
-	SRunner *sr = srunner_create(stopstr_suite());
-	int nf;
+	int nf = suite_run(stopstr_suite());
 
-	srunner_run_all(sr, CK_NORMAL);
-	nf = srunner_ntests_failed(sr);
-	srunner_free(sr);
 	return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -20,6 +20,7 @@
 #include "gguf.h"
 #include "lib/fixtures.h"
 #include "lib/prog.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "quant.h"
 #include "ttype.h"
@@ -595,7 +596,6 @@ int
 main(void)
 {
 	const char *env = getenv("CPMODEL"), *build = getenv("BUILD");
-	SRunner *sr;
 	int failed;
 
 	if (env != NULL && env[0] != '\0')
@@ -608,9 +608,6 @@ main(void)
 		    cpmodel);
 		return 77;
 	}
-	sr = srunner_create(synth_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(synth_suite());
 	return failed != 0 ? 1 : 0;
 }

@@ -31,6 +31,7 @@
 #include "kvcache.h"
 #include "lib/prog.h"
 #include "lib/rig.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "quant.h"
@@ -690,7 +691,6 @@ main(void)
 {
 	const char *env = getenv("CPMODEL"), *build = getenv("BUILD");
 	bool engine;
-	SRunner *sr;
 	int failed;
 
 	if (env != NULL && env[0] != '\0')
@@ -699,10 +699,7 @@ main(void)
 		snprintf(cpmodel, sizeof(cpmodel), "%s/bin/cpmodel",
 		    build != NULL && build[0] != '\0' ? build : "build");
 	engine = access(cpmodel, X_OK) == 0;
-	sr = srunner_create(synth_types_suite(engine));
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(synth_types_suite(engine));
 	if (failed != 0)
 		return 1;
 	if (!engine) {

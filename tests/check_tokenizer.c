@@ -23,6 +23,7 @@
 #include "lib/clock.h"
 #include "lib/fixtures.h"
 #include "lib/json.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "tok_internal.h"
 #include "tokenizer.h"
@@ -996,13 +997,9 @@ int
 main(void)
 {
 	bool fixtures = fixtures_present();
-	SRunner *sr;
 	int failed;
 
-	sr = srunner_create(tokenizer_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(tokenizer_suite());
 	if (failed != 0)
 		return 1;
 	if (!fixtures) {

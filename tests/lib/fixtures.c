@@ -1,4 +1,5 @@
 #include "fixtures.h"
+#include "suite.h"
 
 #include <check.h>
 #include <limits.h>
@@ -74,7 +75,6 @@ int
 fx_main(Suite *(*make)(void), const char *rel)
 {
 	char *p = fx_path(rel);
-	SRunner *sr;
 	int failed;
 
 	if (p == NULL) {
@@ -83,9 +83,6 @@ fx_main(Suite *(*make)(void), const char *rel)
 		return 77;
 	}
 	free(p);
-	sr = srunner_create(make());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	failed = suite_run(make());
 	return failed == 0 ? 0 : 1;
 }
