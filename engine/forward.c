@@ -491,36 +491,35 @@ fwd_att_task(void *arg, int task, int thread)
  * arithmetic do.  Tiles of many rows first, so the largest tasks start
  * first.
  */
+/* End row (exclusive) of the tile at r0 of entry bs, and its work. */
+static double
+fwd_att_tile(const struct batch_seq *bs, int r0, int *r1)
+{
+	*r1 = r0 + FWD_ATT_TILE < bs->n_tokens ? r0 + FWD_ATT_TILE :
+	    bs->n_tokens;
+	return (double)(bs->pos + *r1) * (*r1 - r0 + FWD_ATT_ROW0);
+}
+
 static int
 fwd_att_tasks(struct fwd *f)
 {
 	const struct step_batch *b = f->b;
-	int nkv = f->m->hp.n_head_kv, n = 0;
+	int nkv = f->m->hp.n_head_kv, n = 0, r1;
 	double total = 0, part;
 
 	for (int e = 0; e < b->n_seqs; e++)
-		for (int r0 = 0; r0 < b->seqs[e].n_tokens; r0 += FWD_ATT_TILE) {
-			int r1 = r0 + FWD_ATT_TILE < b->seqs[e].n_tokens ?
-			    r0 + FWD_ATT_TILE : b->seqs[e].n_tokens;
-
-			total += (double)(b->seqs[e].pos + r1) * (r1 - r0 +
-			    FWD_ATT_ROW0);
-		}
+		for (int r0 = 0; r0 < b->seqs[e].n_tokens; r0 += FWD_ATT_TILE)
+			total += fwd_att_tile(&b->seqs[e], r0, &r1);
 	part = total / (FWD_ATT_PARTS * f->n_threads);
 	for (int big = 1; big >= 0; big--)
 		for (int e = 0; e < b->n_seqs; e++)
 			for (int r0 = 0; r0 < b->seqs[e].n_tokens;
 			    r0 += FWD_ATT_TILE) {
-				int r1 = r0 + FWD_ATT_TILE;
-				double w;
+				double w = fwd_att_tile(&b->seqs[e], r0, &r1);
 				int parts, g = 0;
 
-				if (r1 > b->seqs[e].n_tokens)
-					r1 = b->seqs[e].n_tokens;
 				if ((r1 - r0 > 1) != big)
 					continue;
-				w = (double)(b->seqs[e].pos + r1) * (r1 - r0 +
-				    FWD_ATT_ROW0);
 				parts = part > 0 ? (int)(w / part + 0.999) : 1;
 				parts = parts < 1 ? 1 : parts > nkv ? nkv :
 				    parts;
