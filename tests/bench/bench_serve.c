@@ -664,7 +664,7 @@ bs_summarise(const struct bench_run *run, const struct bench_run *base,
 		    q->t_done);
 	}
 	for (int i = 0; i < run->n_req && rc == 0; i++) {
-		const struct bench_req *q = &run->req[i];
+		const struct bench_req *q = &run->req[i], *p;
 
 		if (q->err != 0)
 			res->n_err++;
@@ -682,9 +682,9 @@ bs_summarise(const struct bench_run *run, const struct bench_run *base,
 		t_end = fmax(t_end, q->t_done);
 		if (q->n_tok > 0)
 			rc = bench_vec_add(&ttft, q->tok[0] - q->t_submit);
+		p = base != NULL ? bs_same_req(base, run, q) : NULL;
 		for (int k = 1; k < q->n_tok && rc == 0; k++) {
 			double a = q->tok[k - 1], b = q->tok[k];
-			const struct bench_req *p;
 
 			rc = bench_vec_add(&itl, b - a);
 			if (rc == 0 && b <= first_long)
@@ -693,9 +693,7 @@ bs_summarise(const struct bench_run *run, const struct bench_run *base,
 			    !bs_in_prefill(run, a, b))
 				continue;
 			rc = bench_vec_add(&iload, b - a);
-			if (rc == 0 && base != NULL &&
-			    (p = bs_same_req(base, run, q)) != NULL &&
-			    k < p->n_tok)
+			if (rc == 0 && p != NULL && k < p->n_tok)
 				rc = bench_vec_add(&ibase, p->tok[k] -
 				    p->tok[k - 1]);
 		}
