@@ -12,9 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/cpd_harness.h"
+#include "lib/cpq_run.h"
 #include "lib/fixtures.h"
 #include "lib/json.h"
+#include "lib/mock_engine.h"
 #include "lib/prog.h"
+#include "server.h"
 
 static Suite *cpbench_suite(void);
 
@@ -128,6 +132,45 @@ START_TEST(test_split)
 }
 END_TEST
 
+/*
+ * cpbench serve --baseline against a daemon with the mock engine (2 ms
+ * steps, prompts fed 16 elements a step, a token for each prompt element
+ * it echoes): every gap of the streams that
+ * overlapped the long prompt's prefill has its counterpart, between the
+ * same tokens, in the run without it.
+ */
+START_TEST(test_serve_baseline)
+{
+	const char *argv[] = { cpbench_path(), "serve", "--socket", NULL, "-c",
+	    "2", "--prompt-len", "150", "--gen-len", "150", "--long-prompt",
+	    "400", "--long-every", "60", "--long-count", "1", "--baseline",
+	    "-o", "json", NULL };
+	const struct json *load, *base;
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct json *j;
+	struct hd d;
+
+	cq_cfg_init(&cfg, "");
+	mock_opts_default(&mo);
+	mo.step_us = 2000;
+	mo.prefill_chunk = 16;
+	ck_assert_int_eq(hd_start(&d, &cfg, &mo), 0);
+	argv[3] = d.path;
+	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 0);
+	j = parse_out();
+	load = json_get(j, "itl_prefill_ms");
+	base = json_get(j, "itl_baseline_same_tokens_ms");
+	ck_assert_ptr_nonnull(load);
+	ck_assert_ptr_nonnull(base);
+	ck_assert_msg(num(load, "n") > 0, "%s", out);
+	ck_assert(num(base, "n") == num(load, "n"));
+	ck_assert(num(base, "p50") > 0);
+	json_free(j);
+	ck_assert_int_eq(hd_stop(&d), 0);
+}
+END_TEST
+
 /* Usage errors exit 2; positions past the model's context exit 1. */
 START_TEST(test_bad_args)
 {
@@ -160,6 +203,7 @@ cpbench_suite(void)
 	tcase_add_test(tc, test_mixed);
 	tcase_add_test(tc, test_engine);
 	tcase_add_test(tc, test_split);
+	tcase_add_test(tc, test_serve_baseline);
 	tcase_add_test(tc, test_bad_args);
 	suite_add_tcase(s, tc);
 	return s;
