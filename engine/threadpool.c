@@ -54,6 +54,18 @@ struct tp_worker {
  * caller's wait on pending mirrors that.  tp_run() returns only when
  * pending is zero, so no worker still touches a job's fields when the
  * next job is stored.
+ *
+ * Active threads.  Only workers with index < active take part in jobs;
+ * pending counts those.  The others are parked: they wait on the futex
+ * word active and never look at gen, so they neither poll nor wake for
+ * jobs that are not theirs.  tp_set_active() changes active between jobs
+ * only, and returns when every worker is where the new count says: to
+ * lower it, it stores the count and runs an empty job, which the
+ * workers now left out see and answer by parking, and waits until they
+ * all count themselves in parked; to raise it, it stores the count,
+ * wakes the parked workers and waits until those now included have read
+ * gen (which no job changes meanwhile) and left parked.  So a worker
+ * never mistakes a job for one it was counted in.
  */
 struct threadpool {
 	int n;				/* threads, caller included */
@@ -65,6 +77,8 @@ struct threadpool {
 	_Alignas(64) atomic_int next;	/* next task index to claim */
 	_Alignas(64) atomic_uint pending; /* futex word: workers not done */
 	atomic_int waiting;		/* the caller sleeps on pending */
+	_Alignas(64) atomic_uint active; /* futex word: threads in jobs */
+	atomic_int parked;		/* workers waiting on active */
 	int64_t budget;			/* the caller's polling budget, ns */
 	_Alignas(64) tp_fn *fn;
 	void *arg;
@@ -139,6 +153,25 @@ tp_work(struct threadpool *tp, int thread)
 		tp->fn(tp->arg, t, thread);
 }
 
+/*
+ * Wait on active while w is left out of jobs.  Returns the gen to watch
+ * from once included, or 0 with *stop set.
+ */
+static unsigned
+tp_park(struct threadpool *tp, struct tp_worker *w, bool *stop)
+{
+	unsigned a, seen;
+
+	atomic_fetch_add(&tp->parked, 1);
+	while ((a = atomic_load(&tp->active)) <= (unsigned)w->index &&
+	    !atomic_load(&tp->stop))
+		tp_futex_wait(&tp->active, a);
+	seen = atomic_load(&tp->gen);
+	*stop = atomic_load(&tp->stop) != 0;
+	atomic_fetch_sub(&tp->parked, 1);
+	return seen;
+}
+
 static void *
 tp_main(void *p)
 {
@@ -146,8 +179,14 @@ tp_main(void *p)
 	struct threadpool *tp = w->tp;
 	int64_t budget = TP_SPIN_MAX_NS;
 	unsigned seen = 0;
+	bool stop = false;
 
 	for (;;) {
+		if (atomic_load(&tp->active) <= (unsigned)w->index) {
+			seen = tp_park(tp, w, &stop);
+			if (stop)
+				return NULL;
+		}
 		if (!tp_spin(&tp->gen, seen, &budget)) {
 			atomic_fetch_add(&tp->sleepers, 1);
 			while (atomic_load(&tp->gen) == seen &&
@@ -158,6 +197,9 @@ tp_main(void *p)
 		if (atomic_load(&tp->stop))
 			return NULL;
 		seen = atomic_load_explicit(&tp->gen, memory_order_acquire);
+		/* Left out of this job (tp_set_active lowered the count). */
+		if (atomic_load(&tp->active) <= (unsigned)w->index)
+			continue;
 		tp_work(tp, w->index);
 		if (atomic_fetch_sub(&tp->pending, 1) == 1 &&
 		    atomic_load(&tp->waiting))
@@ -187,6 +229,8 @@ tp_new(int n_threads, struct threadpool **out)
 	atomic_init(&tp->next, 0);
 	atomic_init(&tp->pending, 0);
 	atomic_init(&tp->waiting, 0);
+	atomic_init(&tp->active, (unsigned)n_threads);
+	atomic_init(&tp->parked, 0);
 	tp->budget = TP_SPIN_MAX_NS;
 	if ((tp->workers = calloc((size_t)n_threads,
 	    sizeof(*tp->workers))) == NULL) {
@@ -218,6 +262,7 @@ tp_free(struct threadpool *tp)
 	atomic_store(&tp->stop, 1);
 	atomic_fetch_add(&tp->gen, 1);
 	tp_futex_wake(&tp->gen);
+	tp_futex_wake(&tp->active);
 	for (i = 0; i < tp->n_workers; i++)
 		pthread_join(tp->workers[i].th, NULL);
 	free(tp->workers);
@@ -230,24 +275,23 @@ tp_threads(const struct threadpool *tp)
 	return tp->n;
 }
 
-void
-tp_run(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
+int
+tp_active(const struct threadpool *tp)
+{
+	return (int)atomic_load_explicit(&tp->active, memory_order_relaxed);
+}
+
+/* Hand task indices to the caller and the active workers; wait for them. */
+static void
+tp_job(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
 {
 	unsigned p;
-	int i;
 
-	if (n_tasks <= 0)
-		return;
-	if (tp->n_workers == 0 || n_tasks == 1) {
-		for (i = 0; i < n_tasks; i++)
-			fn(arg, i, 0);
-		return;
-	}
 	tp->fn = fn;
 	tp->arg = arg;
 	tp->n_tasks = n_tasks;
 	atomic_store_explicit(&tp->next, 0, memory_order_relaxed);
-	atomic_store_explicit(&tp->pending, (unsigned)tp->n_workers,
+	atomic_store_explicit(&tp->pending, atomic_load(&tp->active) - 1,
 	    memory_order_relaxed);
 	atomic_fetch_add(&tp->gen, 1);
 	if (atomic_load(&tp->sleepers) > 0)
@@ -263,6 +307,52 @@ tp_run(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
 			tp_futex_wait(&tp->pending, p);
 		atomic_store(&tp->waiting, 0);
 	}
+}
+
+/* Wait (rarely: only when the count changes) until want workers park. */
+static void
+tp_wait_parked(struct threadpool *tp, int want)
+{
+	const struct timespec ts = { 0, 20000 };
+
+	while (atomic_load(&tp->parked) != want)
+		nanosleep(&ts, NULL);
+}
+
+int
+tp_set_active(struct threadpool *tp, int n)
+{
+	int old = tp_active(tp);
+
+	if (n < 1 || n > tp->n)
+		return -EINVAL;
+	if (n == old)
+		return 0;
+	atomic_store(&tp->active, (unsigned)n);
+	if (n < old) {
+		/* The workers left out see this job's gen and park. */
+		tp_job(tp, NULL, NULL, 0);
+		tp_wait_parked(tp, tp->n - n);
+	} else {
+		tp_futex_wake(&tp->active);
+		tp_wait_parked(tp, tp->n - n);
+	}
+	return 0;
+}
+
+void
+tp_run(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
+{
+	int i;
+
+	if (n_tasks <= 0)
+		return;
+	if (tp->n_workers == 0 || n_tasks == 1 || tp_active(tp) == 1) {
+		for (i = 0; i < n_tasks; i++)
+			fn(arg, i, 0);
+		return;
+	}
+	tp_job(tp, fn, arg, n_tasks);
 }
 
 /* Read one small non-negative integer from a sysfs file; -1 on failure. */

@@ -33,6 +33,18 @@ void tp_free(struct threadpool *tp);
 int tp_threads(const struct threadpool *tp);
 
 /*
+ * Threads that take part in jobs from now on: the caller and workers
+ * 1..n-1; the other workers sleep until the count rises again.  Call it
+ * between tp_run() calls, from the thread that makes them; it returns when
+ * the change is in effect (a wake-up or an empty job, tens of
+ * microseconds).  0, or -EINVAL for n outside 1..tp_threads().
+ */
+int tp_set_active(struct threadpool *tp, int n);
+
+/* Threads that take part in jobs (tp_threads() until tp_set_active()). */
+int tp_active(const struct threadpool *tp);
+
+/*
  * Run fn for every task in 0..n_tasks-1 and return when all have run.
  * Not reentrant: one tp_run() at a time per pool, never from inside fn.
  */
