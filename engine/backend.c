@@ -339,3 +339,76 @@ be_kv_write(struct backend *be, size_t off, const void *src, size_t n)
 		return -EINVAL;
 	return be->ops->buf_set(be, be->kv_buf, off, src, n);
 }
+
+int
+be_set_threads(struct backend *be, int n, struct cp_err *e)
+{
+	if (be->ops->set_threads == NULL)
+		return cp_err_set(e, -ENOTSUP, "%s backend: the thread count "
+		    "is fixed", be->ops->name);
+	if (be->inflight != NULL)
+		return cp_err_set(e, -EBUSY, "backend: a step is in flight");
+	if (n < 1 || n > be->params.n_threads)
+		return cp_err_set(e, -EINVAL, "backend: %d threads, not in "
+		    "1..%d", n, be->params.n_threads);
+	return be->ops->set_threads(be, n);
+}
+
+/* Same block layout: same backend, model shape, storage type, block size. */
+static bool
+be_kv_compatible(const struct backend *a, const struct backend *b)
+{
+	const struct kv_params *pa = kv_params(a->kv), *pb = kv_params(b->kv);
+
+	return a->ops == b->ops && pa->n_layer == pb->n_layer &&
+	    pa->kv_dim == pb->kv_dim && pa->type == pb->type &&
+	    pa->block_tokens == pb->block_tokens;
+}
+
+int
+be_kv_import(struct backend *dst, int dst_seq, struct backend *src,
+    int src_seq, int n, struct cp_err *e)
+{
+	const int32_t *tb_dst, *tb_src;
+	size_t bb = kv_block_bytes(dst->kv);
+	unsigned char *d_mem, *s_mem, *bounce = NULL;
+	int bt, nb, i, rc = 0;
+
+	if (dst == src || !be_kv_compatible(dst, src))
+		return cp_err_set(e, -EINVAL, "backend: KV import between "
+		    "caches of different layouts");
+	if (dst->inflight != NULL || src->inflight != NULL)
+		return cp_err_set(e, -EBUSY, "backend: a step is in flight");
+	if (n < 0 || kv_seq_written(src->kv, src_seq) < n ||
+	    kv_seq_len(dst->kv, dst_seq) < n)
+		return cp_err_set(e, -EINVAL, "backend: KV import of %d "
+		    "positions: source sequence %d holds %d, target %d "
+		    "reserves %d", n, src_seq, kv_seq_written(src->kv,
+		    src_seq), dst_seq, kv_seq_len(dst->kv, dst_seq));
+	bt = kv_params(dst->kv)->block_tokens;
+	nb = (n + bt - 1) / bt;
+	tb_dst = kv_seq_blocks(dst->kv, dst_seq);
+	tb_src = kv_seq_blocks(src->kv, src_seq);
+	d_mem = dst->ops->buf_host != NULL ? dst->ops->buf_host(dst->kv_buf) :
+	    NULL;
+	s_mem = src->ops->buf_host != NULL ? src->ops->buf_host(src->kv_buf) :
+	    NULL;
+	if ((d_mem == NULL || s_mem == NULL) && nb > 0 &&
+	    (bounce = malloc(bb)) == NULL)
+		return cp_err_set(e, -ENOMEM, "backend: out of memory");
+	/* A block holds every layer's K and V of its positions. */
+	for (i = 0; i < nb && rc == 0; i++) {
+		size_t so = (size_t)tb_src[i] * bb, dof = (size_t)tb_dst[i] * bb;
+
+		if (d_mem != NULL && s_mem != NULL)
+			memcpy(d_mem + dof, s_mem + so, bb);
+		else if ((rc = be_kv_read(src, so, bounce, bb)) == 0)
+			rc = be_kv_write(dst, dof, bounce, bb);
+	}
+	free(bounce);
+	if (rc < 0)
+		return cp_err_set(e, rc, "backend: KV import failed");
+	if (kv_seq_written(dst->kv, dst_seq) < n)
+		(void)kv_seq_set_written(dst->kv, dst_seq, n);
+	return 0;
+}

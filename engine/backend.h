@@ -92,6 +92,8 @@ struct be_ops {
 	 */
 	int (*step_wait)(struct backend *be, const float **logits,
 	    struct cp_err *e);
+	/* Use n threads (1..params.n_threads) from the next step; 0. */
+	int (*set_threads)(struct backend *be, int n);
 };
 
 /* State shared by the wrappers and the backend implementing them. */
@@ -164,6 +166,26 @@ int be_step_wait(struct backend *be, const float **logits, int *n_logits,
 /* be_step_submit() then be_step_wait(). */
 int be_step(struct backend *be, const struct step_batch *b,
     const float **logits, int *n_logits, struct cp_err *e);
+
+/*
+ * Run the next steps on n of the backend's params.n_threads threads, so
+ * that another backend can use the rest (a second forward pass beside
+ * this one).  0; -ENOTSUP when the backend's thread count is fixed,
+ * -EINVAL for n outside 1..n_threads, -EBUSY with a step in flight.
+ */
+int be_set_threads(struct backend *be, int n, struct cp_err *e);
+
+/*
+ * Copy the K/V of positions [0, n) of src_seq in src into dst_seq in dst,
+ * which has reserved them (kv_seq_len >= n), and count them written.
+ * dst and src are distinct backends of the same kind on caches of the
+ * same shape, storage type and block size, with no step in flight; src
+ * has computed the positions (kv_seq_written >= n).  Whole blocks are
+ * copied, so the slots past n in dst's last block are overwritten too
+ * (they are not written yet).  0, or -EINVAL, -EBUSY, -ENOMEM with e set.
+ */
+int be_kv_import(struct backend *dst, int dst_seq, struct backend *src,
+    int src_seq, int n, struct cp_err *e);
 
 /* Host <-> backend copies of the KV storage (tests, swapping). */
 int be_kv_read(struct backend *be, size_t off, void *dst, size_t n);

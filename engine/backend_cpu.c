@@ -92,6 +92,14 @@ cpu_step_wait(struct backend *be, const float **logits, struct cp_err *e)
 	return 0;
 }
 
+static int
+cpu_set_threads(struct backend *be, int n)
+{
+	struct cpu_ctx *c = be->ctx;
+
+	return tp_set_active(c->tp, n);
+}
+
 const struct be_ops be_cpu_ops = {
 	.name = "cpu",
 	.probe = NULL,
@@ -104,4 +112,5 @@ const struct be_ops be_cpu_ops = {
 	.buf_host = host_buf_host,
 	.step_submit = cpu_step_submit,
 	.step_wait = cpu_step_wait,
+	.set_threads = cpu_set_threads,
 };

@@ -50,7 +50,7 @@ struct fwd {
 	struct kv_cache *kv;
 	unsigned char *kv_mem;
 	struct fwd_params p;
-	int n_threads;
+	int n_threads;		/* threads in this step's jobs */
 	int bt;			/* tokens per KV block */
 	int qd, kvd;		/* query and key/value widths */
 	float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
@@ -712,6 +712,9 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 	    b->n_seqs < 1 || b->n_seqs > f->p.max_seqs)
 		return -EINVAL;
 	f->b = b;
+	/* Tasks are split for the threads taking part now (tp_set_active). */
+	if (f->p.tp != NULL)
+		f->n_threads = tp_active(f->p.tp);
 	for (e = 0; e < b->n_seqs; e++) {
 		const struct batch_seq *bs = &b->seqs[e];
 

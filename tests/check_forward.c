@@ -562,6 +562,123 @@ START_TEST(test_threads_blocks_invariant)
 }
 END_TEST
 
+/*
+ * A prompt prefilled on one backend and imported into another continues
+ * there with the logits of a prefill on that backend itself: the import
+ * copies the K/V bit for bit (the engine is invariant to threads, chunks
+ * and block placement).  The source runs on 1 thread, the target on 2 and
+ * then, through be_set_threads(), on 1 of its 2.
+ */
+START_TEST(test_kv_import)
+{
+	struct be_params p = params(2, 64, 2), p1 = params(1, 16, 1);
+	struct cp_err e = { 0 };
+	struct rig a, b;
+	struct kv_cache *ka, *kb;
+	int32_t prompt[60], ids[4], ids0[4];
+	float *lg0, *lg;
+	size_t nb;
+	int sa, sb, i, pad;
+
+	rig_open(&b, invariance_models[_i], &p);
+	a = b;
+	a.be = NULL;
+	rig_open_model(&a, &p1);
+	nb = 4 * (size_t)b.n_vocab * sizeof(float);
+	lg0 = malloc(nb);
+	lg = malloc(nb);
+	ck_assert(lg0 != NULL && lg != NULL);
+	make_prompt(prompt, 60, b.n_vocab, 5);
+	greedy(&b, prompt, 60, 0, 4, ids0, lg0);
+
+	ka = be_kv(a.be);
+	kb = be_kv(b.be);
+	for (pad = 0; pad < 2; pad++) {
+		/* pad: the target's blocks are not the source's. */
+		int sp = pad ? kv_seq_new(kb) : -1;
+
+		if (pad)
+			ck_assert_int_eq(kv_seq_append(kb, sp, 37), 0);
+		ck_assert_int_eq(be_set_threads(b.be, pad ? 1 : 2, &e), 0);
+		sa = kv_seq_new(ka);
+		ck_assert_int_ge(sa, 0);
+		rig_feed(&a, sa, 0, prompt, 59, 16, lg);
+		sb = kv_seq_new(kb);
+		ck_assert_int_ge(sb, 0);
+		ck_assert_int_eq(kv_seq_append(kb, sb, 59), 0);
+		ck_assert_int_eq(be_kv_import(b.be, sb, a.be, sa, 59, &e), 0);
+		ck_assert_int_eq(kv_seq_written(kb, sb), 59);
+		rig_feed(&b, sb, 59, prompt + 59, 1, 0, lg);
+		for (i = 0; i < 4; i++) {
+			ids[i] = vec_argmax(lg + (size_t)i * (size_t)b.n_vocab,
+			    b.n_vocab);
+			if (i + 1 < 4)
+				rig_feed(&b, sb, 60 + i, &ids[i], 1, 0,
+				    lg + (size_t)(i + 1) * (size_t)b.n_vocab);
+		}
+		ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: imported K/V "
+		    "changes the logits (pad %d)", invariance_models[_i],
+		    pad);
+		assert_ids(ids, ids0, 4);
+		ck_assert_int_eq(kv_seq_free(ka, sa), 0);
+		ck_assert_int_eq(kv_seq_free(kb, sb), 0);
+		if (pad)
+			ck_assert_int_eq(kv_seq_free(kb, sp), 0);
+	}
+	free(lg);
+	free(lg0);
+	be_close(a.be);
+	rig_close(&b);
+}
+END_TEST
+
+/* be_kv_import() and be_set_threads() refuse what they cannot do. */
+START_TEST(test_kv_import_errors)
+{
+	struct be_params p = params(2, 64, 2), pf = params(1, 64, 2);
+	struct cp_err e = { 0 };
+	struct rig a, b, f;
+	int32_t prompt[20];
+	float *lg;
+	int sa, sb;
+
+	rig_open(&b, "aidreams260K.gguf", &p);
+	a = b;
+	a.be = NULL;
+	rig_open_model(&a, &p);
+	f = b;
+	f.be = NULL;
+	pf.kv_f32 = true;
+	rig_open_model(&f, &pf);
+	lg = malloc((size_t)b.n_vocab * sizeof(float));
+	ck_assert_ptr_nonnull(lg);
+	make_prompt(prompt, 20, b.n_vocab, 3);
+	sa = kv_seq_new(be_kv(a.be));
+	rig_feed(&a, sa, 0, prompt, 20, 0, lg);
+	sb = kv_seq_new(be_kv(b.be));
+	ck_assert_int_eq(kv_seq_append(be_kv(b.be), sb, 10), 0);
+	/* more than the target reserved, more than the source computed */
+	ck_assert_int_eq(be_kv_import(b.be, sb, a.be, sa, 11, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "reserves 10") != NULL, "%s", e.msg);
+	ck_assert_int_eq(kv_seq_append(be_kv(b.be), sb, 20), 0);
+	ck_assert_int_eq(be_kv_import(b.be, sb, a.be, sa, 21, &e), -EINVAL);
+	ck_assert_int_eq(be_kv_import(b.be, sb, b.be, sb, 5, &e), -EINVAL);
+	/* F32 storage does not take F16 blocks */
+	ck_assert_int_eq(be_kv_import(f.be, 0, a.be, sa, 5, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "layouts") != NULL, "%s", e.msg);
+	ck_assert_int_eq(kv_seq_written(be_kv(b.be), sb), 0);
+	ck_assert_int_eq(be_kv_import(b.be, sb, a.be, sa, 20, &e), 0);
+	ck_assert_int_eq(kv_seq_written(be_kv(b.be), sb), 20);
+	ck_assert_int_eq(be_set_threads(b.be, 3, &e), -EINVAL);
+	ck_assert_int_eq(be_set_threads(b.be, 0, &e), -EINVAL);
+	ck_assert_int_eq(be_set_threads(b.be, 1, &e), 0);
+	free(lg);
+	be_close(a.be);
+	be_close(f.be);
+	rig_close(&b);
+}
+END_TEST
+
 #define NSEQ 5
 #define NGEN 8
 
@@ -1462,9 +1579,11 @@ forward_suite(void)
 	tcase_add_loop_test(inv, test_chunked_long609, 0, 2);
 	tcase_add_loop_test(inv, test_threads_blocks_invariant, 0, n_inv);
 	tcase_add_loop_test(inv, test_batched_equals_alone, 0, n_inv);
+	tcase_add_loop_test(inv, test_kv_import, 0, n_inv);
 	tcase_set_timeout(inv, 120);
 	suite_add_tcase(s, inv);
 	tcase_add_test(err, test_batch_errors);
+	tcase_add_test(err, test_kv_import_errors);
 	tcase_add_test(err, test_open_errors);
 	tcase_add_test(err, test_context_in_chunks);
 	tcase_add_test(err, test_damaged_weights);
