@@ -6,8 +6,13 @@
  * A request's sequence is its prompt (n_prompt tokens) followed by the
  * n_gen tokens generated so far: n_seq = n_prompt + n_gen positions.
  * n_computed counts the leading positions whose KV the engine holds.
+ * n_cached counts those whose KV the caller holds outside the engine's
+ * cache (computed by the prefill lane, set by sched_unhold) and puts in
+ * the cache when the request is admitted.
  *
- *   WAITING     on its client's waiting queue; holds no KV; n_computed 0.
+ *   WAITING     on its client's waiting queue; holds no KV; n_computed 0,
+ *               n_cached 0 or, once its hold is cleared, what
+ *               sched_unhold said.
  *   PREFILLING  on the running list; holds KV; n_computed < n_seq and the
  *               positions [n_computed, n_seq) are still to be computed,
  *               in chunks, the last of which yields logits.
@@ -18,19 +23,26 @@
  *
  * "Running" means PREFILLING or DECODING.  Transitions:
  *
- *   (free)     -> WAITING     sched_add()
- *   WAITING    -> PREFILLING  sched_step(), admission (step_admit)
+ *   (free)     -> WAITING     sched_add(), held or not
+ *   WAITING    -> PREFILLING  sched_step(), admission (step_admit) of a
+ *                             request neither held nor paused:
+ *                             n_computed takes n_cached, which returns
+ *                             to 0
  *   PREFILLING -> DECODING    sched_commit(), a logits row sampled a token
  *   running    -> WAITING     sched_step(), preemption by recompute
  *                             (preempt): its KV is dropped, its generated
  *                             tokens kept, so its next prefill covers
- *                             prompt + generated tokens
+ *                             prompt + generated tokens from position 0
  *   running    -> (free)      sched_commit(): EOS, STOP, LENGTH, ERROR
  *   any        -> (free)      sched_step() after sched_cancel(): released
  *                             as cancelled before anything is planned
  *
  * Flags orthogonal to the state: paused (sched_pause: never planned, KV
- * kept) and cancel (sched_cancel: released at the next sched_step).
+ * kept) and cancel (sched_cancel: released at the next sched_step).  The
+ * held flag is set only by sched_add: a held request stays WAITING, never
+ * admitted, until sched_unhold clears the flag and sets n_cached.  Held
+ * and paused are independent; a request is admitted only when neither is
+ * set.
  *
  * A STEP (sched_step) runs these phases in order:
  *   1. release every request whose cancel flag is set;
@@ -40,11 +52,12 @@
  *      gets min(rest of its sequence, max_prefill_chunk, budget left);
  *   4. admit: while budget and max_seqs allow and nothing was preempted
  *      in this step, take the next client in round-robin order and admit
- *      its oldest unpaused waiting request if the blocks for its whole
- *      sequence fit in the free blocks above the watermark (any request
- *      fits an empty pool); its first chunk is min(sequence,
- *      max_prefill_chunk, budget left).  A request that does not fit ends
- *      the phase: nobody overtakes it, its client keeps the turn.
+ *      its oldest waiting request that is neither paused nor held, if the
+ *      blocks for its whole sequence fit in the free blocks above the
+ *      watermark (any request fits an empty pool); its first chunk starts
+ *      at pos = n_cached and is min(n_seq - pos, max_prefill_chunk,
+ *      budget left) tokens.  A request that does not fit ends the phase:
+ *      nobody overtakes it, its client keeps the turn.
  * The budget is max_batch_tokens.  A decode token costs 1 of it; a
  * prompt token at position p costs 1, or 1 + p / attention_cost_tokens
  * when that is set (a chunk of n tokens from pos costs n plus the sum of
@@ -72,8 +85,11 @@
  *  3. A WAITING request holds no blocks and n_computed == 0.  Outside a
  *     step, a running request holds exactly ceil(n_computed /
  *     kv_block_tokens) blocks; between sched_step and sched_commit, it
- *     holds ceil((pos + n) / kv_block_tokens) for its planned item.  The
- *     blocks held plus kv_free equal kv_total_blocks.
+ *     holds ceil((pos + n) / kv_block_tokens) for its planned item (for
+ *     an admission at pos = n_cached, the blocks of the cached positions
+ *     too).  The blocks held plus kv_free equal kv_total_blocks.  Only a
+ *     WAITING request is held, or has n_cached != 0; a held one has
+ *     n_cached 0, and n_cached < n_seq.
  *  4. n_computed < n_seq for PREFILLING, == n_seq - 1 for DECODING;
  *     n_gen < max_tokens for every live request.
  *  5. n_prompt + max_tokens <= n_ctx, and ceil((n_prompt + max_tokens) /
@@ -87,11 +103,13 @@
  *
  * and for every plan:
  *
- *  8. Each planned item starts at its request's n_computed and covers
- *     [pos, pos + n), n >= 1, pos + n <= n_seq; logits iff pos + n ==
- *     n_seq.  So between two preemptions each position of a request is
- *     planned exactly once, in order; after a preemption planning starts
- *     again at 0 and covers prompt + generated tokens.
+ *  8. Each planned item starts at its request's n_computed (for an
+ *     admission, at its n_cached) and covers [pos, pos + n), n >= 1,
+ *     pos + n <= n_seq; logits iff pos + n == n_seq.  So between two
+ *     preemptions each position of a request is planned exactly once, in
+ *     order, but for the n_cached leading positions of its first
+ *     admission, computed by the caller; after a preemption planning
+ *     starts again at 0 and covers prompt + generated tokens.
  *  9. sum(n) <= sum(cost) <= max_batch_tokens; n_items <= n_running <=
  *     max_seqs; a
  *     request appears at most once, in rel[] or in items[], not both.
@@ -105,9 +123,10 @@
  *     max_batch_tokens - max_seqs + 1) tokens without
  *     attention_cost_tokens).  With invariant 5 this rules out deadlock, and
  *     since arrival order is total, every request eventually becomes the
- *     oldest (pauses aside).
+ *     oldest (pauses and holds aside).
  * 12. Admission is round-robin across clients with waiting requests, one
- *     admission per turn, FCFS within a client (paused requests skipped).
+ *     admission per turn, FCFS within a client (paused and held requests
+ *     skipped: they keep no later request of their client waiting).
  *     A client that starts waiting joins the rotation at its end, after
  *     every client already waiting, so it holds the turn after at most
  *     that many admissions, and keeps it until its request fits: nobody
@@ -120,14 +139,15 @@
  *     in rel[] as cancelled and in no item; its blocks are free.
  * 14. A paused request is never planned; it keeps its blocks unless a
  *     preemption (phases 2 and 3 above) takes them, as from any running
- *     request.
+ *     request.  A held request is never planned either, and holds no
+ *     blocks.
  * 15. Every request ends visibly: finished through a nonzero items[].finish
  *     or cancelled through rel[]; none is dropped.
  *
  * COST: nothing is allocated after sched_new.  A step is O(running +
- * clients on the ring + waiting requests skipped for being paused), plus
- * O(max_requests) when a cancel flag is pending; inserting a preempted or
- * admitted request into its sorted list walks from the tail.
+ * clients on the ring + waiting requests skipped for being paused or
+ * held), plus O(max_requests) when a cancel flag is pending; inserting a
+ * preempted or admitted request into its sorted list walks from the tail.
  */
 #include "sched.h"
 
@@ -157,6 +177,7 @@ struct sreq {
 	int max_tokens;
 	int n_gen;
 	int n_computed;
+	int n_cached;		/* KV the caller holds, for admission */
 	int n_blocks;
 	int n_preempt;
 	int prev, next;		/* waiting queue, running list or free list */
@@ -164,6 +185,7 @@ struct sreq {
 	int item;		/* index in the open plan's items, or NIL */
 	int cost;		/* budget its planned item took */
 	int gen;		/* handle generation, 0..GEN_MASK */
+	bool held;
 	bool paused;
 	bool cancel;
 };
@@ -561,8 +583,10 @@ sched_add(struct sched *s, const struct sched_request *q, struct cp_err *e)
 	r->max_tokens = q->max_tokens;
 	r->n_gen = 0;
 	r->n_computed = 0;
+	r->n_cached = 0;
 	r->n_blocks = 0;
 	r->n_preempt = 0;
+	r->held = q->held;
 	r->paused = false;
 	r->cancel = false;
 	r->item = NIL;
@@ -607,6 +631,21 @@ sched_cancel_client(struct sched *s, int client)
 		n++;
 	}
 	return n;
+}
+
+int
+sched_unhold(struct sched *s, int req, int n_cached)
+{
+	struct sreq *r;
+
+	if ((r = lookup(s, req)) == NULL)
+		return -ENOENT;
+	if (!r->held || r->state != SCHED_WAITING || n_cached < 0 ||
+	    n_cached >= r->n_prompt + r->n_gen)
+		return -EINVAL;
+	r->held = false;
+	r->n_cached = n_cached;
+	return 0;
 }
 
 int
@@ -812,14 +851,14 @@ step_prefill(struct sched *s)
 	}
 }
 
-/* The first unpaused request on client c's waiting queue, or NIL. */
+/* The first request neither paused nor held on c's waiting queue, or NIL. */
 static int
-first_unpaused(const struct sched *s, int c)
+first_ready(const struct sched *s, int c)
 {
 	int i;
 
 	for (i = s->cl[c].wait_head; i != NIL; i = s->req[i].next)
-		if (!s->req[i].paused)
+		if (!s->req[i].paused && !s->req[i].held)
 			return i;
 	return NIL;
 }
@@ -830,12 +869,12 @@ step_admit(struct sched *s)
 {
 	const struct sched_config *c = &s->cfg;
 	struct sreq *r;
-	int i, cl, n, room, skipped = 0;
+	int i, cl, n, pos, room, skipped = 0;
 
 	while (s->budget > 0 && s->n_running < c->max_seqs &&
 	    s->cursor != NIL && skipped < s->n_ring) {
 		cl = s->cursor;
-		if ((i = first_unpaused(s, cl)) == NIL) {
+		if ((i = first_ready(s, cl)) == NIL) {
 			s->cursor = s->cl[cl].ring_next;
 			skipped++;
 			continue;
@@ -851,13 +890,18 @@ step_admit(struct sched *s)
 		    s->kv_free - c->kv_watermark_blocks;
 		if (blocks_for(s, n) > room)
 			return;
+		/* the first chunk follows the positions the caller holds */
+		pos = r->n_cached;
+		n -= pos;
 		if (n > c->max_prefill_chunk)
 			n = c->max_prefill_chunk;
-		n = chunk_fit(s, 0, n);
+		n = chunk_fit(s, pos, n);
 		s->cursor = s->cl[cl].ring_next;
 		wait_pop(s, i);
 		run_push(s, i);
 		r->state = SCHED_PREFILLING;
+		r->n_computed = pos;
+		r->n_cached = 0;
 		plan_item(s, i, n);
 		s->st.admitted++;
 		skipped = 0;
@@ -975,8 +1019,10 @@ sched_req_info(const struct sched *s, int req, struct sched_req_info *out)
 	out->max_tokens = r->max_tokens;
 	out->n_gen = r->n_gen;
 	out->n_computed = r->n_computed;
+	out->n_cached = r->n_cached;
 	out->n_blocks = r->n_blocks;
 	out->n_preempt = r->n_preempt;
+	out->held = r->held;
 	out->paused = r->paused;
 	out->cancelled = r->cancel;
 	return 0;
@@ -1097,6 +1143,15 @@ sched_check(const struct sched *s, struct cp_err *e)
 		if (r->n_gen >= r->max_tokens ||
 		    (int64_t)r->n_prompt + r->max_tokens > c->n_ctx)
 			return broken(e, "request past max_tokens or n_ctx", i);
+		if (r->held && (r->state != SCHED_WAITING || r->n_cached != 0))
+			return broken(e, "held request not waiting, or with "
+			    "cached positions", i);
+		if (r->n_cached != 0 && r->state != SCHED_WAITING)
+			return broken(e, "cached positions on a running "
+			    "request", i);
+		if (r->n_cached < 0 || r->n_cached >= r->n_prompt + r->n_gen)
+			return broken(e, "cached positions past the sequence",
+			    i);
 	}
 	if (n_live != s->n_live || n_live != s->n_waiting + s->n_running)
 		return broken(e, "live count", NIL);

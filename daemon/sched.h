@@ -14,6 +14,11 @@
  * far; positions are indices into that sequence.  The caller keeps the
  * token values; the scheduler keeps only counts.
  *
+ * A request may be queued held, while the caller computes the KV of its
+ * prompt's first positions elsewhere (the prefill lane); sched_unhold()
+ * then says how many positions that KV covers, and the plan that admits
+ * the request starts there.
+ *
  * sched.c's opening comment lists the request states, the transitions and
  * the numbered invariants.  Not thread-safe: one thread drives it.
  */
@@ -81,6 +86,7 @@ struct sched_request {
 	uint64_t req_id;	/* the client's id, carried for the caller */
 	int n_prompt;		/* prompt tokens, >= 1 */
 	int max_tokens;		/* tokens to generate at most, >= 1 */
+	bool held;		/* not admitted until sched_unhold() */
 };
 
 /* One scheduled token range: positions [pos, pos + n) of the request. */
@@ -88,7 +94,10 @@ struct sched_item {
 	int req;		/* request handle */
 	int client;
 	uint64_t req_id;
-	int pos;		/* first position; its KV holds [0, pos) */
+	int pos;		/* first position; its KV holds [0, pos):
+				   on admission pos is 0, or the n_cached
+				   of sched_unhold(), whose KV the caller
+				   puts in the engine's cache first */
 	int n;			/* tokens, >= 1 */
 	bool logits;		/* row pos + n - 1 is sampled */
 	int finish;		/* enum sched_finish: the caller sets EOS,
@@ -127,8 +136,11 @@ struct sched_req_info {
 	int max_tokens;
 	int n_gen;		/* tokens generated so far */
 	int n_computed;		/* positions with computed KV, 0 waiting */
+	int n_cached;		/* sched_unhold()'s n_cached until admitted,
+				   else 0 */
 	int n_blocks;		/* KV blocks held */
 	int n_preempt;		/* times preempted */
+	bool held;		/* queued held, sched_unhold() not called */
 	bool paused;
 	bool cancelled;		/* cancel asked, effective at the next step */
 };
@@ -169,7 +181,9 @@ const struct sched_config *sched_config(const struct sched *s);
  * -E2BIG (n_prompt + max_tokens past n_ctx, or more KV than the whole
  * pool) or -ENOSPC (max_requests live), with e saying why.  The handle is
  * valid until the request finishes (sched_commit) or is released as
- * cancelled (sched_step); a dead handle is refused with -ENOENT.
+ * cancelled (sched_step); a dead handle is refused with -ENOENT.  A request
+ * added with r->held waits, never admitted, until sched_unhold(); it does
+ * not keep its client's later requests waiting.
  */
 int sched_add(struct sched *s, const struct sched_request *r,
     struct cp_err *e);
@@ -185,8 +199,26 @@ int sched_cancel(struct sched *s, int req);
 int sched_cancel_client(struct sched *s, int client);
 
 /*
+ * Clear req's hold: from the next step it may be admitted (once resumed,
+ * if also paused).  The caller holds computed KV for the first n_cached
+ * positions of its sequence, 0 <= n_cached < n_prompt (a held request has
+ * generated nothing, so its sequence is its prompt); the item that admits
+ * it starts at pos n_cached and reserves the blocks for [0, pos + n), and
+ * the caller puts that KV in the engine's cache before running the
+ * batch.  n_cached 0 asks for an ordinary prefill from position 0.
+ * Should the request be cancelled before its admission, the caller drops
+ * that KV on the release; once admitted it is treated as any running
+ * request: a preemption drops its KV and its next prefill starts at 0.
+ * Returns 0, -ENOENT, or -EINVAL (req not held, or n_cached out of range:
+ * nothing changes).
+ */
+int sched_unhold(struct sched *s, int req, int n_cached);
+
+/*
  * Pause (on) or resume (off) req from the next step: a paused request is
- * not scheduled or admitted but keeps its KV.  Returns 0 or -ENOENT.
+ * not scheduled or admitted but keeps its KV.  Pausing and holding are
+ * independent: a request is admitted only when neither.  Returns 0 or
+ * -ENOENT.
  */
 int sched_pause(struct sched *s, int req, bool on);
 

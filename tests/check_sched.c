@@ -44,17 +44,31 @@ ok(const struct sched *s)
 }
 
 static int
-add(struct sched *s, int client, int n_prompt, int max_tokens)
+add_req(struct sched *s, int client, int n_prompt, int max_tokens,
+    bool held)
 {
 	struct sched_request q = {
 		.client = client, .req_id = 1000 + (uint64_t)client,
-		.n_prompt = n_prompt, .max_tokens = max_tokens,
+		.n_prompt = n_prompt, .max_tokens = max_tokens, .held = held,
 	};
 	struct cp_err e = { 0 };
 	int h = sched_add(s, &q, &e);
 
 	ck_assert_msg(h >= 0, "sched_add: %d %s", h, e.msg);
 	return h;
+}
+
+static int
+add(struct sched *s, int client, int n_prompt, int max_tokens)
+{
+	return add_req(s, client, n_prompt, max_tokens, false);
+}
+
+/* Queue a request held, as for the prefill lane. */
+static int
+add_held(struct sched *s, int client, int n_prompt, int max_tokens)
+{
+	return add_req(s, client, n_prompt, max_tokens, true);
 }
 
 static void
@@ -850,6 +864,383 @@ START_TEST(test_pause)
 }
 END_TEST
 
+/* ---- held requests (the prefill lane) ------------------------------------ */
+
+/*
+ * h, queued held, is never planned; b, queued after it by the same client,
+ * is admitted past it and decodes to its end (3 tokens in steps 1-3).  A
+ * hold cleared with n_cached 0 is an ordinary prefill from position 0.
+ */
+START_TEST(test_held_skipped)
+{
+	struct sched_config c = { .max_batch_tokens = 16, .max_seqs = 4,
+	    .kv_total_blocks = 20, .n_ctx = 64 };
+	struct sched *s = mk(c);
+	struct sched_stats st;
+	struct sched_plan p;
+	int h = add_held(s, 0, 8, 4), b = add(s, 0, 4, 3), t;
+
+	ck_assert(info(s, h).held);
+	ck_assert(!info(s, b).held);
+	for (t = 1; t <= 4; t++) {
+		step(s, &p);
+		if (t == 1)
+			plan_is(&p, 0, 1, (struct want[]){ { b, 0, 4, 1 } });
+		else if (t <= 3)
+			plan_is(&p, 0, 1, (struct want[]){ { b, t + 2, 1,
+			    1 } });
+		else
+			plan_is(&p, 0, 0, NULL);
+		commit(s, &p);
+		if (t == 3)
+			ck_assert_int_eq(p.items[0].finish, SCHED_FIN_LENGTH);
+		ck_assert_int_eq(info(s, h).state, SCHED_WAITING);
+		ck_assert(info(s, h).held && !info(s, h).paused);
+		ck_assert_int_eq(info(s, h).n_blocks, 0);
+		ck_assert_int_eq(info(s, h).n_cached, 0);
+	}
+	sched_stats(s, &st);
+	ck_assert_int_eq(st.n_waiting, 1);
+	ck_assert_int_eq(st.kv_free, 20);
+	ck_assert_int_eq(sched_unhold(s, h, 0), 0);
+	ok(s);
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { h, 0, 8, 1 } });
+	commit(s, &p);
+	ck_assert_int_eq(info(s, h).n_computed, 8);
+	sched_free(s);
+}
+END_TEST
+
+/*
+ * Round-robin with a held request at the head of client 0's queue: each
+ * 8-token prompt takes the whole budget and ends at its admission, so one
+ * request a step, alternating 0, 1, 0, 1 as if h0 were absent; h0 comes
+ * once its hold is cleared.
+ */
+START_TEST(test_held_round_robin)
+{
+	struct sched_config c = { .max_batch_tokens = 8, .max_seqs = 8,
+	    .kv_total_blocks = 100, .n_ctx = 64 };
+	struct sched *s = mk(c);
+	struct sched_plan p;
+	int h0 = add_held(s, 0, 8, 1), a0 = add(s, 0, 8, 1);
+	int a1 = add(s, 0, 8, 1), b0 = add(s, 1, 8, 1), b1 = add(s, 1, 8, 1);
+	const int order[] = { a0, b0, a1, b1 };
+	int k;
+
+	for (k = 0; k < 4; k++) {
+		step(s, &p);
+		plan_is(&p, 0, 1, (struct want[]){ { order[k], 0, 8, 1 } });
+		commit(s, &p);
+		ck_assert_int_eq(p.items[0].finish, SCHED_FIN_LENGTH);
+	}
+	step(s, &p);
+	plan_is(&p, 0, 0, NULL);
+	commit(s, &p);
+	ck_assert_int_eq(sched_unhold(s, h0, 0), 0);
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { h0, 0, 8, 1 } });
+	commit(s, &p);
+	sched_free(s);
+}
+END_TEST
+
+/*
+ * Admission after sched_unhold(n_cached): the first item starts at
+ * n_cached and reserves the blocks of [0, pos + n).  Blocks of 4, pool of
+ * 40 (watermark 1), chunks of 16, budget 32.
+ * h  (prompt 50) cached 37: [37, 50) is 13 tokens, the last with logits;
+ *    ceil(50 / 4) = 13 blocks.
+ * h2 (prompt 60) cached 10, beside h's decode: [10, 26) is one chunk of
+ *    16, ceil(26 / 4) = 7 blocks; then [26, 42) 11 blocks, [42, 58) 15,
+ *    [58, 60) with logits, 15.
+ * h3 (prompt 5) cached 4: the one position left, [4, 5) with logits,
+ *    ceil(5 / 4) = 2 blocks.
+ */
+START_TEST(test_unhold_cached)
+{
+	struct sched_config c = { .max_batch_tokens = 32,
+	    .max_prefill_chunk = 16, .max_seqs = 4, .kv_block_tokens = 4,
+	    .kv_total_blocks = 40, .n_ctx = 128 };
+	struct sched_config c2 = { .max_batch_tokens = 20, .max_seqs = 4,
+	    .kv_total_blocks = 100, .n_ctx = 512,
+	    .attention_cost_tokens = 100 };
+	struct sched *s = mk(c);
+	struct sched_req_info ri;
+	struct sched_plan p;
+	int h = add_held(s, 0, 50, 3), h2, h3;
+
+	step(s, &p);
+	plan_is(&p, 0, 0, NULL);
+	commit(s, &p);
+	ck_assert_int_eq(sched_unhold(s, h, 37), 0);
+	ri = info(s, h);
+	ck_assert(!ri.held);
+	ck_assert_int_eq(ri.state, SCHED_WAITING);
+	ck_assert_int_eq(ri.n_cached, 37);
+	ck_assert_int_eq(ri.n_computed, 0);
+	ck_assert_int_eq(ri.n_blocks, 0);
+	ok(s);
+
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { h, 37, 13, 1 } });
+	ri = info(s, h);
+	ck_assert_int_eq(ri.state, SCHED_PREFILLING);
+	ck_assert_int_eq(ri.n_computed, 37);
+	ck_assert_int_eq(ri.n_cached, 0);
+	ck_assert_int_eq(ri.n_blocks, 13);
+	ck_assert_int_eq(free_blocks(s), 27);
+	ok(s);
+	commit(s, &p);
+	ri = info(s, h);
+	ck_assert_int_eq(ri.state, SCHED_DECODING);
+	ck_assert_int_eq(ri.n_computed, 50);
+	ck_assert_int_eq(ri.n_gen, 1);
+	ck_assert_int_eq(ri.n_blocks, 13);
+
+	h2 = add_held(s, 1, 60, 2);
+	ck_assert_int_eq(sched_unhold(s, h2, 10), 0);
+	step(s, &p);
+	plan_is(&p, 0, 2, (struct want[]){ { h, 50, 1, 1 },
+	    { h2, 10, 16, 0 } });
+	commit(s, &p);
+	ck_assert_int_eq(info(s, h2).n_computed, 26);
+	ck_assert_int_eq(info(s, h2).n_blocks, 7);
+	ck_assert_int_eq(free_blocks(s), 40 - 13 - 7);
+	step(s, &p);
+	plan_is(&p, 0, 2, (struct want[]){ { h, 51, 1, 1 },
+	    { h2, 26, 16, 0 } });
+	commit(s, &p);
+	ck_assert_int_eq(p.items[0].finish, SCHED_FIN_LENGTH);
+	ck_assert_int_eq(info(s, h2).n_blocks, 11);
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { h2, 42, 16, 0 } });
+	commit(s, &p);
+	ck_assert_int_eq(info(s, h2).n_blocks, 15);
+	h3 = add_held(s, 2, 5, 1);
+	ck_assert_int_eq(sched_unhold(s, h3, 4), 0);
+	step(s, &p);
+	plan_is(&p, 0, 2, (struct want[]){ { h2, 58, 2, 1 },
+	    { h3, 4, 1, 1 } });
+	ck_assert_int_eq(info(s, h3).n_blocks, 2);
+	commit(s, &p);
+	ck_assert_int_eq(p.items[1].finish, SCHED_FIN_LENGTH);
+	ck_assert_int_eq(info(s, h2).n_computed, 60);
+	ck_assert_int_eq(info(s, h2).n_blocks, 15);
+	ck_assert_int_eq(free_blocks(s), 40 - 15);
+	sched_free(s);
+
+	/*
+	 * The attention cost counts from the cached position: budget 20,
+	 * pos 18 (test_attention_cost's second chunk): 15 tokens cost
+	 * 15 + ceil((15 * 18 + 105) / 100) = 19, 16 would cost 21.  From 0,
+	 * 18 tokens would fit.  ceil(33 / 16) = 3 blocks.
+	 */
+	s = mk(c2);
+	h = add_held(s, 0, 300, 2);
+	ck_assert_int_eq(sched_unhold(s, h, 18), 0);
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { h, 18, 15, 0 } });
+	commit(s, &p);
+	ck_assert_int_eq(info(s, h).n_computed, 33);
+	ck_assert_int_eq(info(s, h).n_blocks, 3);
+	sched_free(s);
+}
+END_TEST
+
+/* Held and paused are independent: admission waits for both to clear. */
+START_TEST(test_held_paused)
+{
+	struct sched_config c = { .max_batch_tokens = 16, .max_seqs = 4,
+	    .kv_total_blocks = 20, .n_ctx = 64 };
+	struct sched *s = mk(c);
+	struct sched_plan p;
+	int h = add_held(s, 0, 6, 2);
+
+	ck_assert_int_eq(sched_pause(s, h, true), 0);
+	step(s, &p);
+	plan_is(&p, 0, 0, NULL);
+	commit(s, &p);
+	ck_assert(info(s, h).held && info(s, h).paused);
+	/* resumed but still held */
+	ck_assert_int_eq(sched_pause(s, h, false), 0);
+	step(s, &p);
+	plan_is(&p, 0, 0, NULL);
+	commit(s, &p);
+	ck_assert(info(s, h).held && !info(s, h).paused);
+	/* unheld but paused again */
+	ck_assert_int_eq(sched_pause_client(s, 0, true), 1);
+	ck_assert_int_eq(sched_unhold(s, h, 2), 0);
+	step(s, &p);
+	plan_is(&p, 0, 0, NULL);
+	commit(s, &p);
+	ck_assert(!info(s, h).held && info(s, h).paused);
+	ck_assert_int_eq(info(s, h).n_cached, 2);
+	/* neither: [2, 6) with logits */
+	ck_assert_int_eq(sched_pause(s, h, false), 0);
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { h, 2, 4, 1 } });
+	commit(s, &p);
+	ck_assert_int_eq(info(s, h).state, SCHED_DECODING);
+	ck_assert_int_eq(info(s, h).n_computed, 6);
+	sched_free(s);
+}
+END_TEST
+
+START_TEST(test_unhold_errors)
+{
+	struct sched_config c = { .max_batch_tokens = 16, .max_seqs = 4,
+	    .kv_total_blocks = 20, .n_ctx = 64, .max_requests = 8 };
+	struct sched *s = mk(c);
+	struct sched_req_info ri;
+	struct sched_plan p;
+	int h = add_held(s, 0, 6, 2), w = add(s, 1, 4, 2);
+
+	ck_assert_int_eq(sched_unhold(s, w, 0), -EINVAL);	/* not held */
+	ck_assert_int_eq(sched_unhold(s, h, 6), -EINVAL);	/* n_seq */
+	ck_assert_int_eq(sched_unhold(s, h, -1), -EINVAL);
+	ck_assert_int_eq(sched_unhold(s, -1, 0), -ENOENT);
+	ck_assert_int_eq(sched_unhold(s, 0x7fffffff, 0), -ENOENT);
+	ri = info(s, h);
+	ck_assert(ri.held);
+	ck_assert_int_eq(ri.n_cached, 0);
+	ck_assert(!info(s, w).held);
+	ok(s);
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { w, 0, 4, 1 } });
+	ck_assert_int_eq(sched_unhold(s, w, 0), -EINVAL);	/* running */
+	commit(s, &p);
+	ck_assert_int_eq(sched_unhold(s, h, 5), 0);	/* n_seq - 1 */
+	ck_assert_int_eq(sched_unhold(s, h, 3), -EINVAL);	/* done once */
+	ck_assert_int_eq(info(s, h).n_cached, 5);
+	/* cancelled before its admission: released, then a dead handle */
+	ck_assert_int_eq(sched_cancel(s, h), 0);
+	step(s, &p);
+	plan_is(&p, 1, 1, (struct want[]){ { w, 4, 1, 1 } });
+	rel_is(&p, 0, h, SCHED_REL_CANCEL, 0);
+	ck_assert_int_eq(sched_unhold(s, h, 0), -ENOENT);
+	ck_assert_int_eq(sched_req_info(s, h, &ri), -ENOENT);
+	commit(s, &p);
+	sched_free(s);
+}
+END_TEST
+
+/*
+ * A held request is cancelled like any waiting one, at the next step;
+ * sched_cancel_client takes held requests too, unheld or not.
+ */
+START_TEST(test_cancel_held)
+{
+	struct sched_config c = { .max_batch_tokens = 16, .max_seqs = 4,
+	    .kv_total_blocks = 20, .n_ctx = 64 };
+	struct sched *s = mk(c);
+	struct sched_req_info ri;
+	struct sched_stats st;
+	struct sched_plan p;
+	int h = add_held(s, 0, 8, 2), b = add(s, 1, 4, 1), h2, h3, x;
+
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { b, 0, 4, 1 } });
+	commit(s, &p);
+	ck_assert_int_eq(sched_cancel(s, h), 0);
+	ck_assert(info(s, h).cancelled && info(s, h).held);
+	ok(s);
+	step(s, &p);
+	plan_is(&p, 1, 0, NULL);
+	rel_is(&p, 0, h, SCHED_REL_CANCEL, 0);
+	ck_assert_int_eq(sched_req_info(s, h, &ri), -ENOENT);
+	commit(s, &p);
+	sched_stats(s, &st);
+	ck_assert_int_eq(st.n_live, 0);
+	ck_assert_uint_eq(st.cancelled, 1);
+
+	h2 = add_held(s, 2, 8, 2);
+	h3 = add_held(s, 2, 8, 2);
+	ck_assert_int_eq(sched_unhold(s, h3, 4), 0);
+	x = add(s, 3, 4, 1);
+	ck_assert_int_eq(sched_cancel_client(s, 2), 2);
+	step(s, &p);
+	plan_is(&p, 2, 1, (struct want[]){ { x, 0, 4, 1 } });
+	rel_is(&p, find(&p, h2, true), h2, SCHED_REL_CANCEL, 0);
+	rel_is(&p, find(&p, h3, true), h3, SCHED_REL_CANCEL, 0);
+	ck_assert_int_eq(free_blocks(s), 19);
+	commit(s, &p);
+	sched_stats(s, &st);
+	ck_assert_int_eq(st.n_live, 0);
+	ck_assert_uint_eq(st.cancelled, 3);
+	sched_free(s);
+}
+END_TEST
+
+/*
+ * A request admitted with cached positions is preempted as any other:
+ * its KV goes, and its next prefill starts at 0.  Blocks of 4, pool of 6,
+ * no watermark; a (prompt 4, 6 tokens) runs first.
+ * step 2: a decodes pos 4 (2 blocks); h (prompt 10) is admitted at 8:
+ *         [8, 10) with logits, ceil(10 / 4) = 3 blocks     free 1
+ * steps 3-5: a at 5-7, h at 10-12; at 12 h takes the last block
+ * step 6: a at 8 needs a 3rd block, none is free: h, the newest, is
+ *         preempted (4 tokens generated); a ends there (6 tokens)
+ * step 7: the pool is empty; h again from 0 over 10 + 4 = 14 positions,
+ *         ceil(14 / 4) = 4 blocks
+ */
+START_TEST(test_preempt_cached)
+{
+	struct sched_config c = { .max_batch_tokens = 16, .max_seqs = 4,
+	    .kv_block_tokens = 4, .kv_total_blocks = 6,
+	    .kv_watermark_blocks = SCHED_NO_WATERMARK, .n_ctx = 64 };
+	struct sched *s = mk(c);
+	struct sched_req_info ri;
+	struct sched_plan p;
+	int a = add(s, 0, 4, 6), h, t;
+
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { a, 0, 4, 1 } });
+	commit(s, &p);
+	h = add_held(s, 1, 10, 6);
+	ck_assert_int_eq(sched_unhold(s, h, 8), 0);
+	step(s, &p);
+	plan_is(&p, 0, 2, (struct want[]){ { a, 4, 1, 1 }, { h, 8, 2, 1 } });
+	ck_assert_int_eq(info(s, h).n_blocks, 3);
+	ck_assert_int_eq(free_blocks(s), 1);
+	commit(s, &p);
+	ck_assert_int_eq(info(s, h).state, SCHED_DECODING);
+	ck_assert_int_eq(info(s, h).n_computed, 10);
+	for (t = 3; t <= 5; t++) {
+		step(s, &p);
+		plan_is(&p, 0, 2, (struct want[]){ { a, t + 2, 1, 1 },
+		    { h, t + 7, 1, 1 } });
+		commit(s, &p);
+	}
+	ck_assert_int_eq(free_blocks(s), 0);
+	step(s, &p);
+	plan_is(&p, 1, 1, (struct want[]){ { a, 8, 1, 1 } });
+	rel_is(&p, 0, h, SCHED_REL_PREEMPT, 4);
+	ri = info(s, h);
+	ck_assert_int_eq(ri.state, SCHED_WAITING);
+	ck_assert_int_eq(ri.n_computed, 0);
+	ck_assert_int_eq(ri.n_cached, 0);
+	ck_assert_int_eq(ri.n_blocks, 0);
+	ck_assert_int_eq(ri.n_preempt, 1);
+	ck_assert(!ri.held);
+	commit(s, &p);
+	ck_assert_int_eq(p.items[0].finish, SCHED_FIN_LENGTH);
+	ck_assert_int_eq(free_blocks(s), 6);
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { h, 0, 14, 1 } });
+	ck_assert_int_eq(info(s, h).n_blocks, 4);
+	commit(s, &p);
+	ck_assert_int_eq(info(s, h).n_computed, 14);
+	ck_assert_int_eq(info(s, h).n_gen, 5);
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { h, 14, 1, 1 } });
+	commit(s, &p);
+	ck_assert_int_eq(p.items[0].finish, SCHED_FIN_LENGTH);
+	sched_free(s);
+}
+END_TEST
+
 START_TEST(test_commit_rules)
 {
 	struct sched_config c = { .max_batch_tokens = 16,
@@ -1048,9 +1439,12 @@ struct sim_req {
 	int eos_at;		/* n_gen at which EOS is reported, 0 never */
 	int item;		/* its item in the current plan, -1 none */
 	int said;		/* the finish the caller reported at commit */
+	int cached;		/* sched_unhold()'s n_cached, until admitted */
 	uint64_t arrival;
 	uint64_t stamp;		/* last step that named it */
-	bool live, running, decoding, paused, cancel;
+	bool live, running, decoding, paused, cancel, held;
+	bool from_lane;		/* admitted at cached positions, not since
+				   preempted */
 };
 
 /* A workload shape; probabilities are per mille, per request and step. */
@@ -1062,6 +1456,8 @@ struct workload {
 	int p_cancel, p_pause, p_unpause, p_error, p_stop, p_eos;
 	int p_cancel_client;	/* per step */
 	bool expect_preempt;
+	int p_held;		/* per arrival: queued held */
+	int p_unhold;		/* per held request and step */
 };
 
 struct sim {
@@ -1075,6 +1471,7 @@ struct sim {
 	/* what the workload exercised */
 	int cancelled_prefill, cancelled_waiting, cancelled_decoding;
 	int preempted, preempted_before, finished;
+	int cached_admitted, cached_preempted;
 };
 
 static uint64_t
@@ -1125,6 +1522,7 @@ sim_add(struct sim *m, int client)
 	    .max_tokens = 1 + (int)rnd(m, (uint64_t)m->w->max_gen) };
 	int h, len = q.n_prompt + q.max_tokens;
 
+	q.held = chance(m, m->w->p_held);
 	h = sched_add(m->s, &q, NULL);
 	if (len > m->c.n_ctx ||
 	    ceil_div(len, m->c.kv_block_tokens) > m->c.kv_total_blocks) {
@@ -1139,7 +1537,7 @@ sim_add(struct sim *m, int client)
 	m->r[m->n++] = (struct sim_req){ .h = h, .client = client,
 	    .n_prompt = q.n_prompt, .max_tokens = q.max_tokens, .kv_seq = -1,
 	    .item = -1, .arrival = ++m->arrival, .live = true,
-	    .eos_at = chance(m, m->w->p_eos) ?
+	    .held = q.held, .eos_at = chance(m, m->w->p_eos) ?
 	    1 + (int)rnd(m, (uint64_t)q.max_tokens) : 0 };
 	m->live++;
 }
@@ -1159,7 +1557,24 @@ sim_cancel(struct sim *m, struct sim_req *x)
 		m->cancelled_prefill++;
 }
 
-/* Cancels, pauses and new requests between two steps. */
+/*
+ * Clear x's hold as the worker does when the prefill lane is done with it:
+ * some prefix of the prompt computed, or none when the lane failed.  A
+ * position count past the sequence, or a second call, is refused.
+ */
+static void
+sim_unhold(struct sim *m, struct sim_req *x)
+{
+	int n = chance(m, 200) ? 0 : (int)rnd(m, (uint64_t)x->n_prompt);
+
+	SIM_INT(sched_unhold(m->s, x->h, x->n_prompt), ==, -EINVAL);
+	SIM_INT(sched_unhold(m->s, x->h, n), ==, 0);
+	SIM_INT(sched_unhold(m->s, x->h, 0), ==, -EINVAL);
+	x->held = false;
+	x->cached = n;
+}
+
+/* Cancels, pauses, unholds and new requests between two steps. */
 static void
 sim_events(struct sim *m)
 {
@@ -1176,6 +1591,8 @@ sim_events(struct sim *m)
 			x->paused = !x->paused;
 			SIM_INT(sched_pause(m->s, x->h, x->paused), ==, 0);
 		}
+		if (x->held && chance(m, w->p_unhold))
+			sim_unhold(m, x);
 	}
 	if (chance(m, w->p_cancel_client)) {
 		cl = (int)rnd(m, (uint64_t)w->n_clients);
@@ -1224,6 +1641,8 @@ sim_releases(struct sim *m, const struct sched_plan *p)
 		}
 		SIM_INT(rl->why, ==, SCHED_REL_PREEMPT);
 		SIM_TRUE(x->running && !x->cancel);
+		m->cached_preempted += x->from_lane;
+		x->from_lane = false;
 		sim_drop_kv(m, x);
 		if (x->arrival < min_pre)
 			min_pre = x->arrival;
@@ -1277,7 +1696,8 @@ sim_items(struct sim *m, const struct sched_plan *p)
 		x = sim_find(m, it->req_id, it->req, p->step);
 		x->item = k;
 		SIM_INT(it->client, ==, x->client);
-		SIM_TRUE(!x->paused && !x->cancel);	/* invariant 14 */
+		/* invariant 14 */
+		SIM_TRUE(!x->paused && !x->cancel && !x->held);
 		SIM_INT(it->finish, ==, SCHED_RUN);
 		free_before = m->kv_free;
 		n_seq = x->n_prompt + x->n_gen;
@@ -1289,12 +1709,18 @@ sim_items(struct sim *m, const struct sched_plan *p)
 			SIM_INT(m->preempted, ==, m->preempted_before);
 			for (y = m->r; y < m->r + m->n; y++)
 				if (y != x && y->live && !y->running &&
-				    !y->paused && y->client == x->client)
+				    !y->paused && !y->held &&
+				    y->client == x->client)
 					SIM_UINT(y->arrival, >, x->arrival);
 			if (free_before != c->kv_total_blocks)
 				SIM_INT(ceil_div(n_seq, c->kv_block_tokens),
 				    <=, free_before - c->kv_watermark_blocks);
 			x->running = true;
+			/* the first item starts past the cached positions */
+			x->next_pos = x->cached;
+			x->from_lane = x->cached > 0;
+			m->cached_admitted += x->from_lane;
+			x->cached = 0;
 		}
 		/* exactly once, in order, between preemptions (inv. 8) */
 		SIM_INT(it->pos, ==, x->next_pos);
@@ -1310,10 +1736,15 @@ sim_items(struct sim *m, const struct sched_plan *p)
 		x->blocks += need;
 		m->kv_free -= need;
 		SIM_INT(m->kv_free, >=, 0);
-		/* the engine's cache follows the plan without failing */
-		if (x->kv_seq < 0)
-			x->kv_seq = kv_seq_new(m->kv);
-		SIM_INT(x->kv_seq, >=, 0);
+		/* the engine's cache follows the plan without failing; the
+		 * worker copies the lane's KV in at admission */
+		if (x->kv_seq < 0) {
+			SIM_INT(x->kv_seq = kv_seq_new(m->kv), >=, 0);
+			SIM_INT(kv_seq_append(m->kv, x->kv_seq, it->pos), ==,
+			    0);
+			SIM_INT(kv_seq_set_written(m->kv, x->kv_seq, it->pos),
+			    ==, 0);
+		}
 		SIM_INT(kv_seq_len(m->kv, x->kv_seq), ==, it->pos);
 		SIM_INT(kv_seq_append(m->kv, x->kv_seq, it->n), ==, 0);
 		sum += it->n;
@@ -1370,6 +1801,12 @@ sim_commit(struct sim *m, struct sched_plan *p)
 		if (x->live)
 			sim_cancel(m, x);
 	}
+	/* so does an unhold */
+	if (m->n > 0 && chance(m, w->p_unhold)) {
+		x = &m->r[rnd(m, (uint64_t)m->n)];
+		if (x->live && x->held)
+			sim_unhold(m, x);
+	}
 	SIM_INT(sched_commit(m->s, p), ==, 0);
 	for (it = p->items; it < p->items + p->n_items; it++) {
 		x = &m->r[it->req_id];
@@ -1411,6 +1848,8 @@ sim_compare(struct sim *m)
 		SIM_INT(ri.n_computed, ==, x->next_pos);
 		SIM_INT(ri.paused, ==, x->paused);
 		SIM_INT(ri.cancelled, ==, x->cancel);
+		SIM_INT(ri.held, ==, x->held);
+		SIM_INT(ri.n_cached, ==, x->cached);
 		SIM_INT(ri.state, ==, !x->running ? SCHED_WAITING :
 		    x->decoding ? SCHED_DECODING : SCHED_PREFILLING);
 	}
@@ -1459,12 +1898,18 @@ run_workload(const struct workload *w)
 		sim_events(&m);
 		sim_one_step(&m);
 	}
-	/* drain: resume everything; all must end, no deadlock (inv. 5, 11) */
-	for (x = m.r; x < m.r + m.n; x++)
+	/*
+	 * drain: resume and unhold everything; all must end, no deadlock
+	 * (inv. 5, 11)
+	 */
+	for (x = m.r; x < m.r + m.n; x++) {
 		if (x->live && x->paused) {
 			x->paused = false;
 			SIM_INT(sched_pause(m.s, x->h, false), ==, 0);
 		}
+		if (x->live && x->held)
+			sim_unhold(&m, x);
+	}
 	for (t = 0; m.live > 0; t++) {
 		if (t == 20000)
 			ck_abort_msg("%s: not drained", w->name);
@@ -1483,6 +1928,9 @@ run_workload(const struct workload *w)
 		    m.cancelled_waiting > 0 && m.cancelled_decoding > 0,
 		    "%s: cancels %d %d %d", w->name, m.cancelled_prefill,
 		    m.cancelled_waiting, m.cancelled_decoding);
+	if (w->p_held > 0)
+		ck_assert_msg(m.cached_admitted > 0, "%s: no cached admission",
+		    w->name);
 	kv_free(m.kv);
 	free(m.r);
 	sched_free(m.s);
@@ -1491,29 +1939,33 @@ run_workload(const struct workload *w)
 /*
  * Shapes of workload.  Columns: name; config (max_batch_tokens,
  * max_prefill_chunk, max_seqs, max_requests, max_clients, kv_block_tokens,
- * kv_total_blocks, kv_watermark_blocks, n_ctx); seed, clients, steps,
- * p_arrive, max_prompt, max_gen; p_cancel, p_pause, p_unpause, p_error,
- * p_stop, p_eos, p_cancel_client; expect_preempt.
+ * kv_total_blocks, kv_watermark_blocks, n_ctx, attention_cost_tokens);
+ * seed, clients, steps, p_arrive, max_prompt, max_gen; p_cancel, p_pause,
+ * p_unpause, p_error, p_stop, p_eos, p_cancel_client; expect_preempt;
+ * p_held, p_unhold.
  */
 static const struct workload workloads[] = {
 	{ "small pool, preemption", { 32, 6, 8, 64, 8, 4, 24, 1, 96, 0 },
-	  1, 4, 600, 150, 48, 32, 3, 5, 100, 2, 10, 300, 5, true },
-	{ "long prompts, 16-token blocks", { 64, 8, 6, 40, 5, 16, 12, 0, 200, 0 },
-	  2, 5, 600, 60, 160, 40, 3, 3, 200, 1, 5, 200, 3, true },
+	  1, 4, 600, 150, 48, 32, 3, 5, 100, 2, 10, 300, 5, true, 100, 100 },
+	{ "long prompts, 16-token blocks",
+	  { 64, 8, 6, 40, 5, 16, 12, 0, 200, 0 },
+	  2, 5, 600, 60, 160, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100 },
 	{ "big pool, table full", { 128, 0, 16, 24, 3, 0, 1000, 0, 512, 0 },
-	  3, 3, 400, 400, 300, 30, 4, 5, 100, 2, 10, 300, 2, false },
+	  3, 3, 400, 400, 300, 30, 4, 5, 100, 2, 10, 300, 2, false, 100, 100 },
 	{ "one-token blocks, no watermark",
 	  { 8, 3, 4, 0, 3, 1, 20, SCHED_NO_WATERMARK, 20, 0 },
-	  4, 3, 800, 100, 14, 10, 4, 5, 150, 2, 10, 300, 3, true },
+	  4, 3, 800, 100, 14, 10, 4, 5, 150, 2, 10, 300, 3, true, 100, 100 },
 	{ "max_seqs == max_batch_tokens", { 4, 2, 4, 0, 6, 2, 16, 2, 32, 0 },
-	  5, 6, 800, 50, 12, 16, 4, 5, 150, 2, 10, 300, 3, true },
+	  5, 6, 800, 50, 12, 16, 4, 5, 150, 2, 10, 300, 3, true, 100, 100 },
 	{ "no cancels, no pauses, heavy preemption",
 	  { 48, 12, 12, 0, 4, 8, 30, 1, 240, 0 },
-	  6, 4, 600, 120, 100, 100, 0, 0, 0, 0, 5, 100, 0, true },
-	{ "attention cost, long prompts", { 64, 32, 6, 40, 5, 16, 40, 0,
-	  400, 50 }, 7, 5, 1200, 30, 360, 40, 3, 3, 200, 1, 5, 200, 3, true },
-	{ "attention cost larger than the budget", { 8, 8, 4, 0, 3, 4, 30, 1,
-	  64, 3 }, 8, 3, 800, 100, 40, 16, 4, 5, 150, 2, 10, 300, 3, false },
+	  6, 4, 600, 120, 100, 100, 0, 0, 0, 0, 5, 100, 0, true, 100, 100 },
+	{ "attention cost, long prompts",
+	  { 64, 32, 6, 40, 5, 16, 40, 0, 400, 50 },
+	  7, 5, 1200, 30, 360, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100 },
+	{ "attention cost larger than the budget",
+	  { 8, 8, 4, 0, 3, 4, 30, 1, 64, 3 },
+	  8, 3, 800, 100, 40, 16, 4, 5, 150, 2, 10, 300, 3, false, 100, 100 },
 };
 
 START_TEST(test_random_workloads)
@@ -1549,6 +2001,13 @@ sched_suite(void)
 	tcase_add_test(tc, test_cancel_mid_prefill);
 	tcase_add_test(tc, test_cancel_during_step);
 	tcase_add_test(tc, test_pause);
+	tcase_add_test(tc, test_held_skipped);
+	tcase_add_test(tc, test_held_round_robin);
+	tcase_add_test(tc, test_unhold_cached);
+	tcase_add_test(tc, test_held_paused);
+	tcase_add_test(tc, test_unhold_errors);
+	tcase_add_test(tc, test_cancel_held);
+	tcase_add_test(tc, test_preempt_cached);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("starvation");
