@@ -39,6 +39,7 @@ enum config_key {
 	CONFIG_MAX_BATCH_TOKENS,
 	CONFIG_MAX_PREFILL_CHUNK,
 	CONFIG_ATTENTION_COST_TOKENS,
+	CONFIG_PREFILL_LANE_TOKENS,
 	CONFIG_MAX_SEQS,
 	CONFIG_KV_CACHE,
 	CONFIG_CONTEXT,
@@ -92,6 +93,8 @@ struct cpd_config {
 	int max_prefill_chunk;		/* prompt tokens of one sequence per step */
 	int attention_cost_tokens;	/* a prompt token at position p counts
 					   1 + p / this in the budget; 0 = 1 */
+	int prefill_lane_tokens;	/* prompts this long prefill beside the
+					   steps (lane.h); 0 = never */
 	int max_seqs;			/* sequences per step */
 	uint64_t kv_cache_tokens;	/* KV pool in tokens, 0 = not in tokens */
 	uint64_t kv_cache_bytes;	/* KV pool in bytes, 0 = not in bytes */

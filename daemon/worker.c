@@ -93,6 +93,7 @@
 #include <string.h>
 
 #include "kvcache.h"
+#include "lane.h"
 #include "log.h"
 #include "prep.h"
 #include "sampler.h"
@@ -122,6 +123,9 @@ struct wreq {
 	uint64_t t_recv_ns;	/* the io loop took its SUBMIT (stats.h) */
 	uint64_t t_last_ns;	/* its last TOKEN event; 0 before the first */
 	bool paused;		/* PAUSEd (sched_pause), counted in n_paused */
+	bool in_lane;		/* the lane has its prompt (held in sched) */
+	bool lane_ready;	/* ... computed: its first item imports it */
+	int lane_shown;		/* prompt positions PROGRESS reported */
 };
 
 struct worker {
@@ -151,6 +155,12 @@ struct worker {
 
 	int32_t *enc;			/* (n_ctx) prompt scratch */
 	struct prep *prep;		/* text prompts' tokenizer thread */
+	struct lane *lane;		/* long prompts' prefill, or NULL */
+	int lane_min;			/* prompt tokens to use it */
+	int lane_slot;			/* request in the lane, or -1 */
+	int threads_all;		/* the backend's threads */
+	int threads_lane;		/* the lane's, while steps run */
+	int threads_now;		/* the steps' (be_set_threads) */
 
 	int32_t *btok;			/* (max_batch) rows of the step */
 	struct batch_seq *bseq;		/* (max_seqs) entries of the step */
@@ -300,6 +310,10 @@ req_clear(struct worker *w, struct wreq *r)
 		id_unlink(w, (int)(r - w->req));
 	if (r->paused)
 		w->n_paused--;
+	if (r->in_lane) {
+		lane_cancel(w->lane);
+		w->lane_slot = -1;
+	}
 	if (r->seq >= 0)
 		(void)kv_seq_free(w->kv, r->seq);
 	sampler_free(r->smp);
@@ -432,6 +446,108 @@ submit_stops(struct wreq *r, const struct ep_cmd *c, struct cp_err *e)
 	return r->ss != NULL ? 0 : (e->code < 0 ? e->code : -EINVAL);
 }
 
+/* ---- the prefill lane (lane.h) ---------------------------------------- */
+
+/* A prompt of n tokens goes to the lane: long enough, and the lane free. */
+static bool
+lane_wants(struct worker *w, int n)
+{
+	struct lane_status st;
+
+	if (w->lane == NULL || n - 1 < w->lane_min || w->lane_slot >= 0)
+		return false;
+	lane_status(w->lane, &st);
+	return st.state == LANE_IDLE;
+}
+
+/*
+ * Hands r's prompt, all but its last token, to the lane; r was added
+ * held.  When the lane refuses, r is released for an ordinary prefill.
+ */
+static void
+lane_give(struct worker *w, struct wreq *r, int slot)
+{
+	if (lane_start(w->lane, (uint64_t)slot, r->toks, r->n_prompt - 1) < 0) {
+		(void)sched_unhold(w->sched, r->handle, 0);
+		return;
+	}
+	r->in_lane = true;
+	w->lane_slot = slot;
+	w->st.lane_prompts++;
+}
+
+/*
+ * Once a turn, before planning: a finished prefill releases its request
+ * to the scheduler with the positions computed (or none, when it failed);
+ * a running one reports progress; the steps get the threads the lane
+ * leaves them.
+ */
+static void
+lane_poll(struct worker *w)
+{
+	struct lane_status st;
+	struct cp_err e = { 0 };
+	struct wreq *r;
+	int want;
+
+	if (w->lane == NULL)
+		return;
+	lane_status(w->lane, &st);
+	if (w->lane_slot >= 0) {
+		r = &w->req[w->lane_slot];
+		if (r->progress && r->n_gen == 0 && st.n_done > r->lane_shown &&
+		    st.state != LANE_IDLE) {
+			emit_progress(w, r, st.n_done);
+			r->lane_shown = st.n_done;
+		}
+		if (st.state == LANE_DONE && !r->lane_ready) {
+			if (st.rc == 0 && sched_unhold(w->sched, r->handle,
+			    st.n_done) == 0) {
+				r->lane_ready = true;
+			} else {
+				log_warnx("worker: prefill lane failed (%s); "
+				    "the prompt is prefilled in the steps",
+				    strerror(st.rc < 0 ? -st.rc : EFAULT));
+				lane_cancel(w->lane);
+				r->in_lane = false;
+				w->lane_slot = -1;
+				(void)sched_unhold(w->sched, r->handle, 0);
+			}
+		}
+	}
+	want = st.state == LANE_RUNNING ? w->threads_all - w->threads_lane :
+	    w->threads_all;
+	if (want != w->threads_now && be_set_threads(w->be, want, &e) == 0)
+		w->threads_now = want;
+}
+
+/* r's first item after the lane: its KV comes from the lane's cache. */
+static int
+lane_take(struct worker *w, struct wreq *r, int pos)
+{
+	struct cp_err e = { 0 };
+	struct lane_status st;
+	int rc;
+
+	lane_status(w->lane, &st);
+	if (st.n_done != pos) {
+		fail(w, r, -EFAULT, "engine: the plan starts at %d, the lane "
+		    "computed %d positions", pos, st.n_done);
+		return -EFAULT;
+	}
+	if ((rc = kv_seq_append(w->kv, r->seq, pos)) < 0 ||
+	    (rc = lane_import(w->lane, w->be, r->seq, &e)) < 0) {
+		fail(w, r, rc, "engine: cannot take the prefilled prompt: %s",
+		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
+		return rc;
+	}
+	w->st.tokens_prompt += (uint64_t)pos;
+	r->in_lane = false;
+	r->lane_ready = false;
+	w->lane_slot = -1;
+	return 0;
+}
+
 /*
  * Builds request r in its (free) slot from c (ids, k: submit_prompt()'s);
  * 0 or -errno with e.
@@ -478,11 +594,14 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 	sr.req_id = (uint64_t)slot;
 	sr.n_prompt = n;
 	sr.max_tokens = max;
+	sr.held = lane_wants(w, n);
 	if ((rc = sched_add(w->sched, &sr, e)) < 0)
 		return rc;
 	r->handle = rc;
 	r->id = c->id;
 	r->t_recv_ns = c->t_recv_ns != 0 ? c->t_recv_ns : stats_now_ns();
+	if (sr.held)
+		lane_give(w, r, slot);
 	return 0;
 }
 
@@ -627,6 +746,9 @@ item_kv(struct worker *w, struct wreq *r, const struct sched_item *it)
 		    strerror(-rc));
 		return rc;
 	}
+	if (r->lane_ready && kv_seq_len(w->kv, r->seq) == 0 && it->pos > 0 &&
+	    (rc = lane_take(w, r, it->pos)) < 0)
+		return rc;
 	if ((len = kv_seq_len(w->kv, r->seq)) != it->pos) {
 		fail(w, r, -EFAULT, "engine: KV holds %d positions, the plan "
 		    "starts at %d", len, it->pos);
@@ -798,6 +920,7 @@ step(struct worker *w)
 
 	/* Events of this step carry its number (emit()). */
 	w->cur_step = w->st.steps + 1;
+	lane_poll(w);
 	if ((rc = sched_step(w->sched, &plan)) < 0)
 		fatalx("worker: sched_step: %s", strerror(-rc));
 	for (k = 0; k < plan.n_rel; k++)
@@ -830,6 +953,8 @@ step(struct worker *w)
 		if (k < plan.n_decode)
 			n_dec += it->n;
 	}
+	if (w->lane != NULL)
+		lane_set_busy(w->lane, n_ent > 0);
 	if (n_ent > 0) {
 		step_run(w, &plan, n_ent, n_tok);
 		stats_hist_add(&w->es.step_prefill, STATS_COUNT,
@@ -1028,6 +1153,33 @@ setup_sched(struct worker *w, const struct worker_params *p,
 	return sched_new(&sc, &w->sched, e);
 }
 
+static void
+wake_engine(void *arg)
+{
+	ep_wake_engine(arg);
+}
+
+/* The prefill lane, when asked for and the backend can share its cores. */
+static int
+setup_lane(struct worker *w, const struct worker_params *p,
+    struct cp_err *e)
+{
+	struct lane_params lp;
+
+	if (p->prefill_lane_tokens <= 0 || strcmp(be_name(w->be), "cpu") != 0 ||
+	    w->threads_all < 2)
+		return 0;
+	memset(&lp, 0, sizeof(lp));
+	lp.model = w->model;
+	lp.be = be_params(w->be);
+	lp.threads = w->threads_all / 2;
+	lp.wake = wake_engine;
+	lp.wake_arg = w->port;
+	w->threads_lane = lp.threads;
+	w->lane_min = p->prefill_lane_tokens;
+	return lane_new(&lp, &w->lane, e);
+}
+
 int
 worker_new(const struct worker_params *p, struct engine_port *port,
     struct worker **out, struct cp_err *e)
@@ -1109,6 +1261,10 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	}
 	w->n_free = w->max_requests;
 	w->slots_ready = true;
+	w->lane_slot = -1;
+	w->threads_all = w->threads_now = bp->n_threads;
+	if ((rc = setup_lane(w, p, e)) < 0)
+		goto err;
 	w->st.kv_block_tokens = kv_params(w->kv)->block_tokens;
 	w->st.n_ctx = w->n_ctx;
 	w->st.max_batch_tokens = w->max_batch;
@@ -1132,6 +1288,7 @@ worker_free(struct worker *w)
 		for (i = 0; i < w->max_requests; i++)
 			if (w->req[i].handle >= 0)
 				req_clear(w, &w->req[i]);
+	lane_free(w->lane);
 	ep_batch_fini(&w->out);
 	free(w->id_next);
 	free(w->id_head);

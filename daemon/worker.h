@@ -37,6 +37,10 @@ struct worker_params {
 					   (0 or above max_batch_tokens: the
 					   budget) */
 	int attention_cost_tokens;	/* sched_config's (0: off) */
+	int prefill_lane_tokens;	/* prompts this long (and longer)
+					   prefill in the lane (lane.h) when
+					   it is free; 0: no lane.  CPU
+					   backend with 2+ threads only */
 	int max_requests;		/* live requests, queued or running
 					   (0: 1024) */
 	int max_clients;		/* distinct round-robin turns (0: 256);
@@ -55,6 +59,7 @@ struct worker_stats {
 	uint64_t cancelled;	/* requests ended by CANCEL */
 	uint64_t tokens_prompt;	/* prompt positions computed, recomputes too */
 	uint64_t tokens_generated; /* tokens sent in TOKEN events */
+	uint64_t lane_prompts;	/* prompts handed to the prefill lane */
 	int requests_live;	/* requests queued or running */
 	int kv_seqs_live;	/* KV sequences alive in the backend */
 	int kv_blocks_used;

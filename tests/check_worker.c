@@ -1090,6 +1090,135 @@ START_TEST(test_shutdown_in_flight)
 }
 END_TEST
 
+/* ---- the prefill lane (lane.h) ---------------------------------------- */
+
+/* A worker on 2 threads whose prompts of lane_min + 1 tokens use the lane. */
+static void
+tw_open_lane(struct tw *t, struct rec *recs, int n_recs, int lane_min)
+{
+	struct worker_params p;
+	struct cp_err e = { 0 };
+
+	tw_load(t);
+	tw_params(t, &p, 32, 16, 8, 8 * N_CTX);
+	p.be.n_threads = 2;
+	p.prefill_lane_tokens = lane_min;
+	ck_assert_msg(worker_new(&p, t->port, &t->w, &e) == 0, "%s", e.msg);
+	t->recs = recs;
+	t->n_recs = n_recs;
+	memset(recs, 0, sizeof(*recs) * (size_t)n_recs);
+	ck_assert_int_eq(worker_start(t->w), 0);
+}
+
+/*
+ * Prompts prefilled in the lane, alone and beside others decoding and
+ * prefilling in the steps, give the tokens of the same prompts run alone
+ * without a lane, and the reference prompt llama.cpp's.  The lane takes
+ * one prompt at a time, the others go through the steps meanwhile.
+ */
+START_TEST(test_lane_equals_steps)
+{
+	static struct rec recs[16], alone[8], lane[9];
+	struct ep_params ps[8];
+	struct worker_stats st;
+	struct tw t;
+	int i;
+
+	for (i = 0; i < 8; i++)
+		ps[i] = greedy(prompt_max[i]);
+	tw_open(&t, recs, 16, 32, 16, 8, 8 * N_CTX);
+	for (i = 0; i < 8; i++) {
+		tw_text(&t, i, prompts[i], &ps[i]);
+		tw_drain(&t, i, 30000);
+	}
+	memcpy(alone, recs, sizeof(alone));
+	tw_close(&t);
+
+	tw_open_lane(&t, lane, 9, 4);
+	tw_submit(&t, 8, 300, 0, ref_prompt, NULL, 0, &ps[0],
+	    EP_SUBMIT_PROGRESS, NULL, 0);
+	tw_drain(&t, 8, 30000);
+	assert_ids_eq(&lane[8], ref_ids, 40);
+	worker_stats(t.w, &st);
+	ck_assert_uint_eq(st.lane_prompts, 1);
+	/* PROGRESS ends with the whole prompt, in the first token's step. */
+	ck_assert_int_gt(lane[8].n_prog, 0);
+	ck_assert_uint_eq(lane[8].prog[lane[8].n_prog - 1], REF_N_PROMPT);
+	ck_assert_uint_eq(lane[8].prog_step[lane[8].n_prog - 1],
+	    lane[8].steps[0]);
+	for (i = 0; i < 8; i++)
+		tw_submit(&t, i, 200 + (uint64_t)i, (uint32_t)i, prompts[i],
+		    NULL, 0, &ps[i], EP_SUBMIT_PROGRESS, NULL, 0);
+	tw_drain(&t, -1, 30000);
+	for (i = 0; i < 8; i++) {
+		assert_done(&alone[i], CP_FINISH_LENGTH);
+		assert_same(&lane[i], &alone[i]);
+		ck_assert_uint_eq(lane[i].prog[lane[i].n_prog - 1],
+		    lane[i].n_prompt);
+	}
+	tw_check_clean(&t);
+	worker_stats(t.w, &st);
+	ck_assert_uint_ge(st.lane_prompts, 2);
+	ck_assert_uint_eq(st.submitted, 9);
+	tw_close(&t);
+}
+END_TEST
+
+/*
+ * A prompt cancelled while the lane prefills it ends at once; the lane
+ * drops it and serves the next one, whose tokens are those of the steps.
+ * A SHUTDOWN with a prompt in the lane returns without waiting for it.
+ */
+START_TEST(test_lane_cancel)
+{
+	struct rec recs[4], ref[1];
+	struct ep_params p = greedy(8);
+	struct worker_stats st;
+	int32_t toks[110];
+	struct tw t;
+	double t0;
+	int i;
+
+	for (i = 0; i < 110; i++)
+		toks[i] = (int32_t)(3 + (i * 37) % (N_VOCAB - 3));
+	tw_open(&t, ref, 1, 32, 16, 8, 8 * N_CTX);
+	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&ref[0], CP_FINISH_LENGTH);
+	tw_close(&t);
+
+	tw_open_lane(&t, recs, 4, 16);
+	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
+	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 0, 1), 0);
+	tw_drain(&t, 0, 20000);
+	ck_assert_uint_eq(recs[0].type, EP_EV_DONE);
+	ck_assert_uint_eq(recs[0].finish, CP_FINISH_CANCELLED);
+	ck_assert_int_eq(recs[0].n_token_ev, 0);
+	worker_stats(t.w, &st);
+	ck_assert_uint_eq(st.lane_prompts, 1);
+	ck_assert_uint_eq(st.cancelled, 1);
+	/* The lane stops at its next chunk: then it takes the next prompt. */
+	t0 = clock_ms_f();
+	do {
+		tw_submit(&t, 1, 2, 0, NULL, toks, 110, &p, 0, NULL, 0);
+		tw_drain(&t, 1, 20000);
+		assert_same(&recs[1], &ref[0]);
+		worker_stats(t.w, &st);
+		memset(&recs[1], 0, sizeof(recs[1]));
+	} while (st.lane_prompts < 2 && clock_ms_f() - t0 < 10000);
+	ck_assert_uint_eq(st.lane_prompts, 2);
+	tw_check_clean(&t);
+
+	tw_submit(&t, 2, 3, 0, NULL, toks, 110, &p, 0, NULL, 0);
+	tw_submit(&t, 3, 4, 1, ref_prompt, NULL, 0, &p, 0, NULL, 0);
+	tw_wait_steps(&t, st.steps + 1);
+	t0 = clock_ms_f();
+	tw_close(&t);
+	ck_assert_msg(clock_ms_f() - t0 < 2000, "shutdown took %.0f ms",
+	    clock_ms_f() - t0);
+}
+END_TEST
+
 /* ---- a failing device -------------------------------------------------- */
 
 /*
@@ -1218,6 +1347,8 @@ worker_suite(void)
 	tcase_add_test(tc, test_batched_equals_alone);
 	tcase_add_test(tc, test_preempt_recompute);
 	tcase_add_test(tc, test_seeded_batch_invariance);
+	tcase_add_test(tc, test_lane_equals_steps);
+	tcase_add_test(tc, test_lane_cancel);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("control");

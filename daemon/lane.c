@@ -1,0 +1,269 @@
+/*
+ * lane.c - the prefill lane (see lane.h).
+ *
+ * The job's fields (state, tag, n, rc, toks) change under mu; the thread
+ * reads them after taking the job and owns the backend from then until it
+ * sets DONE or IDLE, so the worker touches the backend (lane_import) only
+ * in DONE.  cancel and busy are read by the thread between chunks without
+ * the lock; n_done is its progress.
+ */
+#include "lane.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kvcache.h"
+#include "log.h"
+
+struct lane {
+	struct backend *be;
+	int threads, all;	/* while the worker runs, and alone */
+	int n_ctx;
+	void (*wake)(void *arg);
+	void *wake_arg;
+
+	pthread_t th;
+	bool started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stop;		/* lane_free() */
+	bool pending;		/* a job waits for the thread */
+	int state;		/* enum lane_state */
+	uint64_t tag;
+	int n;			/* positions of the job */
+	int rc;
+	int seq;		/* the job's KV sequence, -1 when none */
+	int32_t *toks;		/* (n_ctx) the job's tokens */
+
+	atomic_bool cancel;
+	atomic_bool busy;
+	atomic_int n_done;
+};
+
+/* Prefill the job in chunks; 0, -ECANCELED, or a failed step's -errno. */
+static int
+lane_run(struct lane *l)
+{
+	struct kv_cache *kv = be_kv(l->be);
+	struct batch_seq bs;
+	struct step_batch b;
+	struct cp_err e = { 0 };
+	const float *lg;
+	int pos, n, rc, want, have = l->all;
+
+	if ((l->seq = kv_seq_new(kv)) < 0)
+		return l->seq;
+	for (pos = 0; pos < l->n; pos += n) {
+		if (atomic_load(&l->cancel))
+			return -ECANCELED;
+		want = atomic_load(&l->busy) ? l->threads : l->all;
+		if (want != have && be_set_threads(l->be, want, &e) == 0)
+			have = want;
+		n = l->n - pos < LANE_CHUNK ? l->n - pos : LANE_CHUNK;
+		if ((rc = kv_seq_append(kv, l->seq, n)) < 0)
+			return rc;
+		bs.seq = l->seq;
+		bs.pos = pos;
+		bs.n_tokens = n;
+		bs.logits = false;
+		b.tokens = l->toks + pos;
+		b.n_tokens = n;
+		b.seqs = &bs;
+		b.n_seqs = 1;
+		if ((rc = be_step(l->be, &b, &lg, NULL, &e)) < 0) {
+			log_warnx("lane: prefill step at %d failed: %s", pos,
+			    e.msg);
+			return rc;
+		}
+		atomic_store(&l->n_done, pos + n);
+	}
+	return 0;
+}
+
+static void
+lane_drop_seq(struct lane *l)
+{
+	if (l->seq >= 0)
+		(void)kv_seq_free(be_kv(l->be), l->seq);
+	l->seq = -1;
+}
+
+static void *
+lane_main(void *arg)
+{
+	struct lane *l = arg;
+	int rc;
+
+	pthread_mutex_lock(&l->mu);
+	for (;;) {
+		while (!l->stop && !l->pending)
+			pthread_cond_wait(&l->cv, &l->mu);
+		if (l->stop)
+			break;
+		l->pending = false;
+		pthread_mutex_unlock(&l->mu);
+		rc = lane_run(l);
+		pthread_mutex_lock(&l->mu);
+		if (atomic_load(&l->cancel) || rc == -ECANCELED) {
+			lane_drop_seq(l);
+			l->state = LANE_IDLE;
+			continue;
+		}
+		l->rc = rc;
+		l->state = LANE_DONE;
+		pthread_mutex_unlock(&l->mu);
+		l->wake(l->wake_arg);
+		pthread_mutex_lock(&l->mu);
+	}
+	pthread_mutex_unlock(&l->mu);
+	return NULL;
+}
+
+int
+lane_new(const struct lane_params *p, struct lane **out, struct cp_err *e)
+{
+	struct be_params bp = *p->be;
+	struct lane *l;
+	int rc;
+
+	*out = NULL;
+	if (p->threads < 1 || p->threads >= p->be->n_threads)
+		return cp_err_set(e, -EINVAL, "lane: %d threads, not in 1..%d",
+		    p->threads, p->be->n_threads - 1);
+	if ((l = calloc(1, sizeof(*l))) == NULL)
+		return cp_err_set(e, -ENOMEM, "lane: out of memory");
+	l->threads = p->threads;
+	l->all = p->be->n_threads;
+	l->n_ctx = p->be->n_ctx;
+	l->wake = p->wake;
+	l->wake_arg = p->wake_arg;
+	l->seq = -1;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	atomic_init(&l->cancel, false);
+	atomic_init(&l->busy, false);
+	atomic_init(&l->n_done, 0);
+	/* One sequence of the whole context, in the worker's block layout. */
+	bp.max_batch_tokens = LANE_CHUNK;
+	bp.max_seqs = 1;
+	bp.kv_tokens = bp.n_ctx;
+	bp.kv_mib = 0;
+	if ((rc = be_open("cpu", p->model, &bp, &l->be, e)) < 0)
+		goto err;
+	if ((l->toks = malloc((size_t)l->n_ctx * sizeof(*l->toks))) == NULL) {
+		rc = cp_err_set(e, -ENOMEM, "lane: out of memory");
+		goto err;
+	}
+	if ((rc = pthread_create(&l->th, NULL, lane_main, l)) != 0) {
+		rc = cp_err_set(e, -rc, "lane: cannot start its thread");
+		goto err;
+	}
+	l->started = true;
+	*out = l;
+	return 0;
+err:
+	lane_free(l);
+	return rc;
+}
+
+void
+lane_free(struct lane *l)
+{
+	if (l == NULL)
+		return;
+	if (l->started) {
+		atomic_store(&l->cancel, true);
+		pthread_mutex_lock(&l->mu);
+		l->stop = true;
+		pthread_cond_signal(&l->cv);
+		pthread_mutex_unlock(&l->mu);
+		pthread_join(l->th, NULL);
+	}
+	if (l->be != NULL)
+		lane_drop_seq(l);
+	be_close(l->be);
+	free(l->toks);
+	pthread_cond_destroy(&l->cv);
+	pthread_mutex_destroy(&l->mu);
+	free(l);
+}
+
+int
+lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n)
+{
+	int rc = 0;
+
+	if (n < 1 || n > l->n_ctx)
+		return -EINVAL;
+	pthread_mutex_lock(&l->mu);
+	if (l->state != LANE_IDLE) {
+		rc = -EBUSY;
+	} else {
+		memcpy(l->toks, toks, (size_t)n * sizeof(*toks));
+		l->n = n;
+		l->tag = tag;
+		l->rc = 0;
+		l->state = LANE_RUNNING;
+		l->pending = true;
+		atomic_store(&l->cancel, false);
+		atomic_store(&l->n_done, 0);
+		pthread_cond_signal(&l->cv);
+	}
+	pthread_mutex_unlock(&l->mu);
+	return rc;
+}
+
+void
+lane_status(struct lane *l, struct lane_status *st)
+{
+	pthread_mutex_lock(&l->mu);
+	st->state = l->state;
+	st->tag = l->tag;
+	st->rc = l->rc;
+	pthread_mutex_unlock(&l->mu);
+	st->n_done = atomic_load(&l->n_done);
+}
+
+int
+lane_import(struct lane *l, struct backend *dst, int dst_seq,
+    struct cp_err *e)
+{
+	int rc;
+
+	pthread_mutex_lock(&l->mu);
+	if (l->state != LANE_DONE || l->rc < 0) {
+		pthread_mutex_unlock(&l->mu);
+		return cp_err_set(e, -EINVAL, "lane: no prefill to import");
+	}
+	pthread_mutex_unlock(&l->mu);
+	/* DONE: the thread waits for a job and leaves the backend alone. */
+	if ((rc = be_kv_import(dst, dst_seq, l->be, l->seq, l->n, e)) < 0)
+		return rc;
+	pthread_mutex_lock(&l->mu);
+	lane_drop_seq(l);
+	l->state = LANE_IDLE;
+	pthread_mutex_unlock(&l->mu);
+	return 0;
+}
+
+void
+lane_cancel(struct lane *l)
+{
+	pthread_mutex_lock(&l->mu);
+	if (l->state == LANE_RUNNING) {
+		atomic_store(&l->cancel, true);
+	} else if (l->state == LANE_DONE) {
+		lane_drop_seq(l);
+		l->state = LANE_IDLE;
+	}
+	pthread_mutex_unlock(&l->mu);
+}
+
+void
+lane_set_busy(struct lane *l, bool busy)
+{
+	atomic_store(&l->busy, busy);
+}
