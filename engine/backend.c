@@ -341,6 +341,16 @@ be_kv_write(struct backend *be, size_t off, const void *src, size_t n)
 }
 
 int
+be_kv_release(struct backend *be)
+{
+	if (be->ops->buf_release == NULL)
+		return -ENOTSUP;
+	if (be->inflight != NULL || kv_seqs_live(be->kv) > 0)
+		return -EBUSY;
+	return be->ops->buf_release(be, be->kv_buf);
+}
+
+int
 be_set_threads(struct backend *be, int n, struct cp_err *e)
 {
 	if (be->ops->set_threads == NULL)

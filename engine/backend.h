@@ -45,6 +45,9 @@ struct be_params {
 	uint64_t kv_mib;	/* pool size in MiB when kv_tokens is 0 */
 	bool kv_f32;		/* F32 K/V storage instead of F16 */
 	int block_tokens;	/* tokens per KV block (0: KV_BLOCK_TOKENS) */
+	bool kv_on_demand;	/* host KV storage: pages taken on first use
+				   and given back by be_kv_release(), not
+				   all faulted in at open */
 };
 
 /* A buffer in the backend's memory (device memory for a GPU). */
@@ -92,6 +95,8 @@ struct be_ops {
 	 */
 	int (*step_wait)(struct backend *be, const float **logits,
 	    struct cp_err *e);
+	/* Give buf's pages back to the system; it reads as zeros after. */
+	int (*buf_release)(struct backend *be, struct be_buf *buf);
 	/* Use n threads (1..params.n_threads) from the next step; 0. */
 	int (*set_threads)(struct backend *be, int n);
 };
@@ -186,6 +191,14 @@ int be_set_threads(struct backend *be, int n, struct cp_err *e);
  */
 int be_kv_import(struct backend *dst, int dst_seq, struct backend *src,
     int src_seq, int n, struct cp_err *e);
+
+/*
+ * Give the KV storage's memory back to the system while no sequence is
+ * live (a host backend's pages are taken again on first use).  0;
+ * -EBUSY with live sequences or a step in flight; -ENOTSUP when the
+ * backend keeps its memory.
+ */
+int be_kv_release(struct backend *be);
 
 /* Host <-> backend copies of the KV storage (tests, swapping). */
 int be_kv_read(struct backend *be, size_t off, void *dst, size_t n);

@@ -50,6 +50,15 @@ host_buf_alloc_lazy(struct backend *be, size_t size, struct be_buf **out)
 	return host_buf_map(size, 0, out);
 }
 
+int
+host_buf_release(struct backend *be, struct be_buf *b)
+{
+	(void)be;
+	/* A private anonymous mapping reads as zeros after this. */
+	return madvise(b->p, b->size ? b->size : 1, MADV_DONTNEED) == 0 ? 0 :
+	    -errno;
+}
+
 void
 host_buf_free(struct backend *be, struct be_buf *b)
 {

@@ -669,6 +669,27 @@ START_TEST(test_kv_import_errors)
 	ck_assert_int_eq(kv_seq_written(be_kv(b.be), sb), 0);
 	ck_assert_int_eq(be_kv_import(b.be, sb, a.be, sa, 20, &e), 0);
 	ck_assert_int_eq(kv_seq_written(be_kv(b.be), sb), 20);
+	/* Released storage reads as zeros; not while a sequence lives. */
+	{
+		size_t bb = kv_block_bytes(be_kv(a.be)), k;
+		unsigned char *blk = malloc(bb);
+		int b0 = kv_seq_blocks(be_kv(a.be), sa)[0];
+
+		ck_assert_ptr_nonnull(blk);
+		ck_assert_int_eq(be_kv_release(a.be), -EBUSY);
+		ck_assert_int_eq(kv_seq_free(be_kv(a.be), sa), 0);
+		ck_assert_int_eq(be_kv_read(a.be, (size_t)b0 * bb, blk, bb),
+		    0);
+		for (k = 0; k < bb && blk[k] == 0; k++)
+			;
+		ck_assert_msg(k < bb, "a computed block reads as zeros");
+		ck_assert_int_eq(be_kv_release(a.be), 0);
+		ck_assert_int_eq(be_kv_read(a.be, (size_t)b0 * bb, blk, bb),
+		    0);
+		for (k = 0; k < bb; k++)
+			ck_assert_int_eq(blk[k], 0);
+		free(blk);
+	}
 	ck_assert_int_eq(be_set_threads(b.be, 3, &e), -EINVAL);
 	ck_assert_int_eq(be_set_threads(b.be, 0, &e), -EINVAL);
 	ck_assert_int_eq(be_set_threads(b.be, 1, &e), 0);
