@@ -14,9 +14,19 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "kvcache.h"
 #include "log.h"
+
+/*
+ * The lane thread's nice value.  While the lane and the steps keep every
+ * core busy, the threads that deliver tokens (the io loop, the clients)
+ * then take their time from the lane rather than from the steps.
+ */
+#define LANE_NICE 5
 
 struct lane {
 	struct backend *be;
@@ -98,6 +108,7 @@ lane_main(void *arg)
 	struct lane *l = arg;
 	int rc;
 
+	(void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), LANE_NICE);
 	pthread_mutex_lock(&l->mu);
 	for (;;) {
 		while (!l->stop && !l->pending)
