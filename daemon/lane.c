@@ -31,6 +31,7 @@
 struct lane {
 	struct backend *be;
 	int threads, all;	/* while the worker runs, and alone */
+	int chunk;		/* rows per step */
 	int n_ctx;
 	void (*wake)(void *arg);
 	void *wake_arg;
@@ -44,6 +45,7 @@ struct lane {
 	int state;		/* enum lane_state */
 	uint64_t tag;
 	int n;			/* positions of the job */
+	bool progress;		/* wake the worker after each chunk */
 	int rc;
 	int seq;		/* the job's KV sequence, -1 when none */
 	int32_t *toks;		/* (n_ctx) the job's tokens */
@@ -72,7 +74,7 @@ lane_run(struct lane *l)
 		want = atomic_load(&l->busy) ? l->threads : l->all;
 		if (want != have && be_set_threads(l->be, want, &e) == 0)
 			have = want;
-		n = l->n - pos < LANE_CHUNK ? l->n - pos : LANE_CHUNK;
+		n = l->n - pos < l->chunk ? l->n - pos : l->chunk;
 		if ((rc = kv_seq_append(kv, l->seq, n)) < 0)
 			return rc;
 		bs.seq = l->seq;
@@ -89,6 +91,8 @@ lane_run(struct lane *l)
 			return rc;
 		}
 		atomic_store(&l->n_done, pos + n);
+		if (l->progress && pos + n < l->n)
+			l->wake(l->wake_arg);
 	}
 	return 0;
 }
@@ -150,6 +154,7 @@ lane_new(const struct lane_params *p, struct lane **out, struct cp_err *e)
 	l->threads = p->threads;
 	l->all = p->be->n_threads;
 	l->n_ctx = p->be->n_ctx;
+	l->chunk = p->chunk > 0 ? p->chunk : LANE_CHUNK;
 	l->wake = p->wake;
 	l->wake_arg = p->wake_arg;
 	l->seq = -1;
@@ -159,7 +164,7 @@ lane_new(const struct lane_params *p, struct lane **out, struct cp_err *e)
 	atomic_init(&l->busy, false);
 	atomic_init(&l->n_done, 0);
 	/* One sequence of the whole context, in the worker's block layout. */
-	bp.max_batch_tokens = LANE_CHUNK;
+	bp.max_batch_tokens = l->chunk;
 	bp.max_seqs = 1;
 	bp.kv_tokens = bp.n_ctx;
 	bp.kv_mib = 0;
@@ -206,7 +211,8 @@ lane_free(struct lane *l)
 }
 
 int
-lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n)
+lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+    bool progress)
 {
 	int rc = 0;
 
@@ -218,6 +224,7 @@ lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n)
 	} else {
 		memcpy(l->toks, toks, (size_t)n * sizeof(*toks));
 		l->n = n;
+		l->progress = progress;
 		l->tag = tag;
 		l->rc = 0;
 		l->state = LANE_RUNNING;

@@ -28,7 +28,7 @@
 #include "error.h"
 #include "model.h"
 
-#define LANE_CHUNK 128		/* prompt rows per lane step */
+#define LANE_CHUNK 128		/* prompt rows per lane step, by default */
 
 enum lane_state {
 	LANE_IDLE = 0,		/* takes a job */
@@ -44,7 +44,11 @@ struct lane_params {
 	int threads;			/* the lane's threads while the
 					   worker's steps run (1..be->
 					   n_threads - 1) */
-	void (*wake)(void *arg);	/* called when a job is DONE */
+	int chunk;			/* prompt rows per lane step
+					   (0: LANE_CHUNK) */
+	void (*wake)(void *arg);	/* called when a job is DONE, and
+					   after each chunk of a job that
+					   reports progress */
 	void *wake_arg;
 };
 
@@ -68,10 +72,12 @@ int lane_new(const struct lane_params *p, struct lane **out,
 void lane_free(struct lane *l);
 
 /*
- * Prefill positions [0, n) of toks (copied) for tag.  0; -EBUSY unless
- * IDLE; -EINVAL for n outside 1..n_ctx.
+ * Prefill positions [0, n) of toks (copied) for tag; with progress, wake
+ * the worker after every chunk.  0; -EBUSY unless IDLE; -EINVAL for n
+ * outside 1..n_ctx.
  */
-int lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n);
+int lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+    bool progress);
 
 /* The job's state and progress. */
 void lane_status(struct lane *l, struct lane_status *st);

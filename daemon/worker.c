@@ -9,8 +9,14 @@
  *      SHUTDOWN (drop everything, return).  A SUBMIT of text goes to the
  *      tokenizer thread first (prep.h), and its client's later commands
  *      wait behind it; the loop goes on stepping meanwhile, and applies
- *      them when its ids are ready.
- *   2. Plan: sched_step().
+ *      them when its ids are ready.  A SUBMIT whose prompt is long enough
+ *      for the prefill lane (lane.h), when the lane is free, is added to
+ *      the scheduler held and its prompt but the last token goes to the
+ *      lane.
+ *   2. Plan: first the lane (lane_poll): its progress, a finished prefill
+ *      unheld with its positions counted, the steps' thread count; then
+ *      sched_step().  An item that admits a request from the lane starts
+ *      with the copy of the lane's K/V into the request's sequence.
  *   3. Release: free the KV sequence of each plan.rel[] entry; a cancelled
  *      request gets DONE (CP_FINISH_CANCELLED) and its slot is freed, a
  *      preempted one waits to be re-fed from position 0.
@@ -68,7 +74,10 @@
  *     back and sent with a later token or in DONE.
  *  7. SHUTDOWN: worker_run() frees every request and its KV without events
  *     and returns.
- *  8. step_run() posts a request's PROGRESS, when it asked, for each of its
+ *  8. lane_poll() posts a request's PROGRESS, when it asked, for the lane's
+ *     chunks, in a turn that counts as a step (promise 4) even when it
+ *     plans nothing; then step_run() does as for any request.
+ *     step_run() posts a request's PROGRESS, when it asked, for each of its
  *     entries of a step that ran and covered prompt positions, before that
  *     entry is sampled, and only while n_gen is 0 (no TOKEN sent yet): the
  *     count is the end of the entry's range within the prompt, so the
@@ -467,7 +476,8 @@ lane_wants(struct worker *w, int n)
 static void
 lane_give(struct worker *w, struct wreq *r, int slot)
 {
-	if (lane_start(w->lane, (uint64_t)slot, r->toks, r->n_prompt - 1) < 0) {
+	if (lane_start(w->lane, (uint64_t)slot, r->toks, r->n_prompt - 1,
+	    r->progress) < 0) {
 		(void)sched_unhold(w->sched, r->handle, 0);
 		return;
 	}
@@ -479,19 +489,21 @@ lane_give(struct worker *w, struct wreq *r, int slot)
 /*
  * Once a turn, before planning: a finished prefill releases its request
  * to the scheduler with the positions computed (or none, when it failed);
- * a running one reports progress; the steps get the threads the lane
- * leaves them.
+ * the lane's progress goes to a request that asked for it; the steps get
+ * the threads the lane leaves them.  Returns true when it sent PROGRESS:
+ * the turn then counts as a step (promise 4), even if it plans nothing.
  */
-static void
+static bool
 lane_poll(struct worker *w)
 {
 	struct lane_status st;
 	struct cp_err e = { 0 };
 	struct wreq *r;
+	bool sent = false;
 	int want;
 
 	if (w->lane == NULL)
-		return;
+		return false;
 	lane_status(w->lane, &st);
 	if (w->lane_slot >= 0) {
 		r = &w->req[w->lane_slot];
@@ -499,6 +511,7 @@ lane_poll(struct worker *w)
 		    st.state != LANE_IDLE) {
 			emit_progress(w, r, st.n_done);
 			r->lane_shown = st.n_done;
+			sent = true;
 		}
 		if (st.state == LANE_DONE && !r->lane_ready) {
 			if (st.rc == 0 && sched_unhold(w->sched, r->handle,
@@ -519,6 +532,7 @@ lane_poll(struct worker *w)
 	    w->threads_all;
 	if (want != w->threads_now && be_set_threads(w->be, want, &e) == 0)
 		w->threads_now = want;
+	return sent;
 }
 
 /* r's first item after the lane: its KV comes from the lane's cache. */
@@ -917,10 +931,11 @@ step(struct worker *w)
 	struct sched_item *it;
 	struct wreq *r;
 	int k, rc, n_ent = 0, n_tok = 0, n_dec = 0;
+	bool sent;
 
 	/* Events of this step carry its number (emit()). */
 	w->cur_step = w->st.steps + 1;
-	lane_poll(w);
+	sent = lane_poll(w);
 	if ((rc = sched_step(w->sched, &plan)) < 0)
 		fatalx("worker: sched_step: %s", strerror(-rc));
 	for (k = 0; k < plan.n_rel; k++)
@@ -975,7 +990,7 @@ step(struct worker *w)
 		req_end(w, r);
 	}
 	w->cur_step = 0;
-	if (plan.n_items == 0 && plan.n_rel == 0)
+	if (plan.n_items == 0 && plan.n_rel == 0 && !sent)
 		return 0;
 	w->st.steps++;
 	return 1;
@@ -1173,6 +1188,7 @@ setup_lane(struct worker *w, const struct worker_params *p,
 	lp.model = w->model;
 	lp.be = be_params(w->be);
 	lp.threads = w->threads_all / 2;
+	lp.chunk = p->prefill_lane_chunk;
 	lp.wake = wake_engine;
 	lp.wake_arg = w->port;
 	w->threads_lane = lp.threads;

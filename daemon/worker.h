@@ -41,6 +41,7 @@ struct worker_params {
 					   prefill in the lane (lane.h) when
 					   it is free; 0: no lane.  CPU
 					   backend with 2+ threads only */
+	int prefill_lane_chunk;		/* its rows per step (0: LANE_CHUNK) */
 	int max_requests;		/* live requests, queued or running
 					   (0: 1024) */
 	int max_clients;		/* distinct round-robin turns (0: 256);
@@ -51,7 +52,8 @@ struct worker_params {
 
 /* Counters and occupancy, for tests and logs; see worker_stats(). */
 struct worker_stats {
-	uint64_t steps;		/* steps that ran a batch or released KV */
+	uint64_t steps;		/* steps that ran a batch, released KV or
+				   reported the prefill lane's progress */
 	uint64_t step_errors;	/* steps whose batch the backend failed */
 	uint64_t submitted;	/* SUBMITs accepted into the scheduler */
 	uint64_t rejected;	/* SUBMITs answered with ERROR at once */

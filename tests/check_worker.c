@@ -1092,9 +1092,13 @@ END_TEST
 
 /* ---- the prefill lane (lane.h) ---------------------------------------- */
 
-/* A worker on 2 threads whose prompts of lane_min + 1 tokens use the lane. */
+/*
+ * A worker on 2 threads whose prompts of lane_min + 1 tokens use the lane,
+ * in chunks of lane_chunk rows (0: LANE_CHUNK).
+ */
 static void
-tw_open_lane(struct tw *t, struct rec *recs, int n_recs, int lane_min)
+tw_open_lane(struct tw *t, struct rec *recs, int n_recs, int lane_min,
+    int lane_chunk)
 {
 	struct worker_params p;
 	struct cp_err e = { 0 };
@@ -1103,6 +1107,7 @@ tw_open_lane(struct tw *t, struct rec *recs, int n_recs, int lane_min)
 	tw_params(t, &p, 32, 16, 8, 8 * N_CTX);
 	p.be.n_threads = 2;
 	p.prefill_lane_tokens = lane_min;
+	p.prefill_lane_chunk = lane_chunk;
 	ck_assert_msg(worker_new(&p, t->port, &t->w, &e) == 0, "%s", e.msg);
 	t->recs = recs;
 	t->n_recs = n_recs;
@@ -1134,7 +1139,7 @@ START_TEST(test_lane_equals_steps)
 	memcpy(alone, recs, sizeof(alone));
 	tw_close(&t);
 
-	tw_open_lane(&t, lane, 9, 4);
+	tw_open_lane(&t, lane, 9, 4, 0);
 	tw_submit(&t, 8, 300, 0, ref_prompt, NULL, 0, &ps[0],
 	    EP_SUBMIT_PROGRESS, NULL, 0);
 	tw_drain(&t, 8, 30000);
@@ -1165,6 +1170,61 @@ START_TEST(test_lane_equals_steps)
 END_TEST
 
 /*
+ * PROGRESS from the lane, chunk by chunk: a 110-token prompt whose first
+ * 109 positions the lane computes in chunks of 16 reports counts out of
+ * 16, 32, ..., 96, 109 (the worker may take several chunks in a turn), in
+ * order, then 110 in the step of its first token (the turn that sees the
+ * lane done reports 109 and admits it), whose ids are those of the steps
+ * without a lane.
+ */
+START_TEST(test_lane_progress)
+{
+	struct rec recs[1], ref[1];
+	struct ep_params p = greedy(8);
+	struct worker_stats st;
+	int32_t toks[110];
+	struct tw t;
+	int i;
+
+	for (i = 0; i < 110; i++)
+		toks[i] = (int32_t)(3 + (i * 41) % (N_VOCAB - 3));
+	tw_open(&t, ref, 1, 32, 16, 8, 8 * N_CTX);
+	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
+	tw_drain(&t, -1, 20000);
+	tw_close(&t);
+
+	tw_open_lane(&t, recs, 1, 16, 16);
+	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, EP_SUBMIT_PROGRESS, NULL,
+	    0);
+	tw_drain(&t, -1, 20000);
+	assert_done(&recs[0], CP_FINISH_LENGTH);
+	assert_same(&recs[0], &ref[0]);
+	worker_stats(t.w, &st);
+	ck_assert_uint_eq(st.lane_prompts, 1);
+	ck_assert_int_ge(recs[0].n_prog, 2);
+	for (i = 0; i < recs[0].n_prog; i++) {
+		uint32_t v = recs[0].prog[i];
+
+		ck_assert_uint_eq(recs[0].prog_total[i], 110);
+		if (i + 1 < recs[0].n_prog)
+			ck_assert_msg(v == 109 || (v % 16 == 0 && v <= 96),
+			    "progress %u is no chunk's end", v);
+		if (i > 0) {
+			ck_assert_uint_gt(v, recs[0].prog[i - 1]);
+			ck_assert_uint_ge(recs[0].prog_step[i],
+			    recs[0].prog_step[i - 1]);
+		}
+	}
+	ck_assert_uint_eq(recs[0].prog[recs[0].n_prog - 2], 109);
+	ck_assert_uint_eq(recs[0].prog[recs[0].n_prog - 1], 110);
+	ck_assert_uint_eq(recs[0].prog_step[recs[0].n_prog - 1],
+	    recs[0].steps[0]);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+/*
  * A prompt cancelled while the lane prefills it ends at once; the lane
  * drops it and serves the next one, whose tokens are those of the steps.
  * A SHUTDOWN with a prompt in the lane returns without waiting for it.
@@ -1187,7 +1247,7 @@ START_TEST(test_lane_cancel)
 	assert_done(&ref[0], CP_FINISH_LENGTH);
 	tw_close(&t);
 
-	tw_open_lane(&t, recs, 4, 16);
+	tw_open_lane(&t, recs, 4, 16, 0);
 	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 0, 1), 0);
 	tw_drain(&t, 0, 20000);
@@ -1349,6 +1409,7 @@ worker_suite(void)
 	tcase_add_test(tc, test_seeded_batch_invariance);
 	tcase_add_test(tc, test_lane_equals_steps);
 	tcase_add_test(tc, test_lane_cancel);
+	tcase_add_test(tc, test_lane_progress);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("control");
