@@ -1116,14 +1116,39 @@ tw_open_lane(struct tw *t, struct rec *recs, int n_recs, int lane_min,
 }
 
 /*
- * Prompts prefilled in the lane, alone and beside others decoding and
- * prefilling in the steps, give the tokens of the same prompts run alone
- * without a lane, and the reference prompt llama.cpp's.  The lane takes
- * one prompt at a time, the others go through the steps meanwhile.
+ * A live request that never runs: the lane takes a prompt only while
+ * other requests are live.  recs[i], id 900 + i; tw_unhold() ends it.
+ */
+static void
+tw_hold(struct tw *t, int i)
+{
+	struct ep_params p = greedy(100);
+
+	tw_submit(t, i, 900 + (uint64_t)i, 77, "Hello", NULL, 0, &p, 0, NULL,
+	    0);
+	ck_assert_int_eq(ep_push_simple(t->port, EP_CMD_PAUSE, 77,
+	    900 + (uint64_t)i), 0);
+}
+
+static void
+tw_unhold(struct tw *t, int i)
+{
+	ck_assert_int_eq(ep_push_simple(t->port, EP_CMD_CANCEL, 77,
+	    900 + (uint64_t)i), 0);
+	tw_drain(t, i, 20000);
+	ck_assert_uint_eq(t->recs[i].finish, CP_FINISH_CANCELLED);
+}
+
+/*
+ * Prompts prefilled in the lane, beside others decoding and prefilling in
+ * the steps, give the tokens of the same prompts run alone without a lane,
+ * and the reference prompt llama.cpp's.  The lane takes one prompt at a
+ * time, and only while other requests are live: a prompt alone, and the
+ * others meanwhile, go through the steps.
  */
 START_TEST(test_lane_equals_steps)
 {
-	static struct rec recs[16], alone[8], lane[9];
+	static struct rec recs[16], alone[8], lane[10];
 	struct ep_params ps[8];
 	struct worker_stats st;
 	struct tw t;
@@ -1139,13 +1164,23 @@ START_TEST(test_lane_equals_steps)
 	memcpy(alone, recs, sizeof(alone));
 	tw_close(&t);
 
-	tw_open_lane(&t, lane, 9, 4, 0);
-	tw_submit(&t, 8, 300, 0, ref_prompt, NULL, 0, &ps[0],
+	/* Alone, a prompt goes through the steps. */
+	tw_open_lane(&t, lane, 10, 4, 0);
+	tw_submit(&t, 8, 300, 0, ref_prompt, NULL, 0, &ps[0], 0, NULL, 0);
+	tw_drain(&t, 8, 30000);
+	assert_ids_eq(&lane[8], ref_ids, 40);
+	worker_stats(t.w, &st);
+	ck_assert_uint_eq(st.lane_prompts, 0);
+	memset(&lane[8], 0, sizeof(lane[8]));
+	/* Beside another request, through the lane. */
+	tw_hold(&t, 9);
+	tw_submit(&t, 8, 301, 0, ref_prompt, NULL, 0, &ps[0],
 	    EP_SUBMIT_PROGRESS, NULL, 0);
 	tw_drain(&t, 8, 30000);
 	assert_ids_eq(&lane[8], ref_ids, 40);
 	worker_stats(t.w, &st);
 	ck_assert_uint_eq(st.lane_prompts, 1);
+	tw_unhold(&t, 9);
 	/* PROGRESS ends with the whole prompt, in the first token's step. */
 	ck_assert_int_gt(lane[8].n_prog, 0);
 	ck_assert_uint_eq(lane[8].prog[lane[8].n_prog - 1], REF_N_PROMPT);
@@ -1164,7 +1199,7 @@ START_TEST(test_lane_equals_steps)
 	tw_check_clean(&t);
 	worker_stats(t.w, &st);
 	ck_assert_uint_ge(st.lane_prompts, 2);
-	ck_assert_uint_eq(st.submitted, 9);
+	ck_assert_uint_eq(st.submitted, 11);
 	tw_close(&t);
 }
 END_TEST
@@ -1179,7 +1214,7 @@ END_TEST
  */
 START_TEST(test_lane_progress)
 {
-	struct rec recs[1], ref[1];
+	struct rec recs[2], ref[1];
 	struct ep_params p = greedy(8);
 	struct worker_stats st;
 	int32_t toks[110];
@@ -1193,10 +1228,12 @@ START_TEST(test_lane_progress)
 	tw_drain(&t, -1, 20000);
 	tw_close(&t);
 
-	tw_open_lane(&t, recs, 1, 16, 16);
+	tw_open_lane(&t, recs, 2, 16, 16);
+	tw_hold(&t, 1);
 	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, EP_SUBMIT_PROGRESS, NULL,
 	    0);
-	tw_drain(&t, -1, 20000);
+	tw_drain(&t, 0, 20000);
+	tw_unhold(&t, 1);
 	assert_done(&recs[0], CP_FINISH_LENGTH);
 	assert_same(&recs[0], &ref[0]);
 	worker_stats(t.w, &st);
@@ -1231,7 +1268,7 @@ END_TEST
  */
 START_TEST(test_lane_cancel)
 {
-	struct rec recs[4], ref[1];
+	struct rec recs[5], ref[1];
 	struct ep_params p = greedy(8);
 	struct worker_stats st;
 	int32_t toks[110];
@@ -1247,7 +1284,8 @@ START_TEST(test_lane_cancel)
 	assert_done(&ref[0], CP_FINISH_LENGTH);
 	tw_close(&t);
 
-	tw_open_lane(&t, recs, 4, 16, 0);
+	tw_open_lane(&t, recs, 5, 16, 0);
+	tw_hold(&t, 4);
 	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 0, 1), 0);
 	tw_drain(&t, 0, 20000);
@@ -1267,11 +1305,18 @@ START_TEST(test_lane_cancel)
 		memset(&recs[1], 0, sizeof(recs[1]));
 	} while (st.lane_prompts < 2 && clock_ms_f() - t0 < 10000);
 	ck_assert_uint_eq(st.lane_prompts, 2);
+	tw_unhold(&t, 4);
 	tw_check_clean(&t);
 
+	memset(&recs[4], 0, sizeof(recs[4]));
+	tw_hold(&t, 4);
 	tw_submit(&t, 2, 3, 0, NULL, toks, 110, &p, 0, NULL, 0);
-	tw_submit(&t, 3, 4, 1, ref_prompt, NULL, 0, &p, 0, NULL, 0);
-	tw_wait_steps(&t, st.steps + 1);
+	t0 = clock_ms_f();
+	do {
+		usleep(1000);
+		worker_stats(t.w, &st);
+	} while (st.lane_prompts < 3 && clock_ms_f() - t0 < 10000);
+	ck_assert_uint_eq(st.lane_prompts, 3);
 	t0 = clock_ms_f();
 	tw_close(&t);
 	ck_assert_msg(clock_ms_f() - t0 < 2000, "shutdown took %.0f ms",
