@@ -13,9 +13,9 @@
  *      for the prefill lane (lane.h), when the lane is free, is added to
  *      the scheduler held and its prompt but the last token goes to the
  *      lane.
- *   2. Plan: first the lane (lane_poll): its progress, a finished prefill
- *      unheld with its positions counted, the steps' thread count; then
- *      sched_step().  An item that admits a request from the lane starts
+ *   2. Plan: first the lane (worker_lane.c): its progress, a finished
+ *      prefill unheld with its positions counted, the steps' thread
+ *      count; then sched_step().  An item that admits a request from the lane starts
  *      with the copy of the lane's K/V into the request's sequence.
  *   3. Release: free the KV sequence of each plan.rel[] entry; a cancelled
  *      request gets DONE (CP_FINISH_CANCELLED) and its slot is freed, a
@@ -55,7 +55,7 @@
  *  1. One terminal event per SUBMIT: a SUBMIT that cannot be queued gets
  *     its ERROR in cmd_submit() and never takes a slot; a slot is freed
  *     only by req_end(), which runs right after the one terminal event
- *     (rel_apply for cancels, step_finish after commit, fail() having sent
+ *     (rel_apply for cancels, step_finish after commit, wk_fail() having sent
  *     the ERROR of a failed item); nothing names a freed slot afterwards.
  *  2. CANCEL, PAUSE, RESUME look the id up among live slots and do nothing
  *     when it is absent; the scheduler releases a cancelled request at the
@@ -74,9 +74,9 @@
  *     back and sent with a later token or in DONE.
  *  7. SHUTDOWN: worker_run() frees every request and its KV without events
  *     and returns.
- *  8. lane_poll() posts a request's PROGRESS, when it asked, for the lane's
- *     chunks, in a turn that counts as a step (promise 4) even when it
- *     plans nothing; then step_run() does as for any request.
+ *  8. wk_lane_poll() posts a request's PROGRESS, when it asked, for the
+ *     lane's chunks, in a turn that counts as a step (promise 4) even when
+ *     it plans nothing; then step_run() does as for any request.
  *     step_run() posts a request's PROGRESS, when it asked, for each of its
  *     entries of a step that ran and covered prompt positions, before that
  *     entry is sampled, and only while n_gen is 0 (no TOKEN sent yet): the
@@ -109,88 +109,11 @@
 #include "sched.h"
 #include "stats.h"
 #include "stopstr.h"
+#include "worker_int.h"
 
 #define WK_DEF_REQUESTS	1024
 #define WK_DEF_CLIENTS	256
 #define WK_IDLE_WAIT_MS	1000	/* wait for commands, then look again */
-
-/* One live request; a free slot has handle -1. */
-struct wreq {
-	uint64_t id;		/* the port's request id */
-	int handle;		/* sched handle; -1 when the slot is free */
-	int seq;		/* KV sequence, -1 while holding none */
-	int n_prompt;
-	int cap;		/* toks[] entries: n_prompt + max_tokens */
-	int n_gen;		/* generated tokens, toks[n_prompt..] */
-	bool unlimited;		/* max_tokens 0: the limit is the context */
-	bool logprob;		/* EP_SUBMIT_LOGPROB */
-	bool progress;		/* EP_SUBMIT_PROGRESS */
-	int32_t *toks;		/* (cap) prompt, then generated ids */
-	struct sampler *smp;
-	struct stopstr *ss;	/* NULL without stop strings */
-	struct detok dt;
-	uint64_t t_recv_ns;	/* the io loop took its SUBMIT (stats.h) */
-	uint64_t t_last_ns;	/* its last TOKEN event; 0 before the first */
-	bool paused;		/* PAUSEd (sched_pause), counted in n_paused */
-	bool in_lane;		/* the lane has its prompt (held in sched) */
-	bool lane_ready;	/* ... computed: its first item imports it */
-	int lane_shown;		/* prompt positions PROGRESS reported */
-};
-
-struct worker {
-	struct engine_port *port;	/* borrowed */
-	const struct model *model;	/* borrowed */
-	const struct tokenizer *tok;	/* borrowed */
-	struct backend *be;
-	struct kv_cache *kv;		/* be_kv(be) */
-	struct sched *sched;
-	struct sampler_ws *smp_ws;	/* the draw scratch every request's
-					   sampler shares (one thread) */
-	bool slots_ready;		/* req[], free_slot[], id_* set up */
-	int *id_head;			/* [id_mask + 1] live slots by id hash */
-	int *id_next;			/* [max_requests] chain, -1 ends */
-	uint32_t id_mask;
-	int n_vocab;
-	int n_ctx;			/* positions per sequence */
-	int pool_tokens;		/* KV pool, token slots */
-	int max_batch;			/* rows per step */
-	int max_seqs;			/* entries per step */
-	int max_requests;
-	int max_clients;
-
-	struct wreq *req;		/* (max_requests) by slot */
-	int *free_slot;			/* (max_requests) stack of free slots */
-	int n_free;
-
-	int32_t *enc;			/* (n_ctx) prompt scratch */
-	struct prep *prep;		/* text prompts' tokenizer thread */
-	struct lane *lane;		/* long prompts' prefill, or NULL */
-	int lane_min;			/* prompt tokens to use it */
-	int lane_slot;			/* request in the lane, or -1 */
-	int threads_all;		/* the backend's threads */
-	int threads_lane;		/* the lane's, while steps run */
-	int threads_now;		/* the steps' (be_set_threads) */
-
-	int32_t *btok;			/* (max_batch) rows of the step */
-	struct batch_seq *bseq;		/* (max_seqs) entries of the step */
-	int *bitem;			/* (max_seqs) plan item of each entry */
-	char *dbuf;			/* (dcap) detokenizer output */
-	size_t dcap;
-	char *sbuf;			/* (scap) stop matcher output */
-	size_t scap;
-
-	struct ep_batch out;		/* events of the turn being built */
-	uint64_t cur_step;		/* number of the step running, else 0 */
-	uint64_t t_step_ns;		/* when its batch came back */
-	struct ep_stats es;		/* histograms, the worker thread's */
-	int n_paused;			/* live requests with paused set */
-	bool dirty;			/* publish(): commands changed it */
-	struct worker_stats st;		/* the worker thread's counters */
-	pthread_mutex_t pub_lock;
-	struct worker_stats pub;	/* published copy, pub_lock */
-	pthread_t th;
-	bool started;
-};
 
 /* ---- events ------------------------------------------------------------ */
 
@@ -248,8 +171,8 @@ emit_done(struct worker *w, const struct wreq *r, uint32_t finish,
 }
 
 /* PROGRESS of r: its prompt computed up to position done (promise 8). */
-static void
-emit_progress(struct worker *w, const struct wreq *r, int done)
+void
+wk_emit_progress(struct worker *w, const struct wreq *r, int done)
 {
 	struct ep_event ev;
 
@@ -263,12 +186,8 @@ emit_progress(struct worker *w, const struct wreq *r, int done)
 }
 
 /* The ERROR event of live request r (its slot is freed after commit). */
-static void
-fail(struct worker *w, const struct wreq *r, int err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static void
-fail(struct worker *w, const struct wreq *r, int err, const char *fmt, ...)
+void
+wk_fail(struct worker *w, const struct wreq *r, int err, const char *fmt, ...)
 {
 	char msg[CP_ERR_MSG];
 	va_list ap;
@@ -455,120 +374,6 @@ submit_stops(struct wreq *r, const struct ep_cmd *c, struct cp_err *e)
 	return r->ss != NULL ? 0 : (e->code < 0 ? e->code : -EINVAL);
 }
 
-/* ---- the prefill lane (lane.h) ---------------------------------------- */
-
-/*
- * A prompt of n tokens goes to the lane: long enough, the lane free, and
- * other requests live (the new one has no slot yet).  Alone, a prompt
- * prefills faster in the steps, which use every thread and compute its
- * last token in the same pass (the lane: 6-20 % slower on the 110M F16
- * model at 300 and 1800 tokens, measured in BENCHMARKS-serve.md).
- */
-static bool
-lane_wants(struct worker *w, int n)
-{
-	struct lane_status st;
-
-	if (w->lane == NULL || n - 1 < w->lane_min || w->lane_slot >= 0 ||
-	    w->n_free == w->max_requests)
-		return false;
-	lane_status(w->lane, &st);
-	return st.state == LANE_IDLE;
-}
-
-/*
- * Hands r's prompt, all but its last token, to the lane; r was added
- * held.  When the lane refuses, r is released for an ordinary prefill.
- */
-static void
-lane_give(struct worker *w, struct wreq *r, int slot)
-{
-	if (lane_start(w->lane, (uint64_t)slot, r->toks, r->n_prompt - 1,
-	    r->progress) < 0) {
-		(void)sched_unhold(w->sched, r->handle, 0);
-		return;
-	}
-	r->in_lane = true;
-	w->lane_slot = slot;
-	w->st.lane_prompts++;
-}
-
-/*
- * Once a turn, before planning: a finished prefill releases its request
- * to the scheduler with the positions computed (or none, when it failed);
- * the lane's progress goes to a request that asked for it; the steps get
- * the threads the lane leaves them.  Returns true when it sent PROGRESS:
- * the turn then counts as a step (promise 4), even if it plans nothing.
- */
-static bool
-lane_poll(struct worker *w)
-{
-	struct lane_status st;
-	struct cp_err e = { 0 };
-	struct wreq *r;
-	bool sent = false;
-	int want;
-
-	if (w->lane == NULL)
-		return false;
-	lane_status(w->lane, &st);
-	if (w->lane_slot >= 0) {
-		r = &w->req[w->lane_slot];
-		if (r->progress && r->n_gen == 0 && st.n_done > r->lane_shown &&
-		    st.state != LANE_IDLE) {
-			emit_progress(w, r, st.n_done);
-			r->lane_shown = st.n_done;
-			sent = true;
-		}
-		if (st.state == LANE_DONE && !r->lane_ready) {
-			if (st.rc == 0 && sched_unhold(w->sched, r->handle,
-			    st.n_done) == 0) {
-				r->lane_ready = true;
-			} else {
-				log_warnx("worker: prefill lane failed (%s); "
-				    "the prompt is prefilled in the steps",
-				    strerror(st.rc < 0 ? -st.rc : EFAULT));
-				lane_cancel(w->lane);
-				r->in_lane = false;
-				w->lane_slot = -1;
-				(void)sched_unhold(w->sched, r->handle, 0);
-			}
-		}
-	}
-	want = st.state == LANE_RUNNING ? w->threads_all - w->threads_lane :
-	    w->threads_all;
-	if (want != w->threads_now && be_set_threads(w->be, want, &e) == 0)
-		w->threads_now = want;
-	return sent;
-}
-
-/* r's first item after the lane: its KV comes from the lane's cache. */
-static int
-lane_take(struct worker *w, struct wreq *r, int pos)
-{
-	struct cp_err e = { 0 };
-	struct lane_status st;
-	int rc;
-
-	lane_status(w->lane, &st);
-	if (st.n_done != pos) {
-		fail(w, r, -EFAULT, "engine: the plan starts at %d, the lane "
-		    "computed %d positions", pos, st.n_done);
-		return -EFAULT;
-	}
-	if ((rc = kv_seq_append(w->kv, r->seq, pos)) < 0 ||
-	    (rc = lane_import(w->lane, w->be, r->seq, &e)) < 0) {
-		fail(w, r, rc, "engine: cannot take the prefilled prompt: %s",
-		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
-		return rc;
-	}
-	w->st.tokens_prompt += (uint64_t)pos;
-	r->in_lane = false;
-	r->lane_ready = false;
-	w->lane_slot = -1;
-	return 0;
-}
-
 /*
  * Builds request r in its (free) slot from c (ids, k: submit_prompt()'s);
  * 0 or -errno with e.
@@ -615,14 +420,14 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 	sr.req_id = (uint64_t)slot;
 	sr.n_prompt = n;
 	sr.max_tokens = max;
-	sr.held = lane_wants(w, n);
+	sr.held = wk_lane_wants(w, n);
 	if ((rc = sched_add(w->sched, &sr, e)) < 0)
 		return rc;
 	r->handle = rc;
 	r->id = c->id;
 	r->t_recv_ns = c->t_recv_ns != 0 ? c->t_recv_ns : stats_now_ns();
 	if (sr.held)
-		lane_give(w, r, slot);
+		wk_lane_give(w, r, slot);
 	return 0;
 }
 
@@ -755,7 +560,7 @@ item_kv(struct worker *w, struct wreq *r, const struct sched_item *it)
 
 	if (it->pos < 0 || it->n < 1 || it->pos > r->n_prompt + r->n_gen -
 	    it->n) {
-		fail(w, r, -EFAULT, "engine: planned positions %d..%d past "
+		wk_fail(w, r, -EFAULT, "engine: planned positions %d..%d past "
 		    "the %d tokens of the request", it->pos,
 		    it->pos + it->n - 1, r->n_prompt + r->n_gen);
 		return -EFAULT;
@@ -763,20 +568,20 @@ item_kv(struct worker *w, struct wreq *r, const struct sched_item *it)
 	if (r->seq < 0 && (r->seq = kv_seq_new(w->kv)) < 0) {
 		rc = r->seq;
 		r->seq = -1;
-		fail(w, r, rc, "engine: no KV sequence free: %s",
+		wk_fail(w, r, rc, "engine: no KV sequence free: %s",
 		    strerror(-rc));
 		return rc;
 	}
 	if (r->lane_ready && kv_seq_len(w->kv, r->seq) == 0 && it->pos > 0 &&
-	    (rc = lane_take(w, r, it->pos)) < 0)
+	    (rc = wk_lane_take(w, r, it->pos)) < 0)
 		return rc;
 	if ((len = kv_seq_len(w->kv, r->seq)) != it->pos) {
-		fail(w, r, -EFAULT, "engine: KV holds %d positions, the plan "
+		wk_fail(w, r, -EFAULT, "engine: KV holds %d positions, the plan "
 		    "starts at %d", len, it->pos);
 		return -EFAULT;
 	}
 	if ((rc = kv_seq_append(w->kv, r->seq, it->n)) < 0) {
-		fail(w, r, rc, "engine: cannot reserve %d KV positions: %s",
+		wk_fail(w, r, rc, "engine: cannot reserve %d KV positions: %s",
 		    it->n, strerror(-rc));
 		return rc;
 	}
@@ -811,7 +616,7 @@ item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
 	int rc, n;
 
 	if ((rc = sampler_sample(r->smp, row, &so)) < 0) {
-		fail(w, r, rc, rc == -EDOM ? "engine: the model produced "
+		wk_fail(w, r, rc, rc == -EDOM ? "engine: the model produced "
 		    "NaN or infinite logits" : "engine: sampling failed: %s",
 		    strerror(-rc));
 		it->finish = SCHED_FIN_ERROR;
@@ -823,7 +628,7 @@ item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
 	}
 	if (r->n_prompt + r->n_gen >= r->cap ||
 	    sampler_accept(r->smp, so.id) < 0) {
-		fail(w, r, -EFAULT, "engine: token %d past the request's "
+		wk_fail(w, r, -EFAULT, "engine: token %d past the request's "
 		    "%d positions", (int)so.id, r->cap);
 		it->finish = SCHED_FIN_ERROR;
 		return;
@@ -907,7 +712,7 @@ step_run(struct worker *w, struct sched_plan *plan, int n_ent, int n_tok)
 		    e.msg);
 		for (i = 0; i < n_ent; i++) {
 			it = &plan->items[w->bitem[i]];
-			fail(w, &w->req[it->req_id], rc, "engine: %s",
+			wk_fail(w, &w->req[it->req_id], rc, "engine: %s",
 			    e.msg[0] != '\0' ? e.msg : strerror(-rc));
 			it->finish = SCHED_FIN_ERROR;
 		}
@@ -921,7 +726,7 @@ step_run(struct worker *w, struct sched_plan *plan, int n_ent, int n_tok)
 			    r->n_prompt;
 			w->st.tokens_prompt += (uint64_t)(end - it->pos);
 			if (r->progress && r->n_gen == 0)
-				emit_progress(w, r, end);
+				wk_emit_progress(w, r, end);
 		}
 		if (!it->logits)
 			continue;
@@ -942,7 +747,7 @@ step(struct worker *w)
 
 	/* Events of this step carry its number (emit()). */
 	w->cur_step = w->st.steps + 1;
-	sent = lane_poll(w);
+	sent = wk_lane_poll(w);
 	if ((rc = sched_step(w->sched, &plan)) < 0)
 		fatalx("worker: sched_step: %s", strerror(-rc));
 	for (k = 0; k < plan.n_rel; k++)
@@ -955,7 +760,7 @@ step(struct worker *w)
 			    it->req);
 		r = &w->req[it->req_id];
 		if (n_ent >= w->max_seqs || it->n > w->max_batch - n_tok) {
-			fail(w, r, -EFAULT, "engine: plan exceeds the batch "
+			wk_fail(w, r, -EFAULT, "engine: plan exceeds the batch "
 			    "limits");
 			it->finish = SCHED_FIN_ERROR;
 			continue;
@@ -1175,34 +980,6 @@ setup_sched(struct worker *w, const struct worker_params *p,
 	return sched_new(&sc, &w->sched, e);
 }
 
-static void
-wake_engine(void *arg)
-{
-	ep_wake_engine(arg);
-}
-
-/* The prefill lane, when asked for and the backend can share its cores. */
-static int
-setup_lane(struct worker *w, const struct worker_params *p,
-    struct cp_err *e)
-{
-	struct lane_params lp;
-
-	if (p->prefill_lane_tokens <= 0 || strcmp(be_name(w->be), "cpu") != 0 ||
-	    w->threads_all < 2)
-		return 0;
-	memset(&lp, 0, sizeof(lp));
-	lp.model = w->model;
-	lp.be = be_params(w->be);
-	lp.threads = w->threads_all / 2;
-	lp.chunk = p->prefill_lane_chunk;
-	lp.wake = wake_engine;
-	lp.wake_arg = w->port;
-	w->threads_lane = lp.threads;
-	w->lane_min = p->prefill_lane_tokens;
-	return lane_new(&lp, &w->lane, e);
-}
-
 int
 worker_new(const struct worker_params *p, struct engine_port *port,
     struct worker **out, struct cp_err *e)
@@ -1286,7 +1063,7 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->slots_ready = true;
 	w->lane_slot = -1;
 	w->threads_all = w->threads_now = bp->n_threads;
-	if ((rc = setup_lane(w, p, e)) < 0)
+	if ((rc = wk_lane_setup(w, p, e)) < 0)
 		goto err;
 	w->st.kv_block_tokens = kv_params(w->kv)->block_tokens;
 	w->st.n_ctx = w->n_ctx;

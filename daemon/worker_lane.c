@@ -1,0 +1,155 @@
+/*
+ * worker_lane.c - the engine thread's side of the prefill lane (lane.h):
+ * which prompts go to it, its results into the scheduler and the cache,
+ * the steps' share of the threads.  worker.c calls these at the points
+ * its opening comment names.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "kvcache.h"
+#include "lane.h"
+#include "log.h"
+#include "sched.h"
+#include "worker_int.h"
+
+/*
+ * A prompt of n tokens goes to the lane: long enough, the lane free, and
+ * other requests live (the new one has no slot yet).  Alone, a prompt
+ * prefills faster in the steps, which use every thread and compute its
+ * last token in the same pass (the lane: 6-20 % slower on the 110M F16
+ * model at 300 and 1800 tokens, measured in BENCHMARKS-serve.md).
+ */
+bool
+wk_lane_wants(struct worker *w, int n)
+{
+	struct lane_status st;
+
+	if (w->lane == NULL || n - 1 < w->lane_min || w->lane_slot >= 0 ||
+	    w->n_free == w->max_requests)
+		return false;
+	lane_status(w->lane, &st);
+	return st.state == LANE_IDLE;
+}
+
+/*
+ * Hands r's prompt, all but its last token, to the lane; r was added
+ * held.  When the lane refuses, r is released for an ordinary prefill.
+ */
+void
+wk_lane_give(struct worker *w, struct wreq *r, int slot)
+{
+	if (lane_start(w->lane, (uint64_t)slot, r->toks, r->n_prompt - 1,
+	    r->progress) < 0) {
+		(void)sched_unhold(w->sched, r->handle, 0);
+		return;
+	}
+	r->in_lane = true;
+	w->lane_slot = slot;
+	w->st.lane_prompts++;
+}
+
+/*
+ * Once a turn, before planning: a finished prefill releases its request
+ * to the scheduler with the positions computed (or none, when it failed);
+ * the lane's progress goes to a request that asked for it; the steps get
+ * the threads the lane leaves them.  Returns true when it sent PROGRESS:
+ * the turn then counts as a step (promise 4), even if it plans nothing.
+ */
+bool
+wk_lane_poll(struct worker *w)
+{
+	struct lane_status st;
+	struct cp_err e = { 0 };
+	struct wreq *r;
+	bool sent = false;
+	int want;
+
+	if (w->lane == NULL)
+		return false;
+	lane_status(w->lane, &st);
+	if (w->lane_slot >= 0) {
+		r = &w->req[w->lane_slot];
+		if (r->progress && r->n_gen == 0 && st.n_done > r->lane_shown &&
+		    st.state != LANE_IDLE) {
+			wk_emit_progress(w, r, st.n_done);
+			r->lane_shown = st.n_done;
+			sent = true;
+		}
+		if (st.state == LANE_DONE && !r->lane_ready) {
+			if (st.rc == 0 && sched_unhold(w->sched, r->handle,
+			    st.n_done) == 0) {
+				r->lane_ready = true;
+			} else {
+				log_warnx("worker: prefill lane failed (%s); "
+				    "the prompt is prefilled in the steps",
+				    strerror(st.rc < 0 ? -st.rc : EFAULT));
+				lane_cancel(w->lane);
+				r->in_lane = false;
+				w->lane_slot = -1;
+				(void)sched_unhold(w->sched, r->handle, 0);
+			}
+		}
+	}
+	want = st.state == LANE_RUNNING ? w->threads_all - w->threads_lane :
+	    w->threads_all;
+	if (want != w->threads_now && be_set_threads(w->be, want, &e) == 0)
+		w->threads_now = want;
+	return sent;
+}
+
+/* r's first item after the lane: its KV comes from the lane's cache. */
+int
+wk_lane_take(struct worker *w, struct wreq *r, int pos)
+{
+	struct cp_err e = { 0 };
+	struct lane_status st;
+	int rc;
+
+	lane_status(w->lane, &st);
+	if (st.n_done != pos) {
+		wk_fail(w, r, -EFAULT, "engine: the plan starts at %d, the lane "
+		    "computed %d positions", pos, st.n_done);
+		return -EFAULT;
+	}
+	if ((rc = kv_seq_append(w->kv, r->seq, pos)) < 0 ||
+	    (rc = lane_import(w->lane, w->be, r->seq, &e)) < 0) {
+		wk_fail(w, r, rc, "engine: cannot take the prefilled prompt: %s",
+		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
+		return rc;
+	}
+	w->st.tokens_prompt += (uint64_t)pos;
+	r->in_lane = false;
+	r->lane_ready = false;
+	w->lane_slot = -1;
+	return 0;
+}
+
+static void
+wake_engine(void *arg)
+{
+	ep_wake_engine(arg);
+}
+
+/* The prefill lane, when asked for and the backend can share its cores. */
+int
+wk_lane_setup(struct worker *w, const struct worker_params *p,
+    struct cp_err *e)
+{
+	struct lane_params lp;
+
+	if (p->prefill_lane_tokens <= 0 || strcmp(be_name(w->be), "cpu") != 0 ||
+	    w->threads_all < 2)
+		return 0;
+	memset(&lp, 0, sizeof(lp));
+	lp.model = w->model;
+	lp.be = be_params(w->be);
+	lp.threads = w->threads_all / 2;
+	lp.chunk = p->prefill_lane_chunk;
+	lp.wake = wake_engine;
+	lp.wake_arg = w->port;
+	w->threads_lane = lp.threads;
+	w->lane_min = p->prefill_lane_tokens;
+	return lane_new(&lp, &w->lane, e);
+}
+
