@@ -15,8 +15,8 @@
  *      lane.
  *   2. Plan: first the lane (worker_lane.c): its progress, a finished
  *      prefill unheld with its positions counted, the steps' thread
- *      count; then sched_step().  An item that admits a request from the lane starts
- *      with the copy of the lane's K/V into the request's sequence.
+ *      count; then sched_step().  An item that admits a request from the
+ *      lane starts with the copy of the lane's K/V into its sequence.
  *   3. Release: free the KV sequence of each plan.rel[] entry; a cancelled
  *      request gets DONE (CP_FINISH_CANCELLED) and its slot is freed, a
  *      preempted one waits to be re-fed from position 0.
