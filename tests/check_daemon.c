@@ -545,12 +545,15 @@ END_TEST
 /* ---- chunked prefill while others stream ------------------------------- */
 
 /*
- * One attempt: 4 streams decoding, then the 100-token prompt.  Returns 1
+ * One attempt: 4 streams decoding, then the 100-token prompt, whose first
+ * token comes at least min_steps steps after it arrived; with lp, the
+ * prompt asks for progress and its stream is copied to *lp.  Returns 1
  * when the streams outlived its prefill (the situation under test; every
  * property is asserted then), 0 when one ended first (try again).
  */
 static int
-chunk_attempt(const struct cpd *d, const int32_t *want, int n_want)
+chunk_attempt(const struct cpd *d, const int32_t *want, int n_want,
+    uint32_t min_steps, struct stream *lp)
 {
 	static const char *const shorts[4] = {
 		"Once upon a time", "The little robot", "A cat sat",
@@ -583,6 +586,7 @@ chunk_attempt(const struct cpd *d, const int32_t *want, int n_want)
 	}
 	c[4] = client(d, 0);
 	greedy(&p, (uint32_t)n_want);
+	p.progress = lp != NULL;
 	stream_init(&s[4], cp_submit(c[4], long_prompt,
 	    strlen(long_prompt), &p));
 	ck_assert_int_gt(s[4].id, 0);
@@ -602,13 +606,15 @@ chunk_attempt(const struct cpd *d, const int32_t *want, int n_want)
 	for (i = 0; i < 5; i++)
 		cp_close(c[i]);
 
+	if (lp != NULL)
+		*lp = s[4];
 	/* The long prompt: all of it, and the unchunked ids. */
 	ck_assert_int_eq(s[4].type, CP_EVENT_DONE);
 	ck_assert_uint_eq(s[4].n_prompt, LONG_N_PROMPT);
 	assert_ids(&s[4], want, n_want);
 	first = s[4].steps[0];
-	/* Prefill ran after step `seen`, in 28-token chunks at most. */
-	ck_assert_uint_ge(first - seen, 4);
+	/* Prefill ran after step `seen` (in 28-token chunks at most). */
+	ck_assert_uint_ge(first - seen, min_steps);
 	for (i = 0; i < 4; i++) {
 		ck_assert_int_eq(s[i].type, CP_EVENT_DONE);
 		ck_assert_int_eq(s[i].finish, CP_DONE_CONTEXT);
@@ -637,15 +643,57 @@ START_TEST(test_chunked_prefill)
 	n_want = golden(long_prompt, 16, want);
 	ck_assert_int_eq(n_want, 16);
 	cpd_start(&d, args);
-	for (tries = 0; tries < 5 && !chunk_attempt(&d, want, n_want); tries++)
+	for (tries = 0; tries < 5 && !chunk_attempt(&d, want, n_want, 4,
+	    NULL); tries++)
 		;
 	ck_assert_msg(tries < 5, "the streams never outlived the prefill");
 	c = client(&d, 0);
 	stats(c, &st);
 	/* No step ran more than the budget of prompt tokens. */
 	ck_assert_uint_le(st.step_prefill.max, 32);
+	ck_assert_uint_ge(st.step_prefill.max, 28);
 	ck_assert_uint_le(st.step_seqs.max, 5);
 	ck_assert_uint_eq(st.preemptions, 0);
+	cp_close(c);
+	cpd_stop(&d);
+}
+END_TEST
+
+/*
+ * The same through the prefill lane (2 threads, prompts of 16 tokens or
+ * more): the long prompt's first 99 positions are computed beside the
+ * steps, in one lane chunk (LANE_CHUNK rows), so its progress reports 99
+ * and then 100 in the step of its first token (the steps, 28 prompt
+ * tokens at a time beside 4 decodes, would report 28, 56, 84, 100); its
+ * ids are still the unchunked ones, and every stream gets a token at
+ * every step.
+ */
+START_TEST(test_prefill_lane)
+{
+	const char *args[] = { "--max-batch-tokens", "32", "--threads", "2",
+	    "--prefill-lane-tokens", "16", NULL };
+	int32_t want[16];
+	int n_want, tries;
+	struct cp_client *c;
+	struct cp_stats st;
+	struct stream lp;
+	struct cpd d;
+
+	n_want = golden(long_prompt, 16, want);
+	ck_assert_int_eq(n_want, 16);
+	cpd_start(&d, args);
+	for (tries = 0; tries < 5 && !chunk_attempt(&d, want, n_want, 1,
+	    &lp); tries++)
+		;
+	ck_assert_msg(tries < 5, "the streams never outlived the prefill");
+	ck_assert_int_eq(lp.n_prog, 2);
+	ck_assert_uint_eq(lp.prog[0], LONG_N_PROMPT - 1);
+	ck_assert_uint_eq(lp.prog[1], LONG_N_PROMPT);
+	ck_assert_uint_eq(lp.prog_step[1], lp.steps[0]);
+	c = client(&d, 0);
+	stats(c, &st);
+	ck_assert_uint_eq(st.preemptions, 0);
+	ck_assert_uint_eq(st.kv_blocks_used, 0);
 	cp_close(c);
 	cpd_stop(&d);
 }
@@ -1262,6 +1310,7 @@ daemon_suite(void)
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_sixteen_processes);
 	tcase_add_test(tc, test_chunked_prefill);
+	tcase_add_test(tc, test_prefill_lane);
 	tcase_add_test(tc, test_prefill_progress);
 	tcase_add_test(tc, test_client_killed);
 	tcase_add_test(tc, test_garbage_clients);
