@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cpclient.h"
+#include "lib/cpd_proc.h"
 #include "lib/fixtures.h"
 #include "lib/suite.h"
 #include "lib/tmpdir.h"
@@ -101,29 +102,28 @@ connect_retry(void)
 	return NULL;
 }
 
-static pid_t
-start_daemon(void)
-{
-	const char *args[] = { "-m", model, "-s", sock, "--threads", "1",
-	    "--max-batch-tokens", "32", NULL };
-
-	return spawn_cpd(args, 1);
-}
+/* The daemon of the tests that talk to one; sock is its socket. */
+static struct cpd daemon_proc;
 
 static void
-stop_daemon(pid_t pid)
+start_daemon(void)
 {
-	struct stat sb;
+	const char *args[] = { "--max-batch-tokens", "32", NULL };
 
-	ck_assert_int_eq(kill(pid, SIGTERM), 0);
-	ck_assert_int_eq(wait_exit(pid), 0);
-	/* A clean stop removes the socket. */
-	ck_assert_int_eq(stat(sock, &sb), -1);
+	cpd_start_bin(&daemon_proc, cpd_bin, model, args);
+	snprintf(sock, sizeof(sock), "%s", daemon_proc.sock);
+}
+
+/* SIGTERM: exits 0, and a clean stop removes the socket. */
+static void
+stop_daemon(void)
+{
+	cpd_stop(&daemon_proc);
 }
 
 START_TEST(test_greedy_reference)
 {
-	pid_t pid = start_daemon();
+	start_daemon();
 	struct cp_client *c = connect_retry();
 	struct cp_model_info mi;
 	struct cp_params p;
@@ -168,14 +168,14 @@ START_TEST(test_greedy_reference)
 	text[tl] = '\0';
 	ck_assert_str_eq(text, ref_text);
 	cp_close(c);
-	stop_daemon(pid);
+	stop_daemon();
 }
 END_TEST
 
 /* Three clients at once each get exactly the reference stream. */
 START_TEST(test_clients_share_model)
 {
-	pid_t pid = start_daemon();
+	start_daemon();
 	struct cp_client *c[3];
 	struct cp_params p;
 	struct cp_event ev;
@@ -212,7 +212,7 @@ START_TEST(test_clients_share_model)
 	}
 	for (int i = 0; i < 3; i++)
 		cp_close(c[i]);
-	stop_daemon(pid);
+	stop_daemon();
 }
 END_TEST
 
@@ -256,7 +256,7 @@ END_TEST
 /* A second daemon on a live socket refuses to start; the first keeps serving. */
 START_TEST(test_socket_in_use)
 {
-	pid_t pid = start_daemon();
+	start_daemon();
 	struct cp_client *c = connect_retry();
 	const char *args[] = { "-m", model, "-s", sock, NULL };
 	struct cp_model_info mi;
@@ -266,7 +266,7 @@ START_TEST(test_socket_in_use)
 	cp_close(c);
 	c = connect_retry();
 	cp_close(c);
-	stop_daemon(pid);
+	stop_daemon();
 }
 END_TEST
 
@@ -278,7 +278,7 @@ END_TEST
 START_TEST(test_cpq_text)
 {
 	static const char *const stops[] = { NULL, "sec!" };
-	pid_t pid = start_daemon();
+	start_daemon();
 	struct cp_client *c = connect_retry();
 	char cpq[600], out[700], text[1024];
 	const char *build = getenv("BUILD");
@@ -315,7 +315,7 @@ START_TEST(test_cpq_text)
 		ck_assert_str_eq(text, ref_text);
 	}
 	unlink(out);
-	stop_daemon(pid);
+	stop_daemon();
 }
 END_TEST
 

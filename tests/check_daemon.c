@@ -36,6 +36,7 @@
 #include "cp_proto.h"
 #include "cpclient.h"
 #include "lib/cpd_harness.h"
+#include "lib/cpd_proc.h"
 #include "lib/fixtures.h"
 #include "lib/prog.h"
 #include "lib/suite.h"
@@ -72,126 +73,11 @@ static char *model;
 
 /* ---- the daemon ------------------------------------------------------- */
 
-struct cpd {
-	pid_t pid;		/* 0 once reaped */
-	char dir[256];
-	char sock[300];
-	char log[300];		/* its stderr */
-};
-static int
-log_has(const struct cpd *d, const char *needle)
-{
-	static char buf[1 << 18];
-	ssize_t n;
-	int fd;
-
-	fd = open(d->log, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	return strstr(buf, needle) != NULL;
-}
-
-/*
- * Starts cpd -m MODEL --socket SOCK --threads 1 plus extra (NULL-terminated)
- * with its stderr in d->log, and waits until it listens.  The daemon gets
- * SIGKILL if the test process dies first.
- */
+/* cpd on the fixture, with extra flags (lib/cpd_proc.h). */
 static void
 cpd_start(struct cpd *d, const char *const *extra)
 {
-	const char *argv[40];
-	int n = 0, i;
-
-	memset(d, 0, sizeof(*d));
-	snprintf(d->dir, sizeof(d->dir), "%s/cpdd.XXXXXX", tmp_dir());
-	ck_assert_ptr_nonnull(mkdtemp(d->dir));
-	snprintf(d->sock, sizeof(d->sock), "%s/s", d->dir);
-	snprintf(d->log, sizeof(d->log), "%s/cpd.log", d->dir);
-	argv[n++] = cpd_bin;
-	argv[n++] = "-m";
-	argv[n++] = model;
-	argv[n++] = "--socket";
-	argv[n++] = d->sock;
-	argv[n++] = "--threads";
-	argv[n++] = "1";
-	while (extra != NULL && *extra != NULL && n < 39)
-		argv[n++] = *extra++;
-	argv[n] = NULL;
-	fflush(NULL);
-	d->pid = fork();
-	ck_assert_int_ge(d->pid, 0);
-	if (d->pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (fd < 0 || dup2(fd, 2) < 0)
-			_exit(126);
-		close(fd);
-		fd = open("/dev/null", O_WRONLY);
-		if (fd >= 0)
-			dup2(fd, 1);
-		execv(cpd_bin, (char *const *)argv);
-		_exit(127);
-	}
-	for (i = 0; i < WAIT_MS / 10; i++) {
-		if (log_has(d, "listening on "))
-			return;
-		if (waitpid(d->pid, NULL, WNOHANG) == d->pid) {
-			d->pid = 0;
-			ck_abort_msg("cpd exited at start-up; see %s", d->log);
-		}
-		usleep(10000);
-	}
-	ck_abort_msg("cpd did not start within %d ms", WAIT_MS);
-}
-
-/* Waits up to WAIT_MS for cpd to exit; its status, -1 if killed. */
-static int
-cpd_wait(struct cpd *d)
-{
-	int st = 0, i;
-
-	for (i = 0; i < WAIT_MS / 10; i++) {
-		if (waitpid(d->pid, &st, WNOHANG) == d->pid) {
-			d->pid = 0;
-			return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-		}
-		usleep(10000);
-	}
-	kill(d->pid, SIGKILL);
-	waitpid(d->pid, &st, 0);
-	d->pid = 0;
-	return -1;
-}
-
-static void
-cpd_cleanup(struct cpd *d)
-{
-	if (d->pid > 0) {
-		kill(d->pid, SIGKILL);
-		waitpid(d->pid, NULL, 0);
-		d->pid = 0;
-	}
-	unlink(d->sock);
-	unlink(d->log);
-	rmdir(d->dir);
-}
-
-/* SIGTERM with nothing in flight: exits 0 and removes its socket. */
-static void
-cpd_stop(struct cpd *d)
-{
-	struct stat sb;
-
-	ck_assert_int_eq(kill(d->pid, SIGTERM), 0);
-	ck_assert_int_eq(cpd_wait(d), 0);
-	ck_assert_int_eq(stat(d->sock, &sb), -1);
-	cpd_cleanup(d);
+	cpd_start_bin(d, cpd_bin, model, extra);
 }
 
 /* ---- golden values: cpmodel generate ---------------------------------- */
@@ -974,15 +860,15 @@ START_TEST(test_garbage_clients)
 	/* Each one's reason is on cpd's stderr, as a warning. */
 	snprintf(want, sizeof(want), "sq_tail %u - sq_head 0 exceeds %u "
 	    "entries; disconnected", CP_SQ_DEFAULT + 1, CP_SQ_DEFAULT);
-	ck_assert_msg(log_has(&d, want), "log lacks '%s'", want);
-	ck_assert(log_has(&d, "cq_head 5 inconsistent with cq_tail 0; "
+	ck_assert_msg(cpd_log_has(&d, want), "log lacks '%s'", want);
+	ck_assert(cpd_log_has(&d, "cq_head 5 inconsistent with cq_tail 0; "
 	    "disconnected"));
-	ck_assert(log_has(&d, "unknown opcode 9; disconnected"));
+	ck_assert(cpd_log_has(&d, "unknown opcode 9; disconnected"));
 	snprintf(want, sizeof(want), "req 1: arena range %u+16 outside %u "
 	    "bytes; disconnected", CP_ARENA_DEFAULT - 2, CP_ARENA_DEFAULT);
-	ck_assert_msg(log_has(&d, want), "log lacks '%s'", want);
-	ck_assert(log_has(&d, "op 3 for unknown request 7; disconnected"));
-	ck_assert(log_has(&d, "cpd: warning: client "));
+	ck_assert_msg(cpd_log_has(&d, want), "log lacks '%s'", want);
+	ck_assert(cpd_log_has(&d, "op 3 for unknown request 7; disconnected"));
+	ck_assert(cpd_log_has(&d, "cpd: warning: client "));
 
 	stats(c, &st);
 	ck_assert_uint_eq(st.protocol_errors, 5);
@@ -1196,8 +1082,8 @@ START_TEST(test_drain_finishes)
 	ck_assert_int_eq(s[1].type, CP_EVENT_ERROR);
 	ck_assert_int_eq(s[1].error, -ESHUTDOWN);
 	ck_assert_int_eq(cpd_wait(&d), 0);
-	ck_assert(log_has(&d, "draining"));
-	ck_assert(log_has(&d, "drained"));
+	ck_assert(cpd_log_has(&d, "draining"));
+	ck_assert(cpd_log_has(&d, "drained"));
 	cp_close(c);
 	cpd_cleanup(&d);
 }
@@ -1232,7 +1118,7 @@ START_TEST(test_drain_cancels)
 	ck_assert_int_lt(s.n, n_want);
 	assert_ids(&s, want, s.n);
 	ck_assert_int_eq(cpd_wait(&d), 0);
-	ck_assert(log_has(&d, "requests cancelled"));
+	ck_assert(cpd_log_has(&d, "requests cancelled"));
 	cp_close(c);
 	cpd_cleanup(&d);
 }

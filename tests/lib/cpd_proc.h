@@ -1,0 +1,42 @@
+/*
+ * cpd_proc.h - the real cpd binary as a child process, for the tests that
+ * drive it through its socket (check_daemon, check_cpd): started with its
+ * stderr in a log file in a fresh directory under tmp_dir(), waited for
+ * until it listens, stopped with SIGTERM or killed.  The functions assert
+ * with Check: call them from a test.
+ */
+#ifndef CP_TEST_CPD_PROC_H
+#define CP_TEST_CPD_PROC_H
+
+#include <sys/types.h>
+
+#define CPD_PROC_WAIT_MS 20000	/* start-up and exit, at most */
+
+struct cpd {
+	pid_t pid;		/* 0 once reaped */
+	char dir[256];
+	char sock[300];
+	char log[300];		/* its stderr */
+};
+
+/*
+ * Starts bin -m model --socket SOCK --threads 1, then extra (NULL-
+ * terminated; later flags override earlier ones), and waits until it
+ * listens.  The daemon gets SIGKILL if the test process dies first.
+ */
+void cpd_start_bin(struct cpd *d, const char *bin, const char *model,
+    const char *const *extra);
+
+/* The daemon's stderr so far contains needle. */
+int cpd_log_has(const struct cpd *d, const char *needle);
+
+/* Waits up to CPD_PROC_WAIT_MS for cpd to exit; its status, -1 if killed. */
+int cpd_wait(struct cpd *d);
+
+/* Kills the daemon if it runs; removes its socket, log and directory. */
+void cpd_cleanup(struct cpd *d);
+
+/* SIGTERM with nothing in flight: exits 0 and removes its socket. */
+void cpd_stop(struct cpd *d);
+
+#endif
