@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "cpd_proc.h"
 #include "engine_port.h"
 #include "ioloop.h"
 #include "log.h"
@@ -264,19 +265,7 @@ hd_stop(struct hd *d)
 int
 hd_log_has(const struct hd *d, const char *needle)
 {
-	char buf[65536];
-	ssize_t n;
-	int fd;
-
-	fd = open(d->log, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	return strstr(buf, needle) != NULL;
+	return cpd_file_has(d->log, needle);
 }
 
 int

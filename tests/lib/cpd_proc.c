@@ -17,13 +17,13 @@
 #include "tmpdir.h"
 
 int
-cpd_log_has(const struct cpd *d, const char *needle)
+cpd_file_has(const char *path, const char *needle)
 {
 	static char buf[1 << 18];
 	ssize_t n;
 	int fd;
 
-	fd = open(d->log, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
 	n = read(fd, buf, sizeof(buf) - 1);
@@ -32,6 +32,12 @@ cpd_log_has(const struct cpd *d, const char *needle)
 		return 0;
 	buf[n] = '\0';
 	return strstr(buf, needle) != NULL;
+}
+
+int
+cpd_log_has(const struct cpd *d, const char *needle)
+{
+	return cpd_file_has(d->log, needle);
 }
 
 void

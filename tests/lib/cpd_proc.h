@@ -27,6 +27,9 @@ struct cpd {
 void cpd_start_bin(struct cpd *d, const char *bin, const char *model,
     const char *const *extra);
 
+/* The first 256 KiB of the file at path contain needle. */
+int cpd_file_has(const char *path, const char *needle);
+
 /* The daemon's stderr so far contains needle. */
 int cpd_log_has(const struct cpd *d, const char *needle);
 
