@@ -33,16 +33,19 @@
  *                             (preempt): its KV is dropped, its generated
  *                             tokens kept, so its next prefill covers
  *                             prompt + generated tokens from position 0
+ *   PREFILLING -> WAITING     sched_hold() between steps, before any
+ *                             token: held, its KV dropped (the caller
+ *                             moves it elsewhere), no release listed
  *   running    -> (free)      sched_commit(): EOS, STOP, LENGTH, ERROR
  *   any        -> (free)      sched_step() after sched_cancel(): released
  *                             as cancelled before anything is planned
  *
  * Flags orthogonal to the state: paused (sched_pause: never planned, KV
  * kept) and cancel (sched_cancel: released at the next sched_step).  The
- * held flag is set only by sched_add: a held request stays WAITING, never
- * admitted, until sched_unhold clears the flag and sets n_cached.  Held
- * and paused are independent; a request is admitted only when neither is
- * set.
+ * held flag is set by sched_add or sched_hold: a held request stays
+ * WAITING, never admitted, until sched_unhold clears the flag and sets
+ * n_cached.  Held and paused are independent; a request is admitted only
+ * when neither is set.
  *
  * A STEP (sched_step) runs these phases in order:
  *   1. release every request whose cancel flag is set;
@@ -645,6 +648,27 @@ sched_unhold(struct sched *s, int req, int n_cached)
 		return -EINVAL;
 	r->held = false;
 	r->n_cached = n_cached;
+	return 0;
+}
+
+int
+sched_hold(struct sched *s, int req)
+{
+	struct sreq *r;
+	int i;
+
+	if ((r = lookup(s, req)) == NULL)
+		return -ENOENT;
+	if (s->open || r->state != SCHED_PREFILLING || r->n_gen != 0 ||
+	    r->held)
+		return -EINVAL;
+	i = (int)(r - s->req);
+	run_pop(s, i);
+	s->kv_free += r->n_blocks;
+	r->n_blocks = 0;
+	r->n_computed = 0;
+	r->held = true;
+	wait_push(s, i);
 	return 0;
 }
 

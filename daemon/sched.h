@@ -215,6 +215,17 @@ int sched_cancel_client(struct sched *s, int client);
 int sched_unhold(struct sched *s, int req, int n_cached);
 
 /*
+ * Take back a prefilling request that has generated nothing, between
+ * steps (no plan open), to compute the rest of its prompt elsewhere: it
+ * becomes WAITING and held, its blocks return to the pool at once (the
+ * caller frees the engine's KV after copying what it needs; no release
+ * is listed), and sched_unhold() later says how many positions the caller
+ * holds.  Returns 0, -ENOENT, or -EINVAL (not prefilling, a token
+ * generated, already held, or a plan open).
+ */
+int sched_hold(struct sched *s, int req);
+
+/*
  * Pause (on) or resume (off) req from the next step: a paused request is
  * not scheduled or admitted but keeps its KV.  Pausing and holding are
  * independent: a request is admitted only when neither.  Returns 0 or

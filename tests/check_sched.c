@@ -871,6 +871,59 @@ END_TEST
  * is admitted past it and decodes to its end (3 tokens in steps 1-3).  A
  * hold cleared with n_cached 0 is an ordinary prefill from position 0.
  */
+/*
+ * sched_hold() takes a prefilling request back between steps.  Blocks of
+ * 4, pool of 20, chunks of 8: h (prompt 30) is admitted with [0, 8), 2
+ * blocks; held after the commit, it holds none and is not planned; after
+ * sched_unhold(20) its item is [20, 28), ceil(28 / 4) = 7 blocks.  A
+ * decoding request, a waiting one, a held one, an open plan and a dead
+ * handle are refused.
+ */
+START_TEST(test_hold_prefilling)
+{
+	struct sched_config c = { .max_batch_tokens = 16,
+	    .max_prefill_chunk = 8, .max_seqs = 4, .kv_block_tokens = 4,
+	    .kv_total_blocks = 20, .n_ctx = 64 };
+	struct sched *s = mk(c);
+	struct sched_stats st;
+	struct sched_plan p;
+	int h = add(s, 0, 30, 4), d = add(s, 1, 2, 8), w;
+
+	step(s, &p);
+	plan_is(&p, 0, 2, (struct want[]){ { h, 0, 8, 0 }, { d, 0, 2, 1 } });
+	ck_assert_int_eq(sched_hold(s, h), -EINVAL);	/* plan open */
+	commit(s, &p);
+	ck_assert_int_eq(info(s, h).n_blocks, 2);
+	ck_assert_int_eq(sched_hold(s, d), -EINVAL);	/* decoding */
+	ck_assert_int_eq(sched_hold(s, h), 0);
+	ok(s);
+	ck_assert_int_eq(info(s, h).state, SCHED_WAITING);
+	ck_assert(info(s, h).held);
+	ck_assert_int_eq(info(s, h).n_blocks, 0);
+	ck_assert_int_eq(info(s, h).n_computed, 0);
+	ck_assert_int_eq(sched_hold(s, h), -EINVAL);	/* held */
+	sched_stats(s, &st);
+	ck_assert_int_eq(st.kv_free, 20 - 1);		/* d: 3 positions */
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { d, 2, 1, 1 } });
+	commit(s, &p);
+	ck_assert_int_eq(sched_unhold(s, h, 20), 0);
+	step(s, &p);
+	plan_is(&p, 0, 2, (struct want[]){ { d, 3, 1, 1 }, { h, 20, 8, 0 } });
+	commit(s, &p);
+	ck_assert_int_eq(info(s, h).n_blocks, 7);
+	ck_assert_int_eq(info(s, h).n_computed, 28);
+	ok(s);
+	w = add(s, 2, 4, 2);
+	ck_assert_int_eq(sched_hold(s, w), -EINVAL);	/* waiting */
+	ck_assert_int_eq(sched_cancel(s, w), 0);
+	step(s, &p);
+	commit(s, &p);
+	ck_assert_int_eq(sched_hold(s, w), -ENOENT);
+	sched_free(s);
+}
+END_TEST
+
 START_TEST(test_held_skipped)
 {
 	struct sched_config c = { .max_batch_tokens = 16, .max_seqs = 4,
@@ -2002,6 +2055,7 @@ sched_suite(void)
 	tcase_add_test(tc, test_cancel_during_step);
 	tcase_add_test(tc, test_pause);
 	tcase_add_test(tc, test_held_skipped);
+	tcase_add_test(tc, test_hold_prefilling);
 	tcase_add_test(tc, test_held_round_robin);
 	tcase_add_test(tc, test_unhold_cached);
 	tcase_add_test(tc, test_held_paused);
