@@ -91,11 +91,11 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	    "context grows and its steps stay as long; 0 counts it as 1" },
 	[CONFIG_PREFILL_LANE_TOKENS] = { "prefill_lane_tokens", T_INT,
 	    F(prefill_lane_tokens), 0, 0, 1 << 24, 0, NULL, "256",
-	    "a prompt of at least this many tokens that arrives while other "
-	    "requests are live is prefilled by a second forward pass on its "
-	    "own threads (half of them) while the other requests' steps run "
-	    "on the rest, one such prompt at a time; CPU backend with 2 or "
-	    "more threads only; 0 never does" },
+	    "a prompt of at least this many tokens is prefilled by a second "
+	    "forward pass on its own threads (half of them) while the other "
+	    "requests' steps run on the rest, one such prompt at a time: at "
+	    "once when others are live, else when others arrive (the rest of "
+	    "it); CPU backend with 2 or more threads only; 0 never does" },
 	[CONFIG_MAX_SEQS] = { "max_seqs", T_INT, F(max_seqs), 0,
 	    1, 4096, 0, NULL, "64",
 	    "most sequences in one step" },

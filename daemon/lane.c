@@ -45,6 +45,7 @@ struct lane {
 	int state;		/* enum lane_state */
 	uint64_t tag;
 	int n;			/* positions of the job */
+	int from;		/* positions it started with (lane_resume) */
 	bool progress;		/* wake the worker after each chunk */
 	int rc;
 	int seq;		/* the job's KV sequence, -1 when none */
@@ -66,9 +67,9 @@ lane_run(struct lane *l)
 	const float *lg;
 	int pos, n, rc, want, have = l->all;
 
-	if ((l->seq = kv_seq_new(kv)) < 0)
+	if (l->seq < 0 && (l->seq = kv_seq_new(kv)) < 0)
 		return l->seq;
-	for (pos = 0; pos < l->n; pos += n) {
+	for (pos = l->from; pos < l->n; pos += n) {
 		if (atomic_load(&l->cancel))
 			return -ECANCELED;
 		want = atomic_load(&l->busy) ? l->threads : l->all;
@@ -210,31 +211,75 @@ lane_free(struct lane *l)
 	free(l);
 }
 
-int
-lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n,
-    bool progress)
+/* Start the job of positions [from, n) of toks; l->seq holds [0, from). */
+static int
+lane_job(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+    bool progress, int from)
 {
 	int rc = 0;
 
-	if (n < 1 || n > l->n_ctx)
-		return -EINVAL;
 	pthread_mutex_lock(&l->mu);
 	if (l->state != LANE_IDLE) {
 		rc = -EBUSY;
 	} else {
 		memcpy(l->toks, toks, (size_t)n * sizeof(*toks));
 		l->n = n;
+		l->from = from;
 		l->progress = progress;
 		l->tag = tag;
 		l->rc = 0;
 		l->state = LANE_RUNNING;
 		l->pending = true;
 		atomic_store(&l->cancel, false);
-		atomic_store(&l->n_done, 0);
+		atomic_store(&l->n_done, from);
 		pthread_cond_signal(&l->cv);
 	}
 	pthread_mutex_unlock(&l->mu);
 	return rc;
+}
+
+int
+lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+    bool progress)
+{
+	if (n < 1 || n > l->n_ctx)
+		return -EINVAL;
+	return lane_job(l, tag, toks, n, progress, 0);
+}
+
+int
+lane_resume(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+    bool progress, struct backend *src, int src_seq, int from,
+    struct cp_err *e)
+{
+	struct kv_cache *kv = be_kv(l->be);
+	int rc, state;
+
+	if (n < 1 || n > l->n_ctx || from < 1 || from >= n)
+		return cp_err_set(e, -EINVAL, "lane: resume at %d of %d", from,
+		    n);
+	pthread_mutex_lock(&l->mu);
+	state = l->state;
+	pthread_mutex_unlock(&l->mu);
+	if (state != LANE_IDLE)
+		return cp_err_set(e, -EBUSY, "lane: busy");
+	/* IDLE: the thread waits for a job and leaves the backend alone. */
+	if ((l->seq = kv_seq_new(kv)) < 0) {
+		rc = l->seq;
+		l->seq = -1;
+		return cp_err_set(e, rc, "lane: no sequence");
+	}
+	if ((rc = kv_seq_append(kv, l->seq, from)) < 0) {
+		lane_drop_seq(l);
+		return cp_err_set(e, rc, "lane: %d positions do not fit",
+		    from);
+	}
+	if ((rc = be_kv_import(l->be, l->seq, src, src_seq, from, e)) < 0 ||
+	    (rc = lane_job(l, tag, toks, n, progress, from)) < 0) {
+		lane_drop_seq(l);
+		return rc;
+	}
+	return 0;
 }
 
 void

@@ -10,7 +10,8 @@
  * in chunks, on `threads` threads while the worker's steps run on the
  * rest, and on all of them while the worker has nothing to run.  When the
  * prefill ends, the worker copies the K/V into its own cache
- * (lane_import()) and the request goes on in its steps from there.
+ * (lane_import()) and the request goes on in its steps from there.  A
+ * prompt the steps started can move to the lane too (lane_resume()).
  *
  * The worker thread calls every function here; the lane's thread only
  * runs the prefill.  A job: lane_start() (IDLE -> RUNNING), the thread
@@ -78,6 +79,16 @@ void lane_free(struct lane *l);
  */
 int lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n,
     bool progress);
+
+/*
+ * Like lane_start(), for a prompt whose positions [0, from) src_seq of src
+ * holds already (a prefill that started in the worker's steps): they are
+ * copied into the lane's cache first, and the lane goes on from there.
+ * 0, or -EBUSY, -EINVAL, or be_kv_import()'s error, with e set.
+ */
+int lane_resume(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+    bool progress, struct backend *src, int src_seq, int from,
+    struct cp_err *e);
 
 /* The job's state and progress. */
 void lane_status(struct lane *l, struct lane_status *st);

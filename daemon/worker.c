@@ -12,7 +12,8 @@
  *      them when its ids are ready.  A SUBMIT whose prompt is long enough
  *      for the prefill lane (lane.h), when the lane is free, is added to
  *      the scheduler held and its prompt but the last token goes to the
- *      lane.
+ *      lane.  A prompt the steps are prefilling when others arrive may
+ *      move there later (sched_hold, then the lane resumes it).
  *   2. Plan: first the lane (worker_lane.c): its progress, a finished
  *      prefill unheld with its positions counted, the steps' thread
  *      count; then sched_step().  An item that admits a request from the
@@ -752,6 +753,7 @@ step(struct worker *w)
 		fatalx("worker: sched_step: %s", strerror(-rc));
 	for (k = 0; k < plan.n_rel; k++)
 		rel_apply(w, &plan.rel[k]);
+	w->move_slot = -1;
 	for (k = 0; k < plan.n_items; k++) {
 		it = &plan.items[k];
 		if (it->req_id >= (uint64_t)w->max_requests ||
@@ -776,6 +778,7 @@ step(struct worker *w)
 		w->bseq[n_ent].n_tokens = it->n;
 		w->bseq[n_ent].logits = it->logits;
 		w->bitem[n_ent++] = k;
+		wk_lane_note(w, &plan, k);
 		n_tok += it->n;
 		if (k < plan.n_decode)
 			n_dec += it->n;
@@ -1062,6 +1065,7 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->n_free = w->max_requests;
 	w->slots_ready = true;
 	w->lane_slot = -1;
+	w->move_slot = -1;
 	w->threads_all = w->threads_now = bp->n_threads;
 	if ((rc = wk_lane_setup(w, p, e)) < 0)
 		goto err;

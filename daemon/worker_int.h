@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "engine_port.h"
+#include "sched.h"
 #include "tokenizer.h"
 #include "worker.h"
 
@@ -37,6 +38,7 @@ struct wreq {
 	bool in_lane;		/* the lane has its prompt (held in sched) */
 	bool lane_ready;	/* ... computed: its first item imports it */
 	int lane_shown;		/* prompt positions PROGRESS reported */
+	int lane_from;		/* positions computed before the lane */
 };
 
 struct worker {
@@ -69,6 +71,10 @@ struct worker {
 	struct lane *lane;		/* long prompts' prefill, or NULL */
 	int lane_min;			/* prompt tokens to use it */
 	int lane_slot;			/* request in the lane, or -1 */
+	int move_slot;			/* request whose prompt the last step
+					   chunked with lane_min positions
+					   left, or -1: it may move to the
+					   lane */
 	int threads_all;		/* the backend's threads */
 	int threads_lane;		/* the lane's, while steps run */
 	int threads_now;		/* the steps' (be_set_threads) */
@@ -118,5 +124,8 @@ bool wk_lane_poll(struct worker *w);
 
 /* r's first item at pos after the lane: its K/V into r's sequence. */
 int wk_lane_take(struct worker *w, struct wreq *r, int pos);
+
+/* After planning: the plan's item k may make its request move_slot. */
+void wk_lane_note(struct worker *w, const struct sched_plan *plan, int k);
 
 #endif

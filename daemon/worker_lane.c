@@ -49,6 +49,61 @@ wk_lane_give(struct worker *w, struct wreq *r, int slot)
 	w->st.lane_prompts++;
 }
 
+void
+wk_lane_note(struct worker *w, const struct sched_plan *plan, int k)
+{
+	const struct sched_item *it = &plan->items[k];
+	const struct wreq *r = &w->req[it->req_id];
+
+	if (w->lane != NULL && k >= plan->n_decode && r->n_gen == 0 &&
+	    r->n_prompt - 1 - (it->pos + it->n) >= w->lane_min)
+		w->move_slot = (int)it->req_id;
+}
+
+/*
+ * A prompt that the steps prefill while other requests are live (it
+ * arrived alone, or the lane was busy) moves to a free lane with the
+ * positions computed so far: the scheduler takes it back (sched_hold), its
+ * K/V goes to the lane's cache, and the lane goes on from there, so the
+ * others stop sharing their steps with its chunks.
+ */
+static void
+lane_move(struct worker *w)
+{
+	struct cp_err e = { 0 };
+	struct sched_req_info si;
+	struct wreq *r;
+	int slot = w->move_slot, k;
+
+	w->move_slot = -1;
+	if (slot < 0 || w->max_requests - w->n_free < 2)
+		return;
+	r = &w->req[slot];
+	if (r->handle < 0 || r->seq < 0 || r->n_gen != 0 || r->paused ||
+	    sched_req_info(w->sched, r->handle, &si) < 0 ||
+	    si.state != SCHED_PREFILLING || si.cancelled ||
+	    (k = kv_seq_written(w->kv, r->seq)) != si.n_computed || k < 1 ||
+	    r->n_prompt - 1 - k < w->lane_min)
+		return;
+	if (lane_resume(w->lane, (uint64_t)slot, r->toks, r->n_prompt - 1,
+	    r->progress, w->be, r->seq, k, &e) < 0) {
+		log_warnx("worker: cannot move a prompt to the lane: %s",
+		    e.msg);
+		return;
+	}
+	if (sched_hold(w->sched, r->handle) < 0) {
+		lane_cancel(w->lane);
+		return;
+	}
+	(void)kv_seq_free(w->kv, r->seq);
+	r->seq = -1;
+	r->in_lane = true;
+	r->lane_from = k;
+	r->lane_shown = k;
+	w->lane_slot = slot;
+	w->st.lane_prompts++;
+}
+
 /*
  * Once a turn, before planning: a finished prefill releases its request
  * to the scheduler with the positions computed (or none, when it failed);
@@ -68,6 +123,10 @@ wk_lane_poll(struct worker *w)
 	if (w->lane == NULL)
 		return false;
 	lane_status(w->lane, &st);
+	if (w->lane_slot < 0 && st.state == LANE_IDLE && w->move_slot >= 0) {
+		lane_move(w);
+		lane_status(w->lane, &st);
+	}
 	if (w->lane_slot >= 0) {
 		r = &w->req[w->lane_slot];
 		if (r->progress && r->n_gen == 0 && st.n_done > r->lane_shown &&
@@ -118,7 +177,7 @@ wk_lane_take(struct worker *w, struct wreq *r, int pos)
 		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
 		return rc;
 	}
-	w->st.tokens_prompt += (uint64_t)pos;
+	w->st.tokens_prompt += (uint64_t)(pos - r->lane_from);
 	r->in_lane = false;
 	r->lane_ready = false;
 	w->lane_slot = -1;

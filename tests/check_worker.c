@@ -1094,17 +1094,18 @@ END_TEST
 
 /*
  * A worker on 2 threads whose prompts of lane_min + 1 tokens use the lane,
- * in chunks of lane_chunk rows (0: LANE_CHUNK).
+ * in chunks of lane_chunk rows (0: LANE_CHUNK); the steps prefill chunk
+ * tokens of a prompt at a time.
  */
 static void
 tw_open_lane(struct tw *t, struct rec *recs, int n_recs, int lane_min,
-    int lane_chunk)
+    int lane_chunk, int chunk)
 {
 	struct worker_params p;
 	struct cp_err e = { 0 };
 
 	tw_load(t);
-	tw_params(t, &p, 32, 16, 8, 8 * N_CTX);
+	tw_params(t, &p, 32, chunk, 8, 8 * N_CTX);
 	p.be.n_threads = 2;
 	p.prefill_lane_tokens = lane_min;
 	p.prefill_lane_chunk = lane_chunk;
@@ -1165,7 +1166,7 @@ START_TEST(test_lane_equals_steps)
 	tw_close(&t);
 
 	/* Alone, a prompt goes through the steps. */
-	tw_open_lane(&t, lane, 10, 4, 0);
+	tw_open_lane(&t, lane, 10, 4, 0, 16);
 	tw_submit(&t, 8, 300, 0, ref_prompt, NULL, 0, &ps[0], 0, NULL, 0);
 	tw_drain(&t, 8, 30000);
 	assert_ids_eq(&lane[8], ref_ids, 40);
@@ -1228,7 +1229,7 @@ START_TEST(test_lane_progress)
 	tw_drain(&t, -1, 20000);
 	tw_close(&t);
 
-	tw_open_lane(&t, recs, 2, 16, 16);
+	tw_open_lane(&t, recs, 2, 16, 16, 16);
 	tw_hold(&t, 1);
 	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, EP_SUBMIT_PROGRESS, NULL,
 	    0);
@@ -1262,6 +1263,49 @@ START_TEST(test_lane_progress)
 END_TEST
 
 /*
+ * A prompt that arrived alone is prefilled in the steps, one token a
+ * step; when another request arrives (the worker held at EP_MAX_LAG steps
+ * ahead, about 64 positions in), it moves to the lane with the positions
+ * computed so far, and ends with the tokens of the steps alone.  Its
+ * prompt positions are counted once.
+ */
+START_TEST(test_lane_move)
+{
+	struct rec recs[2], ref[1];
+	struct ep_params p = greedy(8);
+	struct worker_stats st;
+	int32_t toks[110];
+	struct tw t;
+	int i;
+
+	for (i = 0; i < 110; i++)
+		toks[i] = (int32_t)(3 + (i * 43) % (N_VOCAB - 3));
+	tw_open(&t, ref, 1, 32, 16, 8, 8 * N_CTX);
+	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
+	tw_drain(&t, -1, 20000);
+	tw_close(&t);
+
+	tw_open_lane(&t, recs, 2, 16, 16, 1);
+	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
+	tw_wait_steps(&t, EP_MAX_LAG);
+	worker_stats(t.w, &st);
+	ck_assert_uint_eq(st.lane_prompts, 0);
+	tw_hold(&t, 1);
+	tw_drain(&t, 0, 20000);
+	assert_done(&recs[0], CP_FINISH_LENGTH);
+	assert_same(&recs[0], &ref[0]);
+	worker_stats(t.w, &st);
+	ck_assert_uint_eq(st.lane_prompts, 1);
+	/* 110, and the holder's few prompt tokens if it ran before its PAUSE */
+	ck_assert_uint_ge(st.tokens_prompt, 110);
+	ck_assert_uint_le(st.tokens_prompt, 110 + 8);
+	tw_unhold(&t, 1);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+/*
  * A prompt cancelled while the lane prefills it ends at once; the lane
  * drops it and serves the next one, whose tokens are those of the steps.
  * A SHUTDOWN with a prompt in the lane returns without waiting for it.
@@ -1284,7 +1328,7 @@ START_TEST(test_lane_cancel)
 	assert_done(&ref[0], CP_FINISH_LENGTH);
 	tw_close(&t);
 
-	tw_open_lane(&t, recs, 5, 16, 0);
+	tw_open_lane(&t, recs, 5, 16, 0, 16);
 	tw_hold(&t, 4);
 	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 0, 1), 0);
@@ -1455,6 +1499,7 @@ worker_suite(void)
 	tcase_add_test(tc, test_lane_equals_steps);
 	tcase_add_test(tc, test_lane_cancel);
 	tcase_add_test(tc, test_lane_progress);
+	tcase_add_test(tc, test_lane_move);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("control");
