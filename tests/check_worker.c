@@ -1206,6 +1206,25 @@ START_TEST(test_lane_equals_steps)
 END_TEST
 
 /*
+ * A 110-token prompt of ids 3 + (i * mul) % (N_VOCAB - 3) into toks, and
+ * its run without a lane (the steps, chunks of 16) into *ref.
+ */
+static void
+lane_ref(int32_t *toks, int mul, const struct ep_params *p, struct rec *ref)
+{
+	struct tw t;
+	int i;
+
+	for (i = 0; i < 110; i++)
+		toks[i] = (int32_t)(3 + (i * mul) % (N_VOCAB - 3));
+	tw_open(&t, ref, 1, 32, 16, 8, 8 * N_CTX);
+	tw_submit(&t, 0, 1, 0, NULL, toks, 110, p, 0, NULL, 0);
+	tw_drain(&t, -1, 20000);
+	assert_done(ref, CP_FINISH_LENGTH);
+	tw_close(&t);
+}
+
+/*
  * PROGRESS from the lane, chunk by chunk: a 110-token prompt whose first
  * 109 positions the lane computes in chunks of 16 reports counts out of
  * 16, 32, ..., 96, 109 (the worker may take several chunks in a turn), in
@@ -1222,12 +1241,7 @@ START_TEST(test_lane_progress)
 	struct tw t;
 	int i;
 
-	for (i = 0; i < 110; i++)
-		toks[i] = (int32_t)(3 + (i * 41) % (N_VOCAB - 3));
-	tw_open(&t, ref, 1, 32, 16, 8, 8 * N_CTX);
-	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
-	tw_drain(&t, -1, 20000);
-	tw_close(&t);
+	lane_ref(toks, 41, &p, ref);
 
 	tw_open_lane(&t, recs, 2, 16, 16, 16);
 	tw_hold(&t, 1);
@@ -1276,14 +1290,8 @@ START_TEST(test_lane_move)
 	struct worker_stats st;
 	int32_t toks[110];
 	struct tw t;
-	int i;
 
-	for (i = 0; i < 110; i++)
-		toks[i] = (int32_t)(3 + (i * 43) % (N_VOCAB - 3));
-	tw_open(&t, ref, 1, 32, 16, 8, 8 * N_CTX);
-	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
-	tw_drain(&t, -1, 20000);
-	tw_close(&t);
+	lane_ref(toks, 43, &p, ref);
 
 	tw_open_lane(&t, recs, 2, 16, 16, 1);
 	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
@@ -1318,15 +1326,8 @@ START_TEST(test_lane_cancel)
 	int32_t toks[110];
 	struct tw t;
 	double t0;
-	int i;
 
-	for (i = 0; i < 110; i++)
-		toks[i] = (int32_t)(3 + (i * 37) % (N_VOCAB - 3));
-	tw_open(&t, ref, 1, 32, 16, 8, 8 * N_CTX);
-	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
-	tw_drain(&t, -1, 20000);
-	assert_done(&ref[0], CP_FINISH_LENGTH);
-	tw_close(&t);
+	lane_ref(toks, 37, &p, ref);
 
 	tw_open_lane(&t, recs, 5, 16, 0, 16);
 	tw_hold(&t, 4);
