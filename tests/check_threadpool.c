@@ -44,12 +44,12 @@ task(void *arg, int t, int thread)
 	atomic_fetch_add(&j->by[thread], 1);
 	atomic_fetch_add(&j->entered, 1);
 	/*
-	 * With meet set, the first tasks wait (up to 2 s) until that many
+	 * With meet set, the first tasks wait (up to 10 s) until that many
 	 * have started: they can only all start on distinct threads.
 	 */
 	t0 = now_ms();
 	while (t < j->meet && atomic_load(&j->entered) < j->meet &&
-	    now_ms() - t0 < 2000)
+	    now_ms() - t0 < 10000)
 		;
 }
 
