@@ -47,6 +47,8 @@ wk_lane_give(struct worker *w, struct wreq *r, int slot)
 	r->in_lane = true;
 	w->lane_slot = slot;
 	w->st.lane_prompts++;
+	log_debug("worker: request %llu: %d prompt tokens to the prefill lane",
+	    (unsigned long long)r->id, r->n_prompt - 1);
 }
 
 void
@@ -102,6 +104,8 @@ lane_move(struct worker *w)
 	r->lane_shown = k;
 	w->lane_slot = slot;
 	w->st.lane_prompts++;
+	log_debug("worker: request %llu: prompt moved to the prefill lane at "
+	    "%d of %d tokens", (unsigned long long)r->id, k, r->n_prompt);
 }
 
 /*
