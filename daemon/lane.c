@@ -1,11 +1,12 @@
 /*
  * lane.c - the prefill lane (see lane.h).
  *
- * The job's fields (state, tag, n, rc, toks) change under mu; the thread
- * reads them after taking the job and owns the backend from then until it
- * sets DONE or IDLE, so the worker touches the backend (lane_import) only
- * in DONE.  cancel and busy are read by the thread between chunks without
- * the lock; n_done is its progress.
+ * The job's fields (state, tag, n, from, progress, rc, toks) change under
+ * mu; the thread reads them after taking the job and owns the backend from
+ * then until it sets DONE or IDLE, so the worker touches the backend only
+ * outside a job: lane_resume() fills the cache in IDLE, before the job
+ * starts, and lane_import() reads it in DONE.  cancel and busy are read by
+ * the thread between chunks without the lock; n_done is its progress.
  */
 #include "lane.h"
 
