@@ -1,7 +1,7 @@
 /*
  * lane.c - the prefill lane (see lane.h).
  *
- * The job's fields (state, tag, n, from, progress, rc, toks) change under
+ * The job's fields (state, n, from, progress, rc, toks) change under
  * mu; the thread reads them after taking the job and owns the backend from
  * then until it sets DONE or IDLE, so the worker touches the backend only
  * outside a job: lane_resume() fills the cache in IDLE, before the job
@@ -44,7 +44,6 @@ struct lane {
 	bool stop;		/* lane_free() */
 	bool pending;		/* a job waits for the thread */
 	int state;		/* enum lane_state */
-	uint64_t tag;
 	int n;			/* positions of the job */
 	int from;		/* positions it started with (lane_resume) */
 	bool progress;		/* wake the worker after each chunk */
@@ -214,7 +213,7 @@ lane_free(struct lane *l)
 
 /* Start the job of positions [from, n) of toks; l->seq holds [0, from). */
 static int
-lane_job(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+lane_job(struct lane *l, const int32_t *toks, int n,
     bool progress, int from)
 {
 	int rc = 0;
@@ -227,7 +226,6 @@ lane_job(struct lane *l, uint64_t tag, const int32_t *toks, int n,
 		l->n = n;
 		l->from = from;
 		l->progress = progress;
-		l->tag = tag;
 		l->rc = 0;
 		l->state = LANE_RUNNING;
 		l->pending = true;
@@ -240,16 +238,16 @@ lane_job(struct lane *l, uint64_t tag, const int32_t *toks, int n,
 }
 
 int
-lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+lane_start(struct lane *l, const int32_t *toks, int n,
     bool progress)
 {
 	if (n < 1 || n > l->n_ctx)
 		return -EINVAL;
-	return lane_job(l, tag, toks, n, progress, 0);
+	return lane_job(l, toks, n, progress, 0);
 }
 
 int
-lane_resume(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+lane_resume(struct lane *l, const int32_t *toks, int n,
     bool progress, struct backend *src, int src_seq, int from,
     struct cp_err *e)
 {
@@ -276,7 +274,7 @@ lane_resume(struct lane *l, uint64_t tag, const int32_t *toks, int n,
 		    from);
 	}
 	if ((rc = be_kv_import(l->be, l->seq, src, src_seq, from, e)) < 0 ||
-	    (rc = lane_job(l, tag, toks, n, progress, from)) < 0) {
+	    (rc = lane_job(l, toks, n, progress, from)) < 0) {
 		lane_drop_seq(l);
 		return rc;
 	}
@@ -288,7 +286,6 @@ lane_status(struct lane *l, struct lane_status *st)
 {
 	pthread_mutex_lock(&l->mu);
 	st->state = l->state;
-	st->tag = l->tag;
 	st->rc = l->rc;
 	pthread_mutex_unlock(&l->mu);
 	st->n_done = atomic_load(&l->n_done);

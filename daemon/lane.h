@@ -55,7 +55,6 @@ struct lane_params {
 
 struct lane_status {
 	int state;		/* enum lane_state */
-	uint64_t tag;		/* lane_start()'s, for RUNNING and DONE */
 	int n_done;		/* positions computed so far */
 	int rc;			/* DONE: 0, or the failed step's -errno */
 };
@@ -73,11 +72,11 @@ int lane_new(const struct lane_params *p, struct lane **out,
 void lane_free(struct lane *l);
 
 /*
- * Prefill positions [0, n) of toks (copied) for tag; with progress, wake
+ * Prefill positions [0, n) of toks (copied); with progress, wake
  * the worker after every chunk.  0; -EBUSY unless IDLE; -EINVAL for n
  * outside 1..n_ctx.
  */
-int lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+int lane_start(struct lane *l, const int32_t *toks, int n,
     bool progress);
 
 /*
@@ -86,7 +85,7 @@ int lane_start(struct lane *l, uint64_t tag, const int32_t *toks, int n,
  * copied into the lane's cache first, and the lane goes on from there.
  * 0, or -EBUSY, -EINVAL, or be_kv_import()'s error, with e set.
  */
-int lane_resume(struct lane *l, uint64_t tag, const int32_t *toks, int n,
+int lane_resume(struct lane *l, const int32_t *toks, int n,
     bool progress, struct backend *src, int src_seq, int from,
     struct cp_err *e);
 

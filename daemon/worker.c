@@ -239,7 +239,7 @@ req_clear(struct worker *w, struct wreq *r)
 		id_unlink(w, (int)(r - w->req));
 	if (r->paused)
 		w->n_paused--;
-	if (r->in_lane) {
+	if (w->lane_slot == (int)(r - w->req)) {
 		lane_cancel(w->lane);
 		w->lane_slot = -1;
 	}

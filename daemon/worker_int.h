@@ -35,8 +35,8 @@ struct wreq {
 	uint64_t t_recv_ns;	/* the io loop took its SUBMIT (stats.h) */
 	uint64_t t_last_ns;	/* its last TOKEN event; 0 before the first */
 	bool paused;		/* PAUSEd (sched_pause), counted in n_paused */
-	bool in_lane;		/* the lane has its prompt (held in sched) */
-	bool lane_ready;	/* ... computed: its first item imports it */
+	bool lane_ready;	/* the lane (lane_slot) has computed its
+				   prompt: its first item imports it */
 	int lane_shown;		/* prompt positions PROGRESS reported */
 	int lane_from;		/* positions computed before the lane */
 };
@@ -70,7 +70,8 @@ struct worker {
 	struct prep *prep;		/* text prompts' tokenizer thread */
 	struct lane *lane;		/* long prompts' prefill, or NULL */
 	int lane_min;			/* prompt tokens to use it */
-	int lane_slot;			/* request in the lane, or -1 */
+	int lane_slot;			/* request whose prompt the lane has
+					   (held in sched), or -1 */
 	int move_slot;			/* request whose prompt the last step
 					   chunked with lane_min positions
 					   left, or -1: it may move to the

@@ -39,12 +39,11 @@ wk_lane_wants(struct worker *w, int n)
 void
 wk_lane_give(struct worker *w, struct wreq *r, int slot)
 {
-	if (lane_start(w->lane, (uint64_t)slot, r->toks, r->n_prompt - 1,
+	if (lane_start(w->lane, r->toks, r->n_prompt - 1,
 	    r->progress) < 0) {
 		(void)sched_unhold(w->sched, r->handle, 0);
 		return;
 	}
-	r->in_lane = true;
 	w->lane_slot = slot;
 	w->st.lane_prompts++;
 	log_debug("worker: request %llu: %d prompt tokens to the prefill lane",
@@ -87,7 +86,7 @@ lane_move(struct worker *w)
 	    (k = kv_seq_written(w->kv, r->seq)) != si.n_computed || k < 1 ||
 	    r->n_prompt - 1 - k < w->lane_min)
 		return;
-	if (lane_resume(w->lane, (uint64_t)slot, r->toks, r->n_prompt - 1,
+	if (lane_resume(w->lane, r->toks, r->n_prompt - 1,
 	    r->progress, w->be, r->seq, k, &e) < 0) {
 		log_warnx("worker: cannot move a prompt to the lane: %s",
 		    e.msg);
@@ -99,7 +98,6 @@ lane_move(struct worker *w)
 	}
 	(void)kv_seq_free(w->kv, r->seq);
 	r->seq = -1;
-	r->in_lane = true;
 	r->lane_from = k;
 	r->lane_shown = k;
 	w->lane_slot = slot;
@@ -148,7 +146,6 @@ wk_lane_poll(struct worker *w)
 				    "the prompt is prefilled in the steps",
 				    strerror(st.rc < 0 ? -st.rc : EFAULT));
 				lane_cancel(w->lane);
-				r->in_lane = false;
 				w->lane_slot = -1;
 				(void)sched_unhold(w->sched, r->handle, 0);
 			}
@@ -182,7 +179,6 @@ wk_lane_take(struct worker *w, struct wreq *r, int pos)
 		return rc;
 	}
 	w->st.tokens_prompt += (uint64_t)(pos - r->lane_from);
-	r->in_lane = false;
 	r->lane_ready = false;
 	w->lane_slot = -1;
 	return 0;

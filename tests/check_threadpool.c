@@ -89,7 +89,8 @@ START_TEST(test_all_threads)
 	ck_assert_int_eq(tp_active(tp), NT);
 	/* NT tasks that wait for each other: all NT threads took one. */
 	ck_assert_int_eq(run(tp, &j, NT, NT), NT);
-	ck_assert_int_eq(run(tp, &j, MAX_TASKS, 0) >= 1, 1);
+	/* many tasks: each once (run() asserts it) */
+	(void)run(tp, &j, MAX_TASKS, 0);
 	tp_free(tp);
 }
 END_TEST
