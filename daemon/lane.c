@@ -169,8 +169,6 @@ lane_new(const struct lane_params *p, struct lane **out, struct cp_err *e)
 	bp.max_seqs = 1;
 	bp.kv_tokens = bp.n_ctx;
 	bp.kv_mib = 0;
-	/* Its memory is taken while a prompt prefills, and given back. */
-	bp.kv_on_demand = true;
 	if ((rc = be_open("cpu", p->model, &bp, &l->be, e)) < 0)
 		goto err;
 	if ((l->toks = malloc((size_t)l->n_ctx * sizeof(*l->toks))) == NULL) {

@@ -45,9 +45,6 @@ struct be_params {
 	uint64_t kv_mib;	/* pool size in MiB when kv_tokens is 0 */
 	bool kv_f32;		/* F32 K/V storage instead of F16 */
 	int block_tokens;	/* tokens per KV block (0: KV_BLOCK_TOKENS) */
-	bool kv_on_demand;	/* host KV storage: pages taken on first use
-				   and given back by be_kv_release(), not
-				   all faulted in at open */
 };
 
 /* A buffer in the backend's memory (device memory for a GPU). */

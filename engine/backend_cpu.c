@@ -93,13 +93,6 @@ cpu_step_wait(struct backend *be, const float **logits, struct cp_err *e)
 }
 
 static int
-cpu_buf_alloc(struct backend *be, size_t size, struct be_buf **out)
-{
-	return be->params.kv_on_demand ? host_buf_alloc_lazy(be, size, out) :
-	    host_buf_alloc(be, size, out);
-}
-
-static int
 cpu_set_threads(struct backend *be, int n)
 {
 	struct cpu_ctx *c = be->ctx;
@@ -112,7 +105,7 @@ const struct be_ops be_cpu_ops = {
 	.probe = NULL,
 	.init = cpu_init,
 	.fini = cpu_fini,
-	.buf_alloc = cpu_buf_alloc,
+	.buf_alloc = host_buf_alloc,
 	.buf_free = host_buf_free,
 	.buf_set = host_buf_set,
 	.buf_get = host_buf_get,

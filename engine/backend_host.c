@@ -15,17 +15,18 @@ struct be_buf {
 	size_t size;
 };
 
-static int
-host_buf_map(size_t size, int flags, struct be_buf **out)
+int
+host_buf_alloc(struct backend *be, size_t size, struct be_buf **out)
 {
 	struct be_buf *b;
 	void *p;
 
+	(void)be;
 	*out = NULL;
 	if ((b = calloc(1, sizeof(*b))) == NULL)
 		return -ENOMEM;
 	p = mmap(NULL, size ? size : 1, PROT_READ | PROT_WRITE,
-	    MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
+	    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED) {
 		free(b);
 		return -ENOMEM;
@@ -34,20 +35,6 @@ host_buf_map(size_t size, int flags, struct be_buf **out)
 	b->size = size;
 	*out = b;
 	return 0;
-}
-
-int
-host_buf_alloc(struct backend *be, size_t size, struct be_buf **out)
-{
-	(void)be;
-	return host_buf_map(size, MAP_POPULATE, out);
-}
-
-int
-host_buf_alloc_lazy(struct backend *be, size_t size, struct be_buf **out)
-{
-	(void)be;
-	return host_buf_map(size, 0, out);
 }
 
 int
