@@ -381,12 +381,15 @@ be_kv_import(struct backend *dst, int dst_seq, struct backend *src,
 {
 	const int32_t *tb_dst, *tb_src;
 	size_t bb = kv_block_bytes(dst->kv);
-	unsigned char *d_mem, *s_mem, *bounce = NULL;
-	int bt, nb, i, rc = 0;
+	unsigned char *d_mem, *s_mem;
+	int bt, nb, i;
 
 	if (dst == src || !be_kv_compatible(dst, src))
 		return cp_err_set(e, -EINVAL, "backend: KV import between "
 		    "caches of different layouts");
+	if (dst->ops->buf_host == NULL)
+		return cp_err_set(e, -ENOTSUP, "%s backend: no KV import",
+		    dst->ops->name);
 	if (dst->inflight != NULL || src->inflight != NULL)
 		return cp_err_set(e, -EBUSY, "backend: a step is in flight");
 	if (n < 0 || kv_seq_written(src->kv, src_seq) < n ||
@@ -399,25 +402,12 @@ be_kv_import(struct backend *dst, int dst_seq, struct backend *src,
 	nb = (n + bt - 1) / bt;
 	tb_dst = kv_seq_blocks(dst->kv, dst_seq);
 	tb_src = kv_seq_blocks(src->kv, src_seq);
-	d_mem = dst->ops->buf_host != NULL ? dst->ops->buf_host(dst->kv_buf) :
-	    NULL;
-	s_mem = src->ops->buf_host != NULL ? src->ops->buf_host(src->kv_buf) :
-	    NULL;
-	if ((d_mem == NULL || s_mem == NULL) && nb > 0 &&
-	    (bounce = malloc(bb)) == NULL)
-		return cp_err_set(e, -ENOMEM, "backend: out of memory");
+	d_mem = dst->ops->buf_host(dst->kv_buf);
+	s_mem = src->ops->buf_host(src->kv_buf);
 	/* A block holds every layer's K and V of its positions. */
-	for (i = 0; i < nb && rc == 0; i++) {
-		size_t so = (size_t)tb_src[i] * bb, dof = (size_t)tb_dst[i] * bb;
-
-		if (d_mem != NULL && s_mem != NULL)
-			memcpy(d_mem + dof, s_mem + so, bb);
-		else if ((rc = be_kv_read(src, so, bounce, bb)) == 0)
-			rc = be_kv_write(dst, dof, bounce, bb);
-	}
-	free(bounce);
-	if (rc < 0)
-		return cp_err_set(e, rc, "backend: KV import failed");
+	for (i = 0; i < nb; i++)
+		memcpy(d_mem + (size_t)tb_dst[i] * bb,
+		    s_mem + (size_t)tb_src[i] * bb, bb);
 	if (kv_seq_written(dst->kv, dst_seq) < n)
 		(void)kv_seq_set_written(dst->kv, dst_seq, n);
 	return 0;

@@ -184,7 +184,8 @@ int be_set_threads(struct backend *be, int n, struct cp_err *e);
  * same shape, storage type and block size, with no step in flight; src
  * has computed the positions (kv_seq_written >= n).  Whole blocks are
  * copied, so the slots past n in dst's last block are overwritten too
- * (they are not written yet).  0, or -EINVAL, -EBUSY, -ENOMEM with e set.
+ * (they are not written yet).  Host-memory backends only (cpu, null):
+ * 0, or -EINVAL, -EBUSY, -ENOTSUP with e set.
  */
 int be_kv_import(struct backend *dst, int dst_seq, struct backend *src,
     int src_seq, int n, struct cp_err *e);
