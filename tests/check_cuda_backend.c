@@ -248,7 +248,36 @@ START_TEST(test_vs_cpu)
 }
 END_TEST
 
-/* The K/V a prompt leaves in the cache: same places, close values. */
+/*
+ * Element index in the F16 storage of K or V (kind) at block, layer, slot,
+ * head h, element d: the CPU lays a block's rows head-major
+ * ([head][slot][head_dim]), the GPU slot-major ([slot][kv_dim]); see
+ * kv_block_offset().
+ */
+static size_t
+kv_elem(const struct kv_cache *kv, bool gpu, int head_dim, int block,
+    int layer, enum kv_kind kind, int slot, int h, int d)
+{
+	const struct kv_params *kp = kv_params(kv);
+	size_t base = kv_block_offset(kv, block, layer, kind) / 2;
+
+	if (gpu)
+		return base + (size_t)slot * (size_t)kp->kv_dim +
+		    (size_t)h * (size_t)head_dim + (size_t)d;
+	return base + ((size_t)h * (size_t)kp->block_tokens + (size_t)slot) *
+	    (size_t)head_dim + (size_t)d;
+}
+
+static float
+kv_at(const unsigned char *buf, size_t i)
+{
+	return fp16_to_fp32((uint16_t)(buf[2 * i] | buf[2 * i + 1] << 8));
+}
+
+/*
+ * The K/V a prompt leaves in the cache: the same blocks hold the same
+ * values, each backend in its own layout inside a block.
+ */
 START_TEST(test_kv_vs_cpu)
 {
 	static const char *const files[] = {
@@ -259,9 +288,10 @@ START_TEST(test_kv_vs_cpu)
 	struct rig rc, rg;
 	int32_t ids[MAX_IDS];
 	unsigned char *bc, *bg;
+	const struct kv_params *kp;
 	float *lg, a, b;
 	size_t size, i, n_el, nz = 0;
-	int seq, k;
+	int seq, k, hd;
 
 	p.kv_tokens = 256;
 	if (!load(&m, files[_i]))
@@ -285,13 +315,33 @@ START_TEST(test_kv_vs_cpu)
 		rig_feed(r, seq, 0, ids, 90, 32, lg);
 		ck_assert_int_eq(be_kv_read(r->be, 0, k ? bg : bc, size), 0);
 	}
+	kp = kv_params(be_kv(rc.be));
+	hd = m->hp.head_dim;
 	n_el = size / 2;
 	for (i = 0; i < n_el; i++) {
-		a = fp16_to_fp32((uint16_t)(bc[2 * i] | bc[2 * i + 1] << 8));
-		b = fp16_to_fp32((uint16_t)(bg[2 * i] | bg[2 * i + 1] << 8));
+		size_t t = i, ic, ig;
+		int d = (int)(t % (size_t)hd), h, slot, kind, layer, block;
+
+		t /= (size_t)hd;
+		h = (int)(t % (size_t)(kp->kv_dim / hd));
+		t /= (size_t)(kp->kv_dim / hd);
+		slot = (int)(t % (size_t)kp->block_tokens);
+		t /= (size_t)kp->block_tokens;
+		kind = (int)(t % 2);
+		t /= 2;
+		layer = (int)(t % (size_t)kp->n_layer);
+		block = (int)(t / (size_t)kp->n_layer);
+		ic = kv_elem(be_kv(rc.be), false, hd, block, layer,
+		    (enum kv_kind)kind, slot, h, d);
+		ig = kv_elem(be_kv(rg.be), true, hd, block, layer,
+		    (enum kv_kind)kind, slot, h, d);
+		ck_assert(ic < n_el && ig < n_el);
+		a = kv_at(bc, ic);
+		b = kv_at(bg, ig);
 		ck_assert_msg(fabsf(a - b) <= 1e-2f * fmaxf(1.0f, fabsf(a)),
-		    "%s: KV element %zu: cpu %g cuda %g", files[_i], i,
-		    (double)a, (double)b);
+		    "%s: block %d layer %d %c slot %d head %d [%d]: cpu %g "
+		    "cuda %g", files[_i], block, layer, kind ? 'V' : 'K',
+		    slot, h, d, (double)a, (double)b);
 		nz += a != 0.0f;
 	}
 	ck_assert_uint_gt(nz, n_el / 4);
