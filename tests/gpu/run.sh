@@ -16,17 +16,19 @@
 # the carried fixtures; measures the device's memory bandwidth; then cpbench
 # engine (pp512, tg128, CUDA backend) on a 110M-parameter synthetic model
 # (F16, Q8_0) and a Llama-3-8B-shaped one (Q8_0, F16), reporting decode as a
-# fraction of the measured read bandwidth.  Results go under $OUT (the
-# device tool returns what is written there; default build/gpu/out):
-# summary.md (for BENCHMARKS.md), run.log, gpu.txt, build.log, tests.log,
-# bench.log.  Without a GPU it builds, runs the test programs (which skip)
+# fraction of the measured read bandwidth; then cpd itself on the CUDA
+# backend under cpbench serve (1 to 64 clients, and the mixed load).
+# Results go under $OUT (the device tool returns what is written there;
+# default build/gpu/out): summary.md (for BENCHMARKS.md), run.log, gpu.txt,
+# build.log, tests.log, bench.log, serve.log.  Without a GPU it builds, runs the test programs (which skip)
 # and stops with exit 77.
 #
 # Environment: GPU_DEADLINE (seconds for the whole run, default 480: phases
 # that would not fit are skipped and say so), GPU_BIG=0 (no 8B-shaped
 # models), GPU_BIG_LAYERS (default 32), GPU_ARCHS (default: the device's
 # compute capability, else 90), JOBS, GPU_FORCE_DEPS=1 (use the carried
-# .deb files even when the system has the libraries).
+# .deb files even when the system has the libraries), GPU_SERVE_BACKEND
+# (default cuda).
 set -u -o pipefail
 cd "$(dirname "$0")/../.." || exit 1
 ROOT=$PWD
@@ -200,7 +202,7 @@ build_cuda() {
 	mk BUILD=$B CUDA_ARCHS="$ARCH" lib &&
 	    mk BUILD=$B CUDA_ARCHS="$ARCH" $B/tests/check_cuda \
 	    $B/tests/check_cuda_kernels $B/tests/check_cuda_backend \
-	    $B/bin/cpbench $B/bin/cpmodel || return 1
+	    $B/bin/cpbench $B/bin/cpmodel $B/bin/cpd || return 1
 	grep -q 'CUDA backend on' "$OUT/build.log" || {
 		say "build: ERROR: make built without CUDA"
 		return 1
@@ -433,6 +435,98 @@ run_benches() {
 	fi
 }
 
+# ---- the run: the daemon on the GPU ------------------------------------------
+
+# Start cpd on the CUDA backend with the flags $@ on socket $SOCK; 0 once it
+# answers (its socket exists), else 1.
+cpd_start() {
+	rm -f "$SOCK"
+	echo "==== cpd $*" >>"$OUT/serve.log"
+	$B/bin/cpd -s "$SOCK" --backend "${GPU_SERVE_BACKEND:-cuda}" "$@" \
+	    >>"$OUT/serve.log" 2>&1 &
+	CPD_PID=$!
+	for _ in $(seq 1 300); do
+		[ -S "$SOCK" ] && return 0
+		kill -0 "$CPD_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	say "serve: cpd did not start (see serve.log)"
+	cpd_stop
+	return 1
+}
+
+cpd_stop() {
+	[ -n "$CPD_PID" ] || return 0
+	kill -TERM "$CPD_PID" 2>/dev/null
+	wait "$CPD_PID" 2>/dev/null
+	CPD_PID=
+}
+
+# cpbench serve $@ against the running cpd: its output in SERVE_OUT; the
+# output and stderr also go to serve.log.
+serve_run() {
+	local rc
+
+	SERVE_OUT=$(timeout -k 5 90 $B/bin/cpbench serve --socket "$SOCK" \
+	    "$@" 2>>"$OUT/serve.log")
+	rc=$?
+	{
+		echo "==== cpbench serve $* (exit $rc)"
+		echo "$SERVE_OUT"
+	} >>"$OUT/serve.log"
+	[ $rc -eq 0 ] || SERVE_OUT="cpbench serve $* failed (exit $rc)"
+	return $rc
+}
+
+# cpd serving through the CUDA backend on the 110M F16 model: N = 1, 4,
+# 16 and 64 clients (16-token prompts, 64 tokens each: BENCHMARKS-serve.md's
+# workload), then the mixed load of issue #7's table (4 streams, an
+# 1800-token prompt, context 2048, with --baseline), the prompt 300 ms in
+# rather than 2 s and the streams 1500 tokens long, so that on a GPU they
+# are still streaming while it prefills.  GPU_SERVE_BACKEND=cpu runs the
+# same on the CPU backend (to check this script without a GPU).
+serve_benches() {
+	local f=$M110-f16.gguf n
+
+	SOCK=$B/cpd.sock
+	: >"$OUT/serve.log"
+	[ -f "$f" ] || return 0
+	if [ "$(left)" -lt 100 ]; then
+		NOTES+=("serve: skipped, $(left) s left")
+		return 0
+	fi
+	say "serve: cpd --backend cuda, cpbench serve -c 1, 4, 16, 64"
+	cpd_start -m "$f" -t 4 --per-uid-max-clients 128 \
+	    --per-uid-max-requests 256 --kv-cache 8192 || return 1
+	for n in 1 4 16 64; do
+		if serve_run -c "$n" --prompt-len 16 --gen-len 64 -r 3 -o md
+		then
+			# the table: its header once, then a row per N
+			while IFS= read -r line; do
+				case $line in
+				'| model'* | '| ---'*)
+					[ ${#SERVE_ROWS[@]} -gt 0 ] ||
+					    SERVE_HEAD_LINES+=("$line") ;;
+				'|'*) SERVE_ROWS+=("$line") ;;
+				esac
+			done <<<"$SERVE_OUT"
+		else
+			NOTES+=("serve: $SERVE_OUT")
+		fi
+	done
+	cpd_stop
+	if [ "$(left)" -lt 60 ]; then
+		NOTES+=("serve: mixed load skipped, $(left) s left")
+		return 0
+	fi
+	say "serve: mixed load (4 streams, an 1800-token prompt)"
+	cpd_start -m "$f" -t 4 --kv-cache 4096 --context 2048 || return 1
+	serve_run -c 4 --prompt-len 16 --gen-len 1500 --long-prompt 1800 \
+	    --long-every 300 --long-count 1 --baseline -o md
+	MIXED_OUT=$SERVE_OUT
+	cpd_stop
+}
+
 # ---- the run: summary -------------------------------------------------------
 
 summary() {
@@ -465,6 +559,25 @@ summary() {
 			echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 			for r in "${BENCH_ROWS[@]}"; do echo "$r"; done
 		fi
+		if [ ${#SERVE_ROWS[@]} -gt 0 ]; then
+			echo
+			echo "cpd --backend ${GPU_SERVE_BACKEND:-cuda} -t 4 on" \
+			    "synth-110M-f16, driven by" \
+			    "cpbench serve (commands in serve.log)."
+			echo
+			for r in "${SERVE_HEAD_LINES[@]}"; do echo "$r"; done
+			for r in "${SERVE_ROWS[@]}"; do echo "$r"; done
+		fi
+		if [ -n "$MIXED_OUT" ]; then
+			echo
+			echo "Mixed load, cpd --backend" \
+			    "${GPU_SERVE_BACKEND:-cuda} -t 4 --context 2048," \
+			    "cpbench serve -c 4 --prompt-len 16 --gen-len 1500" \
+			    "--long-prompt 1800 --long-every 300 --long-count 1" \
+			    "--baseline:"
+			echo
+			echo "$MIXED_OUT"
+		fi
 		if [ ${#NOTES[@]} -gt 0 ]; then
 			echo
 			for n in "${NOTES[@]}"; do echo "- $n"; done
@@ -486,6 +599,12 @@ fail() {
 
 GPU_LINE=
 MEMBW_LINE=
+CPD_PID=
+SOCK=
+SERVE_OUT=
+MIXED_OUT=
+SERVE_HEAD_LINES=()
+SERVE_ROWS=()
 HAVE_GPU=0
 
 main() {
@@ -537,6 +656,8 @@ main() {
 	fi
 	membw
 	run_benches
+	serve_benches
+	cpd_stop
 	stop_synths
 	for f in "$B"/models/*.log; do
 		[ -f "$f" ] && { echo "==== $f"; cat "$f"; } >>"$OUT/bench.log"
