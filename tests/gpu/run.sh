@@ -519,12 +519,17 @@ serve_benches() {
 		NOTES+=("serve: mixed load skipped, $(left) s left")
 		return 0
 	fi
-	say "serve: mixed load (4 streams, an 1800-token prompt)"
-	cpd_start -m "$f" -t 4 --kv-cache 4096 --context 2048 || return 1
-	serve_run -c 4 --prompt-len 16 --gen-len 1500 --long-prompt 1800 \
-	    --long-every 300 --long-count 1 --baseline -o md
-	MIXED_OUT=$SERVE_OUT
-	cpd_stop
+	say "serve: mixed load (4 streams, an 1800-token prompt), B = 64," \
+	    "512, 2048"
+	for n in 64 512 2048; do
+		[ "$(left)" -ge 30 ] || break
+		cpd_start -m "$f" -t 4 --kv-cache 8192 --context 2048 \
+		    --max-batch-tokens "$n" --max-prefill-chunk "$n" || return 1
+		serve_run -c 4 --prompt-len 16 --gen-len 1500 --long-prompt 1800 \
+		    --long-every 300 --long-count 1 --baseline -o md
+		MIXED_OUT+=$'\n\n'"max_batch_tokens $n:"$'\n\n'"$SERVE_OUT"
+		cpd_stop
+	done
 }
 
 # ---- the run: summary -------------------------------------------------------
@@ -571,11 +576,12 @@ summary() {
 		if [ -n "$MIXED_OUT" ]; then
 			echo
 			echo "Mixed load, cpd --backend" \
-			    "${GPU_SERVE_BACKEND:-cuda} -t 4 --context 2048," \
+			    "${GPU_SERVE_BACKEND:-cuda} -t 4 --kv-cache 8192" \
+			    "--context 2048 --max-batch-tokens B" \
+			    "--max-prefill-chunk B," \
 			    "cpbench serve -c 4 --prompt-len 16 --gen-len 1500" \
 			    "--long-prompt 1800 --long-every 300 --long-count 1" \
 			    "--baseline:"
-			echo
 			echo "$MIXED_OUT"
 		fi
 		if [ ${#NOTES[@]} -gt 0 ]; then
