@@ -91,6 +91,12 @@ prepare() {
 			cp -f "$src/$f" "$FX_CARRY/$f" || return 1
 		fi
 	done
+	# The device's copy of .git can be older than the tree sent with it:
+	# the run reports the commit read here (and the files changed since).
+	{
+		git log -1 --format='%h %s'
+		git status --porcelain | sed 's/^/  changed: /'
+	} >"$FX_CARRY/TREE" 2>/dev/null
 	total=$(carry_bytes "$FX_CARRY" "$DEBS")
 	for f in $DROP_ORDER; do
 		[ "$total" -le "$CARRY_LIMIT" ] && break
@@ -540,8 +546,13 @@ summary() {
 	{
 		echo "# cpd GPU run, $(date -u '+%Y-%m-%d %H:%M UTC')"
 		echo
-		echo "- tree: $(git log -1 --format='%h %s' 2>/dev/null ||
-		    echo 'no git metadata on this machine')"
+		if [ -f "$FX_CARRY/TREE" ]; then
+			echo "- tree (as prepared): $(head -n 1 "$FX_CARRY/TREE")"
+			tail -n +2 "$FX_CARRY/TREE"
+		else
+			echo "- tree: $(git log -1 --format='%h %s' \
+			    2>/dev/null || echo 'no git metadata')"
+		fi
 		echo "- GPU: ${GPU_LINE:-none}"
 		echo "- host: $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo),"\
 		    "$(grep -m 1 'model name' /proc/cpuinfo | cut -d: -f 2 | sed 's/^ //')"
