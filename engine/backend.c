@@ -351,6 +351,29 @@ be_kv_release(struct backend *be)
 }
 
 int
+be_kv_prefault(struct backend *be, const int32_t *blocks, int n)
+{
+	size_t bb = kv_block_bytes(be->kv), off, len;
+	int nb = kv_blocks_total(be->kv), i, j, rc;
+
+	if (be->ops->buf_prefault == NULL)
+		return -ENOTSUP;
+	for (i = 0; i < n; i++)
+		if (blocks[i] < 0 || blocks[i] >= nb)
+			return -EINVAL;
+	/* Runs of consecutive blocks in one call each. */
+	for (i = 0; i < n; i = j) {
+		for (j = i + 1; j < n && blocks[j] == blocks[j - 1] + 1; j++)
+			;
+		off = (size_t)blocks[i] * bb;
+		len = (size_t)(j - i) * bb;
+		if ((rc = be->ops->buf_prefault(be, be->kv_buf, off, len)) < 0)
+			return rc;
+	}
+	return 0;
+}
+
+int
 be_set_threads(struct backend *be, int n, struct cp_err *e)
 {
 	if (be->ops->set_threads == NULL)

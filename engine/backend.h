@@ -94,6 +94,13 @@ struct be_ops {
 	    struct cp_err *e);
 	/* Give buf's pages back to the system; it reads as zeros after. */
 	int (*buf_release)(struct backend *be, struct be_buf *buf);
+	/*
+	 * Map n bytes at off to memory now, without changing what they
+	 * hold; safe beside a step that uses other bytes of buf.  0 or a
+	 * negative errno.
+	 */
+	int (*buf_prefault)(struct backend *be, struct be_buf *buf,
+	    size_t off, size_t n);
 	/* Use n threads (1..params.n_threads) from the next step; 0. */
 	int (*set_threads)(struct backend *be, int n);
 };
@@ -197,6 +204,17 @@ int be_kv_import(struct backend *dst, int dst_seq, struct backend *src,
  * backend keeps its memory.
  */
 int be_kv_release(struct backend *be);
+
+/*
+ * Have the storage of the n blocks in blocks mapped now, so that the first
+ * writes into them do not stop for page faults (a host backend takes its
+ * pages on first use).  What the blocks hold does not change, and it may be
+ * called from another thread while be runs steps: it touches no state but
+ * the memory's mapping.  0; -EINVAL for a block out of range; -ENOTSUP
+ * when the backend has nothing to do, or the kernel cannot (Linux before
+ * 5.14).
+ */
+int be_kv_prefault(struct backend *be, const int32_t *blocks, int n);
 
 /* Host <-> backend copies of the KV storage (tests, swapping). */
 int be_kv_read(struct backend *be, size_t off, void *dst, size_t n);

@@ -106,6 +106,7 @@ const struct be_ops be_cpu_ops = {
 	.init = cpu_init,
 	.fini = cpu_fini,
 	.buf_alloc = host_buf_alloc,
+	.buf_prefault = host_buf_prefault,
 	.buf_free = host_buf_free,
 	.buf_set = host_buf_set,
 	.buf_get = host_buf_get,

@@ -4,9 +4,11 @@
 #include "backend_host.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "backend.h"
 
@@ -44,6 +46,34 @@ host_buf_release(struct backend *be, struct be_buf *b)
 	/* A private anonymous mapping reads as zeros after this. */
 	return madvise(b->p, b->size ? b->size : 1, MADV_DONTNEED) == 0 ? 0 :
 	    -errno;
+}
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23	/* Linux 5.14 */
+#endif
+
+int
+host_buf_prefault(struct backend *be, struct be_buf *b, size_t off,
+    size_t n)
+{
+	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a, z;
+
+	(void)be;
+	if (off > b->size || n > b->size - off)
+		return -EINVAL;
+	if (n == 0)
+		return 0;
+	/* Whole pages: the mapping is page aligned, so this stays inside. */
+	a = (uintptr_t)b->p + off;
+	z = a + n;
+	a -= a % page;
+	/*
+	 * MADV_POPULATE_WRITE faults pages in as a write would, without
+	 * writing: pages already there keep what they hold.
+	 */
+	if (madvise((void *)a, z - a, MADV_POPULATE_WRITE) != 0)
+		return errno == EINVAL ? -ENOTSUP : -errno;
+	return 0;
 }
 
 void

@@ -154,6 +154,7 @@ const struct be_ops be_null_ops = {
 	.init = null_init,
 	.fini = null_fini,
 	.buf_alloc = host_buf_alloc,
+	.buf_prefault = host_buf_prefault,
 	.buf_free = host_buf_free,
 	.buf_set = host_buf_set,
 	.buf_get = host_buf_get,

@@ -218,6 +218,16 @@ kv_blocks_free(const struct kv_cache *kv)
 }
 
 int
+kv_free_peek(const struct kv_cache *kv, int32_t *out, int n)
+{
+	int m = n < kv->n_free ? n : kv->n_free;
+
+	for (int i = 0; i < m; i++)
+		out[i] = kv->free_stack[kv->n_free - 1 - i];
+	return m < 0 ? 0 : m;
+}
+
+int
 kv_seqs_live(const struct kv_cache *kv)
 {
 	return kv->p.max_seqs - kv->n_seq_free;

@@ -105,6 +105,12 @@ size_t kv_block_offset(const struct kv_cache *kv, int block, int layer,
 int kv_blocks_total(const struct kv_cache *kv);
 int kv_blocks_free(const struct kv_cache *kv);
 
+/*
+ * The first n blocks the free stack will give, in the order appends take
+ * them, into out; returns how many (at most n and kv_blocks_free()).
+ */
+int kv_free_peek(const struct kv_cache *kv, int32_t *out, int n);
+
 /* Live sequences. */
 int kv_seqs_live(const struct kv_cache *kv);
 

@@ -14,11 +14,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -697,6 +699,82 @@ START_TEST(test_kv_import_errors)
 	be_close(a.be);
 	be_close(f.be);
 	rig_close(&b);
+}
+END_TEST
+
+/* Whether every page of [p, p + n) is resident (mincore). */
+static bool
+resident(const void *p, size_t n)
+{
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t a = (uintptr_t)p / pg * pg;
+	uintptr_t z = ((uintptr_t)p + n + pg - 1) / pg * pg;
+	size_t np = (z - a) / pg, i;
+	unsigned char *v = malloc(np);
+	bool all = true;
+
+	ck_assert_ptr_nonnull(v);
+	ck_assert_int_eq(mincore((void *)a, z - a, v), 0);
+	for (i = 0; i < np; i++)
+		all = all && (v[i] & 1);
+	free(v);
+	return all;
+}
+
+/*
+ * be_kv_prefault() maps fresh blocks without changing any block: computed
+ * K/V stays, fresh blocks read as zeros.
+ */
+START_TEST(test_kv_prefault)
+{
+	struct be_params p = params(1, 64, 2);
+	struct rig r;
+	struct kv_cache *kv;
+	int32_t prompt[20], blocks[65];
+	unsigned char *mem, *before;
+	size_t bb, k;
+	float *lg;
+	int s, b0, i, rc;
+
+	p.kv_tokens = 32768;
+	rig_open(&r, "aidreams260K.gguf", &p);
+	kv = be_kv(r.be);
+	bb = kv_block_bytes(kv);
+	ck_assert_int_ge(kv_blocks_total(kv), 1200);
+	mem = r.be->ops->buf_host(r.be->kv_buf);
+	lg = malloc((size_t)r.n_vocab * sizeof(float));
+	ck_assert_ptr_nonnull(lg);
+	make_prompt(prompt, 20, r.n_vocab, 5);
+	s = kv_seq_new(kv);
+	rig_feed(&r, s, 0, prompt, 20, 0, lg);
+	b0 = kv_seq_blocks(kv, s)[0];
+	before = malloc(bb);
+	ck_assert_ptr_nonnull(before);
+	memcpy(before, mem + (size_t)b0 * bb, bb);
+	/* blocks 1024..1087, far from the written ones (huge pages) */
+	for (i = 0; i < 64; i++)
+		blocks[i] = 1024 + i;
+	blocks[64] = b0;
+	ck_assert(!resident(mem + 1024 * bb, 64 * bb));
+	rc = be_kv_prefault(r.be, blocks, 65);
+	if (rc == -ENOTSUP) {
+		fprintf(stderr, "check_forward: test_kv_prefault: the kernel "
+		    "cannot prefault (MADV_POPULATE_WRITE, Linux 5.14)\n");
+	} else {
+		ck_assert_int_eq(rc, 0);
+		ck_assert(resident(mem + 1024 * bb, 64 * bb));
+	}
+	ck_assert_mem_eq(mem + (size_t)b0 * bb, before, bb);
+	for (k = 0; k < 64 * bb; k++)
+		ck_assert_int_eq(mem[1024 * bb + k], 0);
+	blocks[0] = kv_blocks_total(kv);
+	ck_assert_int_eq(be_kv_prefault(r.be, blocks, 1), -EINVAL);
+	blocks[0] = -1;
+	ck_assert_int_eq(be_kv_prefault(r.be, blocks, 1), -EINVAL);
+	ck_assert_int_eq(be_kv_prefault(r.be, blocks, 0), 0);
+	free(before);
+	free(lg);
+	rig_close(&r);
 }
 END_TEST
 
@@ -1605,6 +1683,7 @@ forward_suite(void)
 	suite_add_tcase(s, inv);
 	tcase_add_test(err, test_batch_errors);
 	tcase_add_test(err, test_kv_import_errors);
+	tcase_add_test(err, test_kv_prefault);
 	tcase_add_test(err, test_open_errors);
 	tcase_add_test(err, test_context_in_chunks);
 	tcase_add_test(err, test_damaged_weights);

@@ -162,6 +162,39 @@ START_TEST(test_append_blocks)
 }
 END_TEST
 
+/* kv_free_peek() names the blocks appends then take, in that order. */
+START_TEST(test_free_peek)
+{
+	struct kv_cache *kv = small_cache();
+	int32_t peek[10];
+	const int32_t *t;
+	int a, b, i;
+
+	a = kv_seq_new(kv);
+	b = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_append(kv, a, 40), 0);	/* 3 blocks */
+	ck_assert_int_eq(kv_seq_append(kv, b, 20), 0);	/* 2 blocks */
+	ck_assert_int_eq(kv_seq_free(kv, a), 0);	/* 3 back, LIFO */
+	ck_assert_int_eq(kv_free_peek(kv, peek, 0), 0);
+	ck_assert_int_eq(kv_free_peek(kv, peek, 10), 6);
+	ck_assert_int_eq(kv_free_peek(kv, peek, 4), 4);
+	ck_assert_int_eq(kv_blocks_free(kv), 6);	/* peeking takes none */
+	a = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_append(kv, a, 64), 0);	/* 4 blocks */
+	t = kv_seq_blocks(kv, a);
+	for (i = 0; i < 4; i++)
+		ck_assert_int_eq(t[i], peek[i]);
+	ck_assert_int_eq(kv_free_peek(kv, peek, 10), 2);
+	ck_assert_int_eq(kv_seq_append(kv, b, 30), 0);	/* 20 -> 50: 2 */
+	t = kv_seq_blocks(kv, b);
+	ck_assert_int_eq(t[2], peek[0]);
+	ck_assert_int_eq(t[3], peek[1]);
+	ck_assert_int_eq(kv_free_peek(kv, peek, 10), 0);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+
 START_TEST(test_append_limits)
 {
 	struct kv_cache *kv = small_cache();
@@ -335,6 +368,7 @@ kvcache_suite(void)
 	tcase_add_test(tc, test_sizing);
 	tcase_add_test(tc, test_new_errors);
 	tcase_add_test(tc, test_layout);
+	tcase_add_test(tc, test_free_peek);
 	tcase_add_test(tc, test_append_blocks);
 	tcase_add_test(tc, test_append_limits);
 	tcase_add_test(tc, test_truncate);
