@@ -1,12 +1,14 @@
 /*
  * lane.c - the prefill lane (see lane.h).
  *
- * The job's fields (state, n, from, progress, rc, toks) change under
- * mu; the thread reads them after taking the job and owns the backend from
- * then until it sets DONE or IDLE, so the worker touches the backend only
- * outside a job: lane_resume() fills the cache in IDLE, before the job
- * starts, and lane_import() reads it in DONE.  cancel and busy are read by
- * the thread between chunks without the lock; n_done is its progress.
+ * The job's fields (state, n, from, progress, rc, toks, pf_*) change
+ * under mu; the thread reads them after taking the job and owns the
+ * backend from then until it sets DONE or IDLE, so the worker touches the
+ * backend only outside a job: lane_resume() fills the cache in IDLE,
+ * before the job starts, and lane_import() reads it in DONE.  In
+ * RELEASING the thread owns the backend again, to give its pages back.
+ * cancel and busy are read by the thread between chunks without the lock;
+ * n_done is its progress.
  */
 #include "lane.h"
 
@@ -43,6 +45,7 @@ struct lane {
 	pthread_cond_t cv;
 	bool stop;		/* lane_free() */
 	bool pending;		/* a job waits for the thread */
+	bool release;		/* RELEASING: the thread has to release */
 	int state;		/* enum lane_state */
 	int n;			/* positions of the job */
 	int from;		/* positions it started with (lane_resume) */
@@ -50,6 +53,9 @@ struct lane {
 	int rc;
 	int seq;		/* the job's KV sequence, -1 when none */
 	int32_t *toks;		/* (n_ctx) the job's tokens */
+	struct backend *pf_be;	/* lane_prefault(): whose blocks, */
+	int32_t *pf_blocks;	/* which (pf_cap entries), */
+	int pf_n, pf_cap;	/* how many; 0 none asked */
 
 	atomic_bool cancel;
 	atomic_bool busy;
@@ -107,6 +113,21 @@ lane_drop_seq(struct lane *l)
 	(void)be_kv_release(l->be);
 }
 
+/*
+ * DONE, with mu held: end the job's sequence and have the thread give the
+ * cache's pages back (RELEASING), off the worker's thread.
+ */
+static void
+lane_retire(struct lane *l)
+{
+	if (l->seq >= 0)
+		(void)kv_seq_free(be_kv(l->be), l->seq);
+	l->seq = -1;
+	l->state = LANE_RELEASING;
+	l->release = true;
+	pthread_cond_signal(&l->cv);
+}
+
 static void *
 lane_main(void *arg)
 {
@@ -116,14 +137,41 @@ lane_main(void *arg)
 	(void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), LANE_NICE);
 	pthread_mutex_lock(&l->mu);
 	for (;;) {
-		while (!l->stop && !l->pending)
+		while (!l->stop && !l->pending && !l->release)
 			pthread_cond_wait(&l->cv, &l->mu);
 		if (l->stop)
 			break;
+		if (l->release) {
+			/* RELEASING: the worker leaves the backend alone. */
+			l->release = false;
+			pthread_mutex_unlock(&l->mu);
+			(void)be_kv_release(l->be);
+			pthread_mutex_lock(&l->mu);
+			l->state = LANE_IDLE;
+			continue;
+		}
 		l->pending = false;
 		pthread_mutex_unlock(&l->mu);
 		rc = lane_run(l);
 		pthread_mutex_lock(&l->mu);
+		if (rc == 0 && l->pf_n > 0 && !atomic_load(&l->cancel)) {
+			/*
+			 * The worker does not touch pf_* while a job is
+			 * RUNNING but through lane_prefault(), which takes
+			 * mu: take the list and leave it the lock.
+			 */
+			int32_t *blocks = l->pf_blocks;
+			int n = l->pf_n;
+
+			l->pf_blocks = NULL;
+			l->pf_cap = 0;
+			l->pf_n = 0;
+			pthread_mutex_unlock(&l->mu);
+			(void)be_kv_prefault(l->pf_be, blocks, n);
+			free(blocks);
+			pthread_mutex_lock(&l->mu);
+		}
+		l->pf_n = 0;
 		if (atomic_load(&l->cancel) || rc == -ECANCELED) {
 			lane_drop_seq(l);
 			l->state = LANE_IDLE;
@@ -203,6 +251,7 @@ lane_free(struct lane *l)
 	if (l->be != NULL)
 		lane_drop_seq(l);
 	be_close(l->be);
+	free(l->pf_blocks);
 	free(l->toks);
 	pthread_cond_destroy(&l->cv);
 	pthread_mutex_destroy(&l->mu);
@@ -305,10 +354,37 @@ lane_import(struct lane *l, struct backend *dst, int dst_seq,
 	if ((rc = be_kv_import(dst, dst_seq, l->be, l->seq, l->n, e)) < 0)
 		return rc;
 	pthread_mutex_lock(&l->mu);
-	lane_drop_seq(l);
-	l->state = LANE_IDLE;
+	lane_retire(l);
 	pthread_mutex_unlock(&l->mu);
 	return 0;
+}
+
+int
+lane_prefault(struct lane *l, struct backend *dst, const int32_t *blocks,
+    int n)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&l->mu);
+	if (l->state == LANE_RUNNING && n > 0) {
+		if (n > l->pf_cap) {
+			int32_t *p = realloc(l->pf_blocks, (size_t)n *
+			    sizeof(*p));
+
+			if (p == NULL) {
+				rc = -ENOMEM;
+				goto out;
+			}
+			l->pf_blocks = p;
+			l->pf_cap = n;
+		}
+		memcpy(l->pf_blocks, blocks, (size_t)n * sizeof(*blocks));
+		l->pf_be = dst;
+		l->pf_n = n;
+	}
+out:
+	pthread_mutex_unlock(&l->mu);
+	return rc;
 }
 
 void
@@ -318,8 +394,7 @@ lane_cancel(struct lane *l)
 	if (l->state == LANE_RUNNING) {
 		atomic_store(&l->cancel, true);
 	} else if (l->state == LANE_DONE) {
-		lane_drop_seq(l);
-		l->state = LANE_IDLE;
+		lane_retire(l);
 	}
 	pthread_mutex_unlock(&l->mu);
 }

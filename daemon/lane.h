@@ -16,7 +16,8 @@
  * The worker thread calls every function here; the lane's thread only
  * runs the prefill.  A job: lane_start() (IDLE -> RUNNING), the thread
  * prefills and sets DONE (and calls wake), lane_import() or lane_cancel()
- * (DONE -> IDLE).  lane_cancel() on a RUNNING job makes the thread stop at
+ * (DONE -> RELEASING; the thread gives its cache's pages back, a few ms
+ * that the worker need not wait for, and goes IDLE).  lane_cancel() on a RUNNING job makes the thread stop at
  * its next chunk and go IDLE by itself.
  */
 #ifndef CP_LANE_H
@@ -35,6 +36,8 @@ enum lane_state {
 	LANE_IDLE = 0,		/* takes a job */
 	LANE_RUNNING,		/* prefilling (or stopping after a cancel) */
 	LANE_DONE,		/* the K/V waits for lane_import() */
+	LANE_RELEASING,		/* imported or cancelled: the thread gives
+				   the cache's pages back, then IDLE */
 };
 
 struct lane_params {
@@ -99,6 +102,16 @@ void lane_status(struct lane *l, struct lane_status *st);
  */
 int lane_import(struct lane *l, struct backend *dst, int dst_seq,
     struct cp_err *e);
+
+/*
+ * Have the lane's thread map the n blocks of dst's cache in blocks
+ * (be_kv_prefault(), copied) once the RUNNING job's prefill ends and
+ * before it is DONE: the blocks lane_import() will most likely write, so
+ * that the worker's copy does not stop for page faults.  Ignored when no
+ * job is RUNNING; a later call replaces an earlier one.  0 or -ENOMEM.
+ */
+int lane_prefault(struct lane *l, struct backend *dst, const int32_t *blocks,
+    int n);
 
 /* Drop the job, RUNNING or DONE; nothing happens when IDLE. */
 void lane_cancel(struct lane *l);

@@ -39,6 +39,7 @@ struct wreq {
 				   prompt: its first item imports it */
 	int lane_shown;		/* prompt positions PROGRESS reported */
 	int lane_from;		/* positions computed before the lane */
+	bool lane_pf;		/* its import's blocks were prefaulted */
 };
 
 struct worker {
@@ -70,6 +71,7 @@ struct worker {
 	struct prep *prep;		/* text prompts' tokenizer thread */
 	struct lane *lane;		/* long prompts' prefill, or NULL */
 	int lane_min;			/* prompt tokens to use it */
+	int lane_chunk;			/* its rows per step */
 	int lane_slot;			/* request whose prompt the lane has
 					   (held in sched), or -1 */
 	int move_slot;			/* request whose prompt the last step

@@ -14,13 +14,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <stdbool.h>
 #include <spawn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,6 +28,7 @@
 #include "kvcache.h"
 #include "lib/fixtures.h"
 #include "lib/json.h"
+#include "lib/resident.h"
 #include "lib/rig.h"
 #include "lib/tmpdir.h"
 #include "model.h"
@@ -701,25 +700,6 @@ START_TEST(test_kv_import_errors)
 	rig_close(&b);
 }
 END_TEST
-
-/* Whether every page of [p, p + n) is resident (mincore). */
-static bool
-resident(const void *p, size_t n)
-{
-	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	uintptr_t a = (uintptr_t)p / pg * pg;
-	uintptr_t z = ((uintptr_t)p + n + pg - 1) / pg * pg;
-	size_t np = (z - a) / pg, i;
-	unsigned char *v = malloc(np);
-	bool all = true;
-
-	ck_assert_ptr_nonnull(v);
-	ck_assert_int_eq(mincore((void *)a, z - a, v), 0);
-	for (i = 0; i < np; i++)
-		all = all && (v[i] & 1);
-	free(v);
-	return all;
-}
 
 /*
  * be_kv_prefault() maps fresh blocks without changing any block: computed
