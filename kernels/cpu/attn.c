@@ -172,6 +172,23 @@ attn_scores(const struct attn_args *a, const struct dot_kernel *kdot,
 	    ld);
 }
 
+/*
+ * A one-row tile's scores for the n positions of block b, all query heads
+ * of KV head g at once: the group's queries lie one after the other in the
+ * row, so they go to the dot kernel as its activation rows, and each K row
+ * is read and converted once for the group instead of once per head (the
+ * same bits: a tile's shape never changes how an element is summed).
+ * Head g * group + i goes to sc + i * ld.
+ */
+static void
+attn_scores_group(const struct attn_args *a, const struct dot_kernel *kdot,
+    int b, int n, int g, float *sc, size_t ld)
+{
+	kdot->fn(a->head_dim, attn_rows_at(a, a->k, b, g), a->slot_bytes, n,
+	    a->q + (size_t)g * (size_t)a->group * (size_t)a->head_dim,
+	    (size_t)a->head_dim * sizeof(float), a->group, sc, ld);
+}
+
 /* Positions of block p0.. (n of them) that row r attends to. */
 static int
 attn_row_len(const struct attn_args *a, int r, int p0, int n)
@@ -213,6 +230,13 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 
 		if (n > bt)
 			n = bt;
+		if (R == 1 && a->group > 1) {
+			for (int g = 0; g < a->n_kv; g++)
+				attn_scores_group(a, kdot, b, n, g, s->st +
+				    (size_t)(g * a->group) * cap + (size_t)p0,
+				    cap);
+			continue;
+		}
 		for (int h = 0; h < G; h++)
 			attn_scores(a, kdot, b, n, r1, h, s->st + ((size_t)h *
 			    (size_t)R + (size_t)r1) * cap + (size_t)p0, cap);
@@ -301,10 +325,17 @@ attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
 
 			if (n > bt)
 				n = bt;
-			for (int h = 0; h < G; h++)
-				attn_scores(a, kdot, b, n, r1, h, s->sc +
-				    (size_t)h * (size_t)R * (size_t)bt,
-				    (size_t)bt);
+			if (R == 1 && a->group > 1) {
+				for (int g = 0; g < a->n_kv; g++)
+					attn_scores_group(a, kdot, b, n, g,
+					    s->sc + (size_t)(g * a->group) *
+					    (size_t)bt, (size_t)bt);
+			} else {
+				for (int h = 0; h < G; h++)
+					attn_scores(a, kdot, b, n, r1, h,
+					    s->sc + (size_t)h * (size_t)R *
+					    (size_t)bt, (size_t)bt);
+			}
 			for (int g = 0; g < a->n_kv; g++) {
 				if (pass == 2)
 					ops->v_load(a->kv_type, attn_rows_at(a,
