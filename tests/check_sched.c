@@ -1511,6 +1511,7 @@ struct workload {
 	bool expect_preempt;
 	int p_held;		/* per arrival: queued held */
 	int p_unhold;		/* per held request and step */
+	int p_hold;		/* per live request and step: sched_hold() */
 };
 
 struct sim {
@@ -1525,6 +1526,7 @@ struct sim {
 	int cancelled_prefill, cancelled_waiting, cancelled_decoding;
 	int preempted, preempted_before, finished;
 	int cached_admitted, cached_preempted;
+	int held_back;		/* prefilling requests sched_hold() took */
 };
 
 static uint64_t
@@ -1627,7 +1629,31 @@ sim_unhold(struct sim *m, struct sim_req *x)
 	x->cached = n;
 }
 
-/* Cancels, pauses, unholds and new requests between two steps. */
+/*
+ * Take x back as the worker does when a prompt that the steps prefill
+ * moves to the prefill lane: only while it prefills with nothing
+ * generated (not recomputing after a preemption) and not held; its blocks go back to the pool at once.  Anything else is
+ * refused and changes nothing.
+ */
+static void
+sim_hold(struct sim *m, struct sim_req *x)
+{
+	if (x->cancel)
+		return;
+	if (!x->running || x->decoding || x->n_gen > 0 || x->held) {
+		SIM_INT(sched_hold(m->s, x->h), ==, -EINVAL);
+		return;
+	}
+	SIM_INT(sched_hold(m->s, x->h), ==, 0);
+	SIM_INT(sched_hold(m->s, x->h), ==, -EINVAL);
+	sim_drop_kv(m, x);
+	x->held = true;
+	x->cached = 0;
+	x->from_lane = false;
+	m->held_back++;
+}
+
+/* Cancels, pauses, holds, unholds and new requests between two steps. */
 static void
 sim_events(struct sim *m)
 {
@@ -1646,6 +1672,8 @@ sim_events(struct sim *m)
 		}
 		if (x->held && chance(m, w->p_unhold))
 			sim_unhold(m, x);
+		else if (w->p_hold > 0 && chance(m, w->p_hold))
+			sim_hold(m, x);
 	}
 	if (chance(m, w->p_cancel_client)) {
 		cl = (int)rnd(m, (uint64_t)w->n_clients);
@@ -1984,6 +2012,9 @@ run_workload(const struct workload *w)
 	if (w->p_held > 0)
 		ck_assert_msg(m.cached_admitted > 0, "%s: no cached admission",
 		    w->name);
+	if (w->p_hold > 0)
+		ck_assert_msg(m.held_back > 0, "%s: no prefill taken back",
+		    w->name);
 	kv_free(m.kv);
 	free(m.r);
 	sched_free(m.s);
@@ -1995,30 +2026,38 @@ run_workload(const struct workload *w)
  * kv_total_blocks, kv_watermark_blocks, n_ctx, attention_cost_tokens);
  * seed, clients, steps, p_arrive, max_prompt, max_gen; p_cancel, p_pause,
  * p_unpause, p_error, p_stop, p_eos, p_cancel_client; expect_preempt;
- * p_held, p_unhold.
+ * p_held, p_unhold, p_hold.
  */
 static const struct workload workloads[] = {
 	{ "small pool, preemption", { 32, 6, 8, 64, 8, 4, 24, 1, 96, 0 },
-	  1, 4, 600, 150, 48, 32, 3, 5, 100, 2, 10, 300, 5, true, 100, 100 },
+	  1, 4, 600, 150, 48, 32, 3, 5, 100, 2, 10, 300, 5, true, 100, 100,
+	  20 },
 	{ "long prompts, 16-token blocks",
 	  { 64, 8, 6, 40, 5, 16, 12, 0, 200, 0 },
-	  2, 5, 600, 60, 160, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100 },
+	  2, 5, 600, 60, 160, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100,
+	  20 },
 	{ "big pool, table full", { 128, 0, 16, 24, 3, 0, 1000, 0, 512, 0 },
-	  3, 3, 400, 400, 300, 30, 4, 5, 100, 2, 10, 300, 2, false, 100, 100 },
+	  3, 3, 400, 400, 300, 30, 4, 5, 100, 2, 10, 300, 2, false, 100, 100,
+	  0 },
 	{ "one-token blocks, no watermark",
 	  { 8, 3, 4, 0, 3, 1, 20, SCHED_NO_WATERMARK, 20, 0 },
-	  4, 3, 800, 100, 14, 10, 4, 5, 150, 2, 10, 300, 3, true, 100, 100 },
+	  4, 3, 800, 100, 14, 10, 4, 5, 150, 2, 10, 300, 3, true, 100, 100,
+	  20 },
 	{ "max_seqs == max_batch_tokens", { 4, 2, 4, 0, 6, 2, 16, 2, 32, 0 },
-	  5, 6, 800, 50, 12, 16, 4, 5, 150, 2, 10, 300, 3, true, 100, 100 },
+	  5, 6, 800, 50, 12, 16, 4, 5, 150, 2, 10, 300, 3, true, 100, 100,
+	  20 },
 	{ "no cancels, no pauses, heavy preemption",
 	  { 48, 12, 12, 0, 4, 8, 30, 1, 240, 0 },
-	  6, 4, 600, 120, 100, 100, 0, 0, 0, 0, 5, 100, 0, true, 100, 100 },
+	  6, 4, 600, 120, 100, 100, 0, 0, 0, 0, 5, 100, 0, true, 100, 100,
+	  20 },
 	{ "attention cost, long prompts",
 	  { 64, 32, 6, 40, 5, 16, 40, 0, 400, 50 },
-	  7, 5, 1200, 30, 360, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100 },
+	  7, 5, 1200, 30, 360, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100,
+	  20 },
 	{ "attention cost larger than the budget",
 	  { 8, 8, 4, 0, 3, 4, 30, 1, 64, 3 },
-	  8, 3, 800, 100, 40, 16, 4, 5, 150, 2, 10, 300, 3, false, 100, 100 },
+	  8, 3, 800, 100, 40, 16, 4, 5, 150, 2, 10, 300, 3, false, 100, 100,
+	  0 },
 };
 
 START_TEST(test_random_workloads)
