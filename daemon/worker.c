@@ -983,6 +983,28 @@ setup_sched(struct worker *w, const struct worker_params *p,
 	return sched_new(&sc, &w->sched, e);
 }
 
+/*
+ * One prompt step and one decode step on the new backend before cpd
+ * serves, as llama-server does: the first request then does not pay for
+ * reading the model from its file, faulting in scratch memory or loading
+ * a GPU's kernels (in a fresh cpd on the 110M F16 model, its TTFT was
+ * 337 ms with the file out of the page cache and 121 ms in it, against
+ * about 40 ms after).
+ */
+static int
+warm_up(struct worker *w, struct cp_err *e)
+{
+	int32_t bos = tok_bos(w->tok);
+	uint64_t t0 = stats_now_ns();
+	int rc;
+
+	rc = be_warmup(w->be, bos >= 0 && bos < w->n_vocab ? bos : 0, e);
+	if (rc == 0)
+		log_info("warmed up in %.0f ms",
+		    (double)(stats_now_ns() - t0) / 1e6);
+	return rc;
+}
+
 int
 worker_new(const struct worker_params *p, struct engine_port *port,
     struct worker **out, struct cp_err *e)
@@ -1017,6 +1039,8 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 		goto err;
 	w->kv = be_kv(w->be);
 	bp = be_params(w->be);
+	if ((rc = warm_up(w, e)) < 0)
+		goto err;
 	w->n_ctx = bp->n_ctx;
 	w->max_batch = bp->max_batch_tokens;
 	/* Every running request must be able to decode in every step. */

@@ -373,6 +373,43 @@ be_kv_prefault(struct backend *be, const int32_t *blocks, int n)
 	return 0;
 }
 
+/* One warm-up step: rows copies of toks[0] at pos of seq, with logits. */
+static int
+warm_step(struct backend *be, const int32_t *toks, int seq, int pos,
+    int rows, struct cp_err *e)
+{
+	struct batch_seq bs = { seq, pos, rows, true };
+	struct step_batch b = { toks, rows, &bs, 1 };
+	const float *lg;
+	int rc;
+
+	if ((rc = kv_seq_append(be->kv, seq, rows)) < 0)
+		return cp_err_set(e, rc, "backend: no KV blocks to warm up");
+	return be_step(be, &b, &lg, NULL, e);
+}
+
+int
+be_warmup(struct backend *be, int32_t tok, struct cp_err *e)
+{
+	int32_t toks[8];
+	int n = be->params.n_ctx - 1, seq, rc;
+
+	if (tok < 0 || tok >= be->model->hp.n_vocab)
+		return cp_err_set(e, -EINVAL, "backend: warm-up token %d is "
+		    "not in the vocabulary", (int)tok);
+	n = n < 1 ? 1 : n > 8 ? 8 : n;
+	for (int i = 0; i < n; i++)
+		toks[i] = tok;
+	if ((seq = kv_seq_new(be->kv)) < 0)
+		return cp_err_set(e, seq, "backend: no sequence to warm up");
+	/* the prompt, then one decode row when the context has room */
+	rc = warm_step(be, toks, seq, 0, n, e);
+	if (rc == 0 && n < be->params.n_ctx)
+		rc = warm_step(be, toks, seq, n, 1, e);
+	(void)kv_seq_free(be->kv, seq);
+	return rc < 0 ? rc : 0;
+}
+
 int
 be_set_threads(struct backend *be, int n, struct cp_err *e)
 {

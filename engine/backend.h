@@ -216,6 +216,16 @@ int be_kv_release(struct backend *be);
  */
 int be_kv_prefault(struct backend *be, const int32_t *blocks, int n);
 
+/*
+ * Run the two kinds of step once, on a sequence of its own that it frees
+ * again: a prompt of up to 8 copies of tok with logits, then one decode
+ * row.  What a first request would otherwise pay happens here: the
+ * model's pages read from its file, scratch memory faulted in, a GPU's
+ * libraries and kernels loaded.  0, or a negative errno with e set (a
+ * free sequence or the KV blocks missing, or a failed step).
+ */
+int be_warmup(struct backend *be, int32_t tok, struct cp_err *e);
+
 /* Host <-> backend copies of the KV storage (tests, swapping). */
 int be_kv_read(struct backend *be, size_t off, void *dst, size_t n);
 int be_kv_write(struct backend *be, size_t off, const void *src, size_t n);
