@@ -392,11 +392,16 @@ int
 be_warmup(struct backend *be, int32_t tok, struct cp_err *e)
 {
 	int32_t toks[8];
+	int64_t pool = (int64_t)kv_blocks_total(be->kv) *
+	    kv_params(be->kv)->block_tokens;
 	int n = be->params.n_ctx - 1, seq, rc;
 
 	if (tok < 0 || tok >= be->model->hp.n_vocab)
 		return cp_err_set(e, -EINVAL, "backend: warm-up token %d is "
 		    "not in the vocabulary", (int)tok);
+	/* 8 rows at most, and room left for the decode row */
+	if (n > pool - 1)
+		n = (int)(pool - 1);
 	n = n < 1 ? 1 : n > 8 ? 8 : n;
 	for (int i = 0; i < n; i++)
 		toks[i] = tok;
@@ -404,7 +409,7 @@ be_warmup(struct backend *be, int32_t tok, struct cp_err *e)
 		return cp_err_set(e, seq, "backend: no sequence to warm up");
 	/* the prompt, then one decode row when the context has room */
 	rc = warm_step(be, toks, seq, 0, n, e);
-	if (rc == 0 && n < be->params.n_ctx)
+	if (rc == 0 && n < be->params.n_ctx && n < pool)
 		rc = warm_step(be, toks, seq, n, 1, e);
 	(void)kv_seq_free(be->kv, seq);
 	return rc < 0 ? rc : 0;
