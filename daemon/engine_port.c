@@ -134,12 +134,15 @@ ep_cmd_free_list(struct ep_cmd *c)
 int
 ep_push(struct engine_port *p, struct ep_cmd *c)
 {
+	/* Once queued, c is the engine's: it may be freed at once. */
+	uint32_t kind = c->kind;
+
 	c->next = NULL;
 	pthread_mutex_lock(&p->cmd_lock);
 	*p->cmd_tailp = c;
 	p->cmd_tailp = &c->next;
 	pthread_mutex_unlock(&p->cmd_lock);
-	if (c->kind == EP_CMD_SHUTDOWN) {
+	if (kind == EP_CMD_SHUTDOWN) {
 		/* An engine waiting in ep_post() must see it. */
 		pthread_mutex_lock(&p->ev_lock);
 		p->shutdown = 1;
