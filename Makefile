@@ -5,6 +5,7 @@
 #   make run        build, then generate from the default model
 #   make check      build and run the test suite (installs missing packages as root)
 #   make SAN=1 ...  AddressSanitizer + UndefinedBehaviorSanitizer build in build/san
+#   make SAN=thread ...  ThreadSanitizer build in build/tsan
 #   make CUDA=0     do not build the CUDA kernels even when nvcc is present
 #   make V=1        show full commands
 #   make lint       cppcheck (and mandoc -Tlint on man pages)
@@ -30,6 +31,9 @@ ifeq ($(SAN),1)
 BUILD ?= build/san
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined \
 	-fno-omit-frame-pointer
+else ifeq ($(SAN),thread)
+BUILD ?= build/tsan
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
 else
 BUILD ?= build
 SANFLAGS :=

@@ -13,8 +13,9 @@
  * checks that the interposition sees allocations at all (libc's strdup(),
  * an engine constructor), so the others cannot pass by not counting.
  *
- * Under AddressSanitizer the allocator belongs to the sanitizer runtime and
- * cannot be interposed here: the program then exits 77 (skipped).
+ * Under AddressSanitizer or ThreadSanitizer the allocator belongs to the
+ * sanitizer runtime and cannot be interposed here: the program then exits
+ * 77 (skipped).
  */
 #include <check.h>
 #include <errno.h>
@@ -32,10 +33,10 @@
 #include "model.h"
 #include "sampler.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define ALLOC_SANITIZED 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define ALLOC_SANITIZED 1
 #endif
 #endif
@@ -357,7 +358,7 @@ main(void)
 
 #ifdef ALLOC_SANITIZED
 	puts("check_alloc: the allocator cannot be interposed under "
-	    "AddressSanitizer, skipped");
+	    "a sanitizer, skipped");
 	return 77;
 #endif
 	{

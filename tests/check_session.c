@@ -885,7 +885,7 @@ END_TEST
 
 struct scribble {
 	struct sf *f;
-	volatile int stop;
+	int stop;		/* __atomic */
 };
 
 static void *
@@ -896,7 +896,7 @@ scribbler(void *arg)
 	uint32_t *w = (uint32_t *)(void *)sc->f->map;
 	size_t words = sc->f->w.seg_bytes / 4;
 
-	while (!sc->stop) {
+	while (!__atomic_load_n(&sc->stop, __ATOMIC_RELAXED)) {
 		size_t k = (size_t)(rnd(&seed) % words);
 
 		__atomic_store_n(&w[k], (uint32_t)rnd(&seed), __ATOMIC_RELAXED);
@@ -942,7 +942,7 @@ START_TEST(test_concurrent_scribbler)
 			f.s->last_req_id = 0;
 		}
 	}
-	sc.stop = 1;
+	__atomic_store_n(&sc.stop, 1, __ATOMIC_RELAXED);
 	pthread_join(th, NULL);
 	sf_close(&f);
 }

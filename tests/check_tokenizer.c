@@ -9,13 +9,13 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <threads.h>
 #include <unistd.h>
 
 #include "gguf.h"
@@ -716,7 +716,7 @@ struct enc_job {
 	int ok;
 };
 
-static int
+static void *
 enc_thread(void *arg)
 {
 	struct enc_job *j = arg;
@@ -736,14 +736,14 @@ enc_thread(void *arg)
 				if (ids[k] != v->ids[k])
 					j->ok = 0;
 		}
-	return 0;
+	return NULL;
 }
 
 START_TEST(test_concurrent_encode)
 {
 	struct loaded l = load_fx("vocab/ggml-vocab-gpt-2.gguf");
 	struct vecs vs;
-	thrd_t th[4];
+	pthread_t th[4];
 	struct enc_job jobs[4];
 	int i;
 
@@ -751,11 +751,11 @@ START_TEST(test_concurrent_encode)
 	for (i = 0; i < 4; i++) {
 		jobs[i].t = l.t;
 		jobs[i].vs = &vs;
-		ck_assert_int_eq(thrd_create(&th[i], enc_thread, &jobs[i]),
-		    thrd_success);
+		ck_assert_int_eq(pthread_create(&th[i], NULL, enc_thread,
+		    &jobs[i]), 0);
 	}
 	for (i = 0; i < 4; i++) {
-		thrd_join(th[i], NULL);
+		pthread_join(th[i], NULL);
 		ck_assert(jobs[i].ok);
 	}
 	free_vecs(&vs);
