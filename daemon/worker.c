@@ -987,9 +987,9 @@ setup_sched(struct worker *w, const struct worker_params *p,
  * One prompt step and one decode step on the new backend before cpd
  * serves, as llama-server does: the first request then does not pay for
  * reading the model from its file, faulting in scratch memory or loading
- * a GPU's kernels (in a fresh cpd on the 110M F16 model, its TTFT was
- * 337 ms with the file out of the page cache and 121 ms in it, against
- * about 40 ms after).
+ * a GPU's kernels (in a fresh cpd on the 110M F16 model its TTFT was
+ * 86-106 ms with the page cache dropped and 56-62 ms without, against
+ * 37-51 ms with the warm-up: BENCHMARKS-serve.md).
  */
 static int
 warm_up(struct worker *w, struct cp_err *e)
