@@ -166,9 +166,12 @@ bsp_run(const struct bsp_opts *o, struct backend *dec, struct backend *pre,
 		cp_err_set(e, rc, "cannot start the prefill thread");
 		goto out;
 	}
-	while (!__atomic_load_n(&p.done, __ATOMIC_ACQUIRE) && rc == 0 &&
-	    n < BS_MAX_STEPS)
+	/* At least one step, begun with the prefill just started: a short
+	 * prefill on the other thread can end before this loop looks. */
+	do
 		rc = bench_step_back(dec, toks, bs, o->d, o->d, &t[n++], e);
+	while (!__atomic_load_n(&p.done, __ATOMIC_ACQUIRE) && rc == 0 &&
+	    n < BS_MAX_STEPS);
 	pthread_join(th, NULL);
 	if (rc == 0 && p.rc < 0) {
 		*e = p.e;
