@@ -207,6 +207,27 @@ attn_scores_group(const struct attn_args *a, const struct dot_kernel *kdot,
 	    (size_t)a->head_dim * sizeof(float), a->group, sc, ld);
 }
 
+/*
+ * Every query head's scores for the n positions of block b: head h's
+ * rows r1.. from base + h * head_stride, ld apart.  A one-row tile with
+ * GQA scores each KV head's group in one call (head_stride is then also
+ * the distance between the group's heads).
+ */
+static void
+attn_block_scores(const struct attn_args *a, const struct dot_kernel *kdot,
+    int b, int n, int r1, float *base, size_t head_stride, size_t ld)
+{
+	if (a->n_rows == 1 && a->group > 1) {
+		for (int g = 0; g < a->n_kv; g++)
+			attn_scores_group(a, kdot, b, n, g, base +
+			    (size_t)(g * a->group) * head_stride, head_stride);
+		return;
+	}
+	for (int h = 0; h < a->group * a->n_kv; h++)
+		attn_scores(a, kdot, b, n, r1, h, base + (size_t)h *
+		    head_stride, ld);
+}
+
 /* Positions of block p0.. (n of them) that row r attends to. */
 static int
 attn_row_len(const struct attn_args *a, int r, int p0, int n)
@@ -248,16 +269,8 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 
 		if (n > bt)
 			n = bt;
-		if (R == 1 && a->group > 1) {
-			for (int g = 0; g < a->n_kv; g++)
-				attn_scores_group(a, kdot, b, n, g, s->st +
-				    (size_t)(g * a->group) * cap + (size_t)p0,
-				    cap);
-			continue;
-		}
-		for (int h = 0; h < G; h++)
-			attn_scores(a, kdot, b, n, r1, h, s->st + ((size_t)h *
-			    (size_t)R + (size_t)r1) * cap + (size_t)p0, cap);
+		attn_block_scores(a, kdot, b, n, r1, s->st + (size_t)r1 * cap +
+		    (size_t)p0, (size_t)R * cap, cap);
 	}
 	for (int r = 0; r < R; r++) {
 		for (int h = 0; h < G; h++) {
@@ -331,7 +344,7 @@ static void
 attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
     const struct attn_ops *ops, const struct dot_kernel *kdot)
 {
-	int G = a->group * a->n_kv, R = a->n_rows;
+	int R = a->n_rows;
 	int bt = a->block_tokens;
 	int pmax = a->pos0 + R - 1, nb = pmax / bt + 1;
 
@@ -343,17 +356,8 @@ attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
 
 			if (n > bt)
 				n = bt;
-			if (R == 1 && a->group > 1) {
-				for (int g = 0; g < a->n_kv; g++)
-					attn_scores_group(a, kdot, b, n, g,
-					    s->sc + (size_t)(g * a->group) *
-					    (size_t)bt, (size_t)bt);
-			} else {
-				for (int h = 0; h < G; h++)
-					attn_scores(a, kdot, b, n, r1, h,
-					    s->sc + (size_t)h * (size_t)R *
-					    (size_t)bt, (size_t)bt);
-			}
+			attn_block_scores(a, kdot, b, n, r1, s->sc,
+			    (size_t)R * (size_t)bt, (size_t)bt);
 			for (int g = 0; g < a->n_kv; g++) {
 				if (pass == 2)
 					ops->v_load(a->kv_type, attn_rows_at(a,
