@@ -54,8 +54,8 @@ struct lane {
 	int seq;		/* the job's KV sequence, -1 when none */
 	int32_t *toks;		/* (n_ctx) the job's tokens */
 	struct backend *pf_be;	/* lane_prefault(): whose blocks, */
-	int32_t *pf_blocks;	/* which (pf_cap entries), */
-	int pf_n, pf_cap;	/* how many; 0 none asked */
+	int32_t *pf_blocks;	/* which (malloc'd, the lane's), */
+	int pf_n;		/* how many */
 
 	atomic_bool cancel;
 	atomic_bool busy;
@@ -105,11 +105,18 @@ lane_run(struct lane *l)
 }
 
 static void
-lane_drop_seq(struct lane *l)
+lane_end_seq(struct lane *l)
 {
 	if (l->seq >= 0)
 		(void)kv_seq_free(be_kv(l->be), l->seq);
 	l->seq = -1;
+}
+
+/* End the job's sequence and give the cache's pages back, on this thread. */
+static void
+lane_drop_seq(struct lane *l)
+{
+	lane_end_seq(l);
 	(void)be_kv_release(l->be);
 }
 
@@ -120,9 +127,7 @@ lane_drop_seq(struct lane *l)
 static void
 lane_retire(struct lane *l)
 {
-	if (l->seq >= 0)
-		(void)kv_seq_free(be_kv(l->be), l->seq);
-	l->seq = -1;
+	lane_end_seq(l);
 	l->state = LANE_RELEASING;
 	l->release = true;
 	pthread_cond_signal(&l->cv);
@@ -154,24 +159,22 @@ lane_main(void *arg)
 		pthread_mutex_unlock(&l->mu);
 		rc = lane_run(l);
 		pthread_mutex_lock(&l->mu);
-		if (rc == 0 && l->pf_n > 0 && !atomic_load(&l->cancel)) {
+		{
 			/*
-			 * The worker does not touch pf_* while a job is
-			 * RUNNING but through lane_prefault(), which takes
-			 * mu: take the list and leave it the lock.
+			 * The worker touches pf_* only in lane_prefault(),
+			 * under mu: take the list and leave it the lock.
 			 */
 			int32_t *blocks = l->pf_blocks;
 			int n = l->pf_n;
 
 			l->pf_blocks = NULL;
-			l->pf_cap = 0;
 			l->pf_n = 0;
 			pthread_mutex_unlock(&l->mu);
-			(void)be_kv_prefault(l->pf_be, blocks, n);
+			if (rc == 0 && n > 0 && !atomic_load(&l->cancel))
+				(void)be_kv_prefault(l->pf_be, blocks, n);
 			free(blocks);
 			pthread_mutex_lock(&l->mu);
 		}
-		l->pf_n = 0;
 		if (atomic_load(&l->cancel) || rc == -ECANCELED) {
 			lane_drop_seq(l);
 			l->state = LANE_IDLE;
@@ -359,32 +362,19 @@ lane_import(struct lane *l, struct backend *dst, int dst_seq,
 	return 0;
 }
 
-int
-lane_prefault(struct lane *l, struct backend *dst, const int32_t *blocks,
-    int n)
+void
+lane_prefault(struct lane *l, struct backend *dst, int32_t *blocks, int n)
 {
-	int rc = 0;
-
 	pthread_mutex_lock(&l->mu);
-	if (l->state == LANE_RUNNING && n > 0) {
-		if (n > l->pf_cap) {
-			int32_t *p = realloc(l->pf_blocks, (size_t)n *
-			    sizeof(*p));
-
-			if (p == NULL) {
-				rc = -ENOMEM;
-				goto out;
-			}
-			l->pf_blocks = p;
-			l->pf_cap = n;
-		}
-		memcpy(l->pf_blocks, blocks, (size_t)n * sizeof(*blocks));
+	if (l->state == LANE_RUNNING) {
+		free(l->pf_blocks);
 		l->pf_be = dst;
+		l->pf_blocks = blocks;
 		l->pf_n = n;
+		blocks = NULL;
 	}
-out:
 	pthread_mutex_unlock(&l->mu);
-	return rc;
+	free(blocks);
 }
 
 void

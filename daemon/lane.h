@@ -17,8 +17,9 @@
  * runs the prefill.  A job: lane_start() (IDLE -> RUNNING), the thread
  * prefills and sets DONE (and calls wake), lane_import() or lane_cancel()
  * (DONE -> RELEASING; the thread gives its cache's pages back, a few ms
- * that the worker need not wait for, and goes IDLE).  lane_cancel() on a RUNNING job makes the thread stop at
- * its next chunk and go IDLE by itself.
+ * that the worker need not wait for, and goes IDLE).  lane_cancel() on a
+ * RUNNING job makes the thread stop at its next chunk and go IDLE by
+ * itself.
  */
 #ifndef CP_LANE_H
 #define CP_LANE_H
@@ -105,12 +106,13 @@ int lane_import(struct lane *l, struct backend *dst, int dst_seq,
 
 /*
  * Have the lane's thread map the n blocks of dst's cache in blocks
- * (be_kv_prefault(), copied) once the RUNNING job's prefill ends and
- * before it is DONE: the blocks lane_import() will most likely write, so
- * that the worker's copy does not stop for page faults.  Ignored when no
- * job is RUNNING; a later call replaces an earlier one.  0 or -ENOMEM.
+ * (be_kv_prefault()) once the RUNNING job's prefill ends and before it is
+ * DONE: the blocks lane_import() will most likely write, so that the
+ * worker's copy does not stop for page faults.  blocks is malloc'd and
+ * becomes the lane's.  Ignored when no job is RUNNING; a later call
+ * replaces an earlier one.
  */
-int lane_prefault(struct lane *l, struct backend *dst, const int32_t *blocks,
+void lane_prefault(struct lane *l, struct backend *dst, int32_t *blocks,
     int n);
 
 /* Drop the job, RUNNING or DONE; nothing happens when IDLE. */

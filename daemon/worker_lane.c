@@ -129,8 +129,7 @@ lane_prefault_ask(struct worker *w, struct wreq *r)
 	if ((blocks = malloc((size_t)n * sizeof(*blocks))) == NULL)
 		return;
 	n = kv_free_peek(w->kv, blocks, n);
-	(void)lane_prefault(w->lane, w->be, blocks, n);
-	free(blocks);
+	lane_prefault(w->lane, w->be, blocks, n);
 }
 
 /*
