@@ -85,6 +85,24 @@ START_TEST(test_mixed)
 }
 END_TEST
 
+/* At position 0 the timed steps read more tokens than the fill wrote. */
+START_TEST(test_mixed_at_0)
+{
+	char *model = fx_path("aidreams260K.gguf");
+	const char *argv[] = { cpbench_path(), "mixed", "-m", model, "-t",
+	    "2", "-d", "4", "-D", "0", "-c", "8", "-P", "0", "-r", "2",
+	    "-o", "json", NULL };
+	struct json *j;
+
+	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 0);
+	j = parse_out();
+	ck_assert_int_eq((int)num(j, "decode_pos"), 0);
+	ck_assert(num(j, "mixed_ms") > 0);
+	json_free(j);
+	free(model);
+}
+END_TEST
+
 START_TEST(test_engine)
 {
 	char *model = fx_path("aidreams260K.gguf");
@@ -201,6 +219,7 @@ cpbench_suite(void)
 
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, test_mixed);
+	tcase_add_test(tc, test_mixed_at_0);
 	tcase_add_test(tc, test_engine);
 	tcase_add_test(tc, test_split);
 	tcase_add_test(tc, test_serve_baseline);

@@ -284,7 +284,7 @@ bench_mixed(int argc, char **argv)
 	struct backend *be = NULL;
 	struct be_params bp = { 0 };
 	int32_t *toks = NULL;
-	int rc, n_ctx;
+	int rc, n_ctx, n_toks;
 
 	if (bm_parse(argc, argv, &o) < 0)
 		return 2;
@@ -306,11 +306,14 @@ bench_mixed(int argc, char **argv)
 	bp.kv_tokens = (o.d + 2) * (n_ctx + KV_MAX_BLOCK_TOKENS);
 	if ((rc = be_open(o.backend, m, &bp, &be, &e)) < 0)
 		goto err;
-	if ((toks = malloc((size_t)n_ctx * sizeof(*toks))) == NULL) {
+	/* the timed steps read d + c tokens from the start, which can be
+	 * more than the positions filled (-D 0) */
+	n_toks = n_ctx > o.d + o.c ? n_ctx : o.d + o.c;
+	if ((toks = malloc((size_t)n_toks * sizeof(*toks))) == NULL) {
 		rc = cp_err_set(&e, -ENOMEM, "out of memory");
 		goto err;
 	}
-	bench_tokens(toks, n_ctx, m->hp.n_vocab);
+	bench_tokens(toks, n_toks, m->hp.n_vocab);
 	if ((rc = bm_run(&o, be, toks, &e)) < 0)
 		goto err;
 	free(toks);
