@@ -43,11 +43,14 @@
  * NW <= 4 weight rows (F16, or F32 when f32) times NX <= 6 activation
  * rows, one 8-lane accumulator per pair, element j fused-multiply-added
  * into lane j % 8 (dot.c's order; k a multiple of 8 here, the caller
- * handles the rest).  The rows that follow the tile's rows (k elements
+ * handles the rest).  The rows two on from the tile's rows (2k elements
  * on, where the rows are packed: weights, and K rows of a KV head) are
- * asked for as the tile goes: the walk's next tile reads them, and
- * without the hint a product of 12-16 rows from memory ran about 15 %
- * slower (`cpbench kernels -w f16 -m 16 -n 32000`: 88 against 101 GMAC/s).
+ * asked for into L2 as the tile goes: the walk's tile after next reads
+ * them.  Without the hint a product of 12-16 rows from memory ran about
+ * 15 % slower (`cpbench kernels -w f16 -m 16 -n 32000`: 88 against 101
+ * GMAC/s); asking for the next row only, into L1, left a decode step of
+ * 4 rows on one core 11 % slower (`cpbench mixed -d 4 -D 16 -t 1`: 13.8
+ * against 12.3 ms, medians of 7 alternating runs).
  */
 static ALWAYS_INLINE void
 tile_float(bool f32, int k, const char *w, size_t bw, int NW, const char *x,
@@ -61,13 +64,13 @@ tile_float(bool f32, int k, const char *w, size_t bw, int NW, const char *x,
 		for (int r = 0; r < NX; r++)
 			acc[o][r] = _mm256_setzero_ps();
 	for (int j = 0; j < k; j += 8) {
-		/* the tile after this one reads the next row of each run */
+		/* the tile after next reads the row two on in each run */
 		if (j % (f32 ? 16 : 32) == 0)
 #pragma GCC unroll 4
 			for (int o = 0; o < NW; o++)
 				__builtin_prefetch(w + (size_t)o * bw +
-				    ((size_t)k + (size_t)j) * (f32 ? 4 : 2), 0,
-				    3);
+				    (2 * (size_t)k + (size_t)j) * (f32 ? 4 :
+				    2), 0, 2);
 #pragma GCC unroll 6
 		for (int r = 0; r < NX; r++)
 			xv[r] = _mm256_loadu_ps((const float *)(const void *)
