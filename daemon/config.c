@@ -61,6 +61,7 @@ struct cfg_key {
 
 static const char *const backend_values[] = { "auto", "cpu", "cuda", "null",
     NULL };
+static const char *const bool_values[] = { "false", "true", NULL };
 static const char *const log_values[] = { "error", "warn", "info", "debug",
     NULL };
 
@@ -106,6 +107,11 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	[CONFIG_CONTEXT] = { "context", T_INT, F(context), 0,
 	    0, 1 << 20, 0, NULL, "0",
 	    "context length of one sequence in tokens; 0 is the model's" },
+	[CONFIG_WARMUP] = { "warmup", T_ENUM, F(warmup), 0,
+	    0, 0, 0, bool_values, "true",
+	    "run one prompt step and one decode step before serving, so that "
+	    "the first request does not pay for faulting in the model and "
+	    "scratch memory (or loading a GPU's kernels)" },
 	[CONFIG_SOCKET_PATH] = { "socket_path", T_PATH, F(socket_path), 0,
 	    0, CONFIG_SOCK_MAX - 1, 0, NULL, "",
 	    "listening socket; empty is $XDG_RUNTIME_DIR/cpd.sock" },

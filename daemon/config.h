@@ -43,6 +43,7 @@ enum config_key {
 	CONFIG_MAX_SEQS,
 	CONFIG_KV_CACHE,
 	CONFIG_CONTEXT,
+	CONFIG_WARMUP,
 	CONFIG_SOCKET_PATH,
 	CONFIG_SOCKET_MODE,
 	CONFIG_SOCKET_GROUP,
@@ -100,6 +101,8 @@ struct cpd_config {
 	uint64_t kv_cache_bytes;	/* KV pool in bytes, 0 = not in bytes */
 					/* (at most one is nonzero; both 0 = auto) */
 	int context;			/* tokens per sequence, 0 = the model's */
+	int warmup;			/* 1: a prompt and a decode step before
+					   serving (worker.c), 0: none */
 	char socket_path[CONFIG_SOCK_MAX]; /* "" = $XDG_RUNTIME_DIR/cpd.sock */
 	int socket_mode;		/* permission bits of the socket */
 	char socket_group[CONFIG_NAME_MAX + 1]; /* "" = the daemon's group */

@@ -989,7 +989,8 @@ setup_sched(struct worker *w, const struct worker_params *p,
  * reading the model from its file, faulting in scratch memory or loading
  * a GPU's kernels (in a fresh cpd on the 110M F16 model its TTFT was
  * 86-106 ms with the page cache dropped and 56-62 ms without, against
- * 37-51 ms with the warm-up: BENCHMARKS-serve.md).
+ * 37-51 ms with the warm-up: BENCHMARKS-serve.md).  cpd.yaml's warmup:
+ * false (worker_params.no_warmup) skips it.
  */
 static int
 warm_up(struct worker *w, struct cp_err *e)
@@ -1039,7 +1040,7 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 		goto err;
 	w->kv = be_kv(w->be);
 	bp = be_params(w->be);
-	if ((rc = warm_up(w, e)) < 0)
+	if (!p->no_warmup && (rc = warm_up(w, e)) < 0)
 		goto err;
 	w->n_ctx = bp->n_ctx;
 	w->max_batch = bp->max_batch_tokens;

@@ -18,6 +18,7 @@
 #ifndef CP_WORKER_H
 #define CP_WORKER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend.h"
@@ -48,6 +49,7 @@ struct worker_params {
 					   client numbers at or above it share
 					   turns (client % max_clients) */
 	int kv_watermark_blocks;	/* sched_config's (0: its default) */
+	bool no_warmup;			/* skip warm_up() (worker.c) */
 };
 
 /* Counters and occupancy, for tests and logs; see worker_stats(). */
