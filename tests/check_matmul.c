@@ -1136,6 +1136,53 @@ START_TEST(test_attn_ops)
 }
 END_TEST
 
+/*
+ * The one-row pieces (attn_ops.kscores1, accum_f16) against the scalar
+ * F16 dot kernel and the scalar v_load() + accum(), bit for bit: head
+ * sizes of one to 32 vectors, row counts around the 4-row groups, rows
+ * with a gap between them.
+ */
+START_TEST(test_attn_one_row)
+{
+	const struct attn_ops *v = att_simd_ops(), *sc = &attn_ops_scalar;
+	const struct dot_kernel *kd = dot_kernel_scalar(CP_T_F16);
+	static const int hds[] = { 8, 24, 64, 80, 128, 256 };
+	enum { N = 19 };
+	float q[256], w[N], s0[N], s1[N], a0[256], a1[256], vt[N * 256];
+	uint8_t rows[N * (256 * 2 + 16)];
+
+	if (v->kscores1 == NULL || v->accum_f16 == NULL)
+		return;
+	ck_assert_ptr_null(sc->kscores1);
+	ck_assert_ptr_null(sc->accum_f16);
+	rng_seed(9400);
+	for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
+		int hd = hds[h];
+		size_t slot = (size_t)hd * 2 + 16;
+
+		for (int j = 0; j < N; j++)
+			for (int i = 0; i < hd + 8; i++)
+				put_f16(rows + (size_t)j * slot + 2 * (size_t)i,
+				    rng_f() * 4.0f);
+		for (int i = 0; i < hd; i++)
+			q[i] = rng_f() * 3.0f;
+		for (int j = 0; j < N; j++)
+			w[j] = rng_f();
+		for (int n = 1; n <= N; n += n < 9 ? 1 : 5) {
+			kd->fn(hd, rows, slot, n, q, 0, 1, s0, (size_t)n);
+			v->kscores1(rows, slot, n, hd, q, s1);
+			ck_assert_mem_eq(s0, s1, (size_t)n * sizeof(float));
+			for (int i = 0; i < hd; i++)
+				a0[i] = a1[i] = rng_f();
+			sc->v_load(CP_T_F16, rows, slot, n, hd, vt);
+			sc->accum(a0, w, vt, n, hd);
+			v->accum_f16(a1, w, rows, slot, n, hd);
+			ck_assert_mem_eq(a0, a1, (size_t)hd * sizeof(float));
+		}
+	}
+}
+END_TEST
+
 static Suite *
 matmul_suite(void)
 {
@@ -1160,6 +1207,7 @@ matmul_suite(void)
 	tcase_add_loop_test(tc, test_attn_invariance, 0, N_ATT);
 	tcase_add_loop_test(tc, test_attn_heads, 0, N_ATT);
 	tcase_add_test(tc, test_attn_ops);
+	tcase_add_test(tc, test_attn_one_row);
 	tcase_add_test(tc, test_attn_exp);
 	suite_add_tcase(s, tc);
 	return s;

@@ -165,6 +165,17 @@ struct attn_ops {
 	 */
 	void (*exp_sum)(float *dst, const float *src, int n, float mx,
 	    double *lanes, int lane0);
+	/*
+	 * Optional (NULL: the dot kernel and v_load() + accum() serve), F16
+	 * rows with hd a multiple of 8 only; for one query row and head.
+	 * kscores1: s[j] = dot(q, K row j) for j < n, the dot kernel's bits
+	 * (rows slot_bytes apart from k).  accum_f16: accum() of the n V rows
+	 * at v (slot_bytes apart) without converting them into a buffer.
+	 */
+	void (*kscores1)(const unsigned char *k, size_t slot_bytes, int n,
+	    int hd, const float *q, float *s);
+	void (*accum_f16)(float *acc, const float *w, const unsigned char *v,
+	    size_t slot_bytes, int n, int hd);
 };
 
 extern const struct attn_ops attn_ops_scalar;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "dot.h"
+#include "dot_x86.h"
 #include "quant.h"
 #include "ttype.h"
 
@@ -203,8 +204,99 @@ exp_sum_avx2(float *dst, const float *src, int n, float mx, double *lanes,
 	}
 }
 
+/*
+ * The F16 K rows' scores for one query, the dot kernels' operations: per
+ * row one accumulator, element i fused-multiply-added into lane i % 8 in
+ * order from zero, then hsum_f32().  Four rows at a time, in order, so
+ * that a block's rows are read front to back.
+ */
+
+/* F16 elements i..i + 7 of the row at p as floats. */
+static ALWAYS_INLINE __m256
+f16x8(const unsigned char *p, int i)
+{
+	return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)
+	    (p + 2 * (size_t)i)));
+}
+
+static void
+kscores1_avx2(const unsigned char *k, size_t slot_bytes, int n, int hd,
+    const float *q, float *s)
+{
+	int j = 0;
+
+	for (; j + 4 <= n; j += 4) {
+		const unsigned char *k0 = k + (size_t)j * slot_bytes;
+		const unsigned char *k1 = k0 + slot_bytes, *k2 = k1 + slot_bytes;
+		const unsigned char *k3 = k2 + slot_bytes;
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+
+		for (int i = 0; i < hd; i += 8) {
+			__m256 qv = _mm256_loadu_ps(q + i);
+
+			a0 = _mm256_fmadd_ps(f16x8(k0, i), qv, a0);
+			a1 = _mm256_fmadd_ps(f16x8(k1, i), qv, a1);
+			a2 = _mm256_fmadd_ps(f16x8(k2, i), qv, a2);
+			a3 = _mm256_fmadd_ps(f16x8(k3, i), qv, a3);
+		}
+		s[j] = hsum_f32(a0);
+		s[j + 1] = hsum_f32(a1);
+		s[j + 2] = hsum_f32(a2);
+		s[j + 3] = hsum_f32(a3);
+	}
+	for (; j < n; j++) {
+		const unsigned char *k0 = k + (size_t)j * slot_bytes;
+		__m256 a0 = _mm256_setzero_ps();
+
+		for (int i = 0; i < hd; i += 8)
+			a0 = _mm256_fmadd_ps(f16x8(k0, i), _mm256_loadu_ps(q + i),
+			    a0);
+		s[j] = hsum_f32(a0);
+	}
+}
+
+/* accum_avx2() over the F16 V rows themselves (hd a multiple of 8). */
+static void
+accum_f16_avx2(float *acc, const float *w, const unsigned char *v,
+    size_t slot_bytes, int n, int hd)
+{
+	int i = 0;
+
+	for (; i + 32 <= hd; i += 32) {
+		__m256 a0 = _mm256_loadu_ps(acc + i);
+		__m256 a1 = _mm256_loadu_ps(acc + i + 8);
+		__m256 a2 = _mm256_loadu_ps(acc + i + 16);
+		__m256 a3 = _mm256_loadu_ps(acc + i + 24);
+
+		for (int j = 0; j < n; j++) {
+			const unsigned char *vr = v + (size_t)j * slot_bytes;
+			__m256 wj = _mm256_set1_ps(w[j]);
+
+			a0 = _mm256_add_ps(a0, _mm256_mul_ps(wj, f16x8(vr, i)));
+			a1 = _mm256_add_ps(a1, _mm256_mul_ps(wj, f16x8(vr, i + 8)));
+			a2 = _mm256_add_ps(a2, _mm256_mul_ps(wj,
+			    f16x8(vr, i + 16)));
+			a3 = _mm256_add_ps(a3, _mm256_mul_ps(wj,
+			    f16x8(vr, i + 24)));
+		}
+		_mm256_storeu_ps(acc + i, a0);
+		_mm256_storeu_ps(acc + i + 8, a1);
+		_mm256_storeu_ps(acc + i + 16, a2);
+		_mm256_storeu_ps(acc + i + 24, a3);
+	}
+	for (; i < hd; i += 8) {
+		__m256 a = _mm256_loadu_ps(acc + i);
+
+		for (int j = 0; j < n; j++)
+			a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(w[j]),
+			    f16x8(v + (size_t)j * slot_bytes, i)));
+		_mm256_storeu_ps(acc + i, a);
+	}
+}
+
 const struct attn_ops attn_ops_avx2 = {
 	v_load_avx2, scale_max_avx2, weights_avx2, accum_avx2, exp_sum_avx2,
+	kscores1_avx2, accum_f16_avx2,
 };
 
 #endif
