@@ -179,9 +179,10 @@ attn_rows_at(const struct attn_args *a, const unsigned char *base, int b,
  * those of block b.  The blocks lie apart in the pool, so the hardware
  * prefetchers start afresh in each.  With the one-row pieces
  * (kscores1, accum_f16) this took the attention of 48 row-layers at
- * position 400 from 5.1-5.6 to 2.8-3.3 ms, and at 1500 from 19.7-21.6 to
- * 11.3-12.8 ms (one thread, the 110M model's 12 heads of 64, blocks
- * scattered as in the pool); into L1 it was slower than none.  Always
+ * position 400 from 5.5-5.9 to 2.9-3.4 ms, and at 1500 from 19.7-20.5 to
+ * 11.0-12.1 ms (one thread, the 110M model's 12 heads of 64, blocks
+ * scattered as in the pool; BENCHMARKS.md); into L1 it was slower than
+ * none.  Always
  * inlined: GCC drops the calls of a function whose only effect is a
  * prefetch.
  */
@@ -347,7 +348,8 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 		for (int g = 0; g < a->n_kv; g++) {
 			attn_ask_next(a, a->v, b, g);
 			/* one row and head: no V rows to share */
-			if ((R - r1) * a->group == 1 && attn_one_row_v(a, ops)) {
+			if ((R - r1) * a->group == 1 &&
+			    attn_one_row_v(a, ops)) {
 				ops->accum_f16(attn_out(a, r1, g), s->st +
 				    ((size_t)g * (size_t)R + (size_t)r1) *
 				    cap + (size_t)p0, attn_rows_at(a, a->v, b,
@@ -429,15 +431,17 @@ attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
 			for (int g = 0; g < a->n_kv; g++) {
 				const unsigned char *v = NULL;
 
-				if (pass == 2)
+				if (pass == 2) {
 					attn_ask_next(a, a->v, b, g);
-				if (pass == 2 && (R - r1) * a->group == 1 &&
-				    attn_one_row_v(a, ops))
-					v = attn_rows_at(a, a->v, b, g);
-				else if (pass == 2)
-					ops->v_load(a->kv_type, attn_rows_at(a,
-					    a->v, b, g), a->slot_bytes, n,
-					    a->head_dim, s->vt);
+					if ((R - r1) * a->group == 1 &&
+					    attn_one_row_v(a, ops))
+						v = attn_rows_at(a, a->v, b, g);
+					else
+						ops->v_load(a->kv_type,
+						    attn_rows_at(a, a->v, b, g),
+						    a->slot_bytes, n,
+						    a->head_dim, s->vt);
+				}
 				for (int r = r1; r < R; r++)
 					for (int h = g * a->group; h < (g + 1) *
 					    a->group; h++)

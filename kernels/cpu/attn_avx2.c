@@ -227,7 +227,8 @@ kscores1_avx2(const unsigned char *k, size_t slot_bytes, int n, int hd,
 
 	for (; j + 4 <= n; j += 4) {
 		const unsigned char *k0 = k + (size_t)j * slot_bytes;
-		const unsigned char *k1 = k0 + slot_bytes, *k2 = k1 + slot_bytes;
+		const unsigned char *k1 = k0 + slot_bytes;
+		const unsigned char *k2 = k1 + slot_bytes;
 		const unsigned char *k3 = k2 + slot_bytes;
 		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 
@@ -249,8 +250,8 @@ kscores1_avx2(const unsigned char *k, size_t slot_bytes, int n, int hd,
 		__m256 a0 = _mm256_setzero_ps();
 
 		for (int i = 0; i < hd; i += 8)
-			a0 = _mm256_fmadd_ps(f16x8(k0, i), _mm256_loadu_ps(q + i),
-			    a0);
+			a0 = _mm256_fmadd_ps(f16x8(k0, i),
+			    _mm256_loadu_ps(q + i), a0);
 		s[j] = hsum_f32(a0);
 	}
 }
@@ -273,7 +274,8 @@ accum_f16_avx2(float *acc, const float *w, const unsigned char *v,
 			__m256 wj = _mm256_set1_ps(w[j]);
 
 			a0 = _mm256_add_ps(a0, _mm256_mul_ps(wj, f16x8(vr, i)));
-			a1 = _mm256_add_ps(a1, _mm256_mul_ps(wj, f16x8(vr, i + 8)));
+			a1 = _mm256_add_ps(a1, _mm256_mul_ps(wj,
+			    f16x8(vr, i + 8)));
 			a2 = _mm256_add_ps(a2, _mm256_mul_ps(wj,
 			    f16x8(vr, i + 16)));
 			a3 = _mm256_add_ps(a3, _mm256_mul_ps(wj,
