@@ -133,6 +133,26 @@ lane_retire(struct lane *l)
 	pthread_cond_signal(&l->cv);
 }
 
+/*
+ * After the prefill, with mu held: map the blocks lane_prefault() named,
+ * if the job is still wanted, without the lock (the worker touches pf_*
+ * only in lane_prefault(), under mu).
+ */
+static void
+lane_take_prefault(struct lane *l, int rc)
+{
+	int32_t *blocks = l->pf_blocks;
+	int n = l->pf_n;
+
+	l->pf_blocks = NULL;
+	l->pf_n = 0;
+	pthread_mutex_unlock(&l->mu);
+	if (rc == 0 && n > 0 && !atomic_load(&l->cancel))
+		(void)be_kv_prefault(l->pf_be, blocks, n);
+	free(blocks);
+	pthread_mutex_lock(&l->mu);
+}
+
 static void *
 lane_main(void *arg)
 {
@@ -159,22 +179,7 @@ lane_main(void *arg)
 		pthread_mutex_unlock(&l->mu);
 		rc = lane_run(l);
 		pthread_mutex_lock(&l->mu);
-		{
-			/*
-			 * The worker touches pf_* only in lane_prefault(),
-			 * under mu: take the list and leave it the lock.
-			 */
-			int32_t *blocks = l->pf_blocks;
-			int n = l->pf_n;
-
-			l->pf_blocks = NULL;
-			l->pf_n = 0;
-			pthread_mutex_unlock(&l->mu);
-			if (rc == 0 && n > 0 && !atomic_load(&l->cancel))
-				(void)be_kv_prefault(l->pf_be, blocks, n);
-			free(blocks);
-			pthread_mutex_lock(&l->mu);
-		}
+		lane_take_prefault(l, rc);
 		if (atomic_load(&l->cancel) || rc == -ECANCELED) {
 			lane_drop_seq(l);
 			l->state = LANE_IDLE;
@@ -339,6 +344,7 @@ lane_status(struct lane *l, struct lane_status *st)
 	st->rc = l->rc;
 	pthread_mutex_unlock(&l->mu);
 	st->n_done = atomic_load(&l->n_done);
+	st->chunk = l->chunk;
 }
 
 int

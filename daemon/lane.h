@@ -61,6 +61,8 @@ struct lane_status {
 	int state;		/* enum lane_state */
 	int n_done;		/* positions computed so far */
 	int rc;			/* DONE: 0, or the failed step's -errno */
+	int chunk;		/* prompt rows per step (lane_params.chunk,
+				   or LANE_CHUNK) */
 };
 
 struct lane;
@@ -98,7 +100,7 @@ void lane_status(struct lane *l, struct lane_status *st);
 
 /*
  * Copy the DONE job's K/V (its n positions) into dst_seq of dst, which
- * has reserved them, and go IDLE.  0, -EINVAL when not DONE, or
+ * has reserved them, and go RELEASING (then IDLE by itself).  0, -EINVAL when not DONE, or
  * be_kv_import()'s error (the lane stays DONE).
  */
 int lane_import(struct lane *l, struct backend *dst, int dst_seq,

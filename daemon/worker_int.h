@@ -71,7 +71,6 @@ struct worker {
 	struct prep *prep;		/* text prompts' tokenizer thread */
 	struct lane *lane;		/* long prompts' prefill, or NULL */
 	int lane_min;			/* prompt tokens to use it */
-	int lane_chunk;			/* its rows per step */
 	int lane_slot;			/* request whose prompt the lane has
 					   (held in sched), or -1 */
 	int move_slot;			/* request whose prompt the last step

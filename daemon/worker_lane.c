@@ -164,7 +164,7 @@ wk_lane_poll(struct worker *w)
 			sent = true;
 		}
 		if (st.state == LANE_RUNNING && !r->lane_pf &&
-		    r->n_prompt - 1 - st.n_done <= 2 * w->lane_chunk)
+		    r->n_prompt - 1 - st.n_done <= 2 * st.chunk)
 			lane_prefault_ask(w, r);
 		if (st.state == LANE_DONE && !r->lane_ready) {
 			if (st.rc == 0 && sched_unhold(w->sched, r->handle,
@@ -234,7 +234,6 @@ wk_lane_setup(struct worker *w, const struct worker_params *p,
 	lp.be = be_params(w->be);
 	lp.threads = w->threads_all / 2;
 	lp.chunk = p->prefill_lane_chunk;
-	w->lane_chunk = lp.chunk > 0 ? lp.chunk : LANE_CHUNK;
 	lp.wake = wake_engine;
 	lp.wake_arg = w->port;
 	w->threads_lane = lp.threads;
