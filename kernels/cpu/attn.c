@@ -149,19 +149,12 @@ attn_rows(const struct attn_args *a, void *scratch)
 	return attn_rows_with(a, scratch, attn_ops(), dot_kernel(a->kv_type));
 }
 
-/* ops' one-row pieces serve this call (attn_ops.kscores1, accum_f16). */
+/* ops' one-row pieces (attn_ops.kscores1, accum_f16) serve this call. */
 static bool
-attn_one_row_k(const struct attn_args *a, const struct attn_ops *ops)
+attn_one_row(const struct attn_args *a, const struct attn_ops *ops)
 {
-	return ops->kscores1 != NULL && a->kv_type == CP_T_F16 &&
-	    a->head_dim % 8 == 0;
-}
-
-static bool
-attn_one_row_v(const struct attn_args *a, const struct attn_ops *ops)
-{
-	return ops->accum_f16 != NULL && a->kv_type == CP_T_F16 &&
-	    a->head_dim % 8 == 0;
+	return ops->kscores1 != NULL && ops->accum_f16 != NULL &&
+	    a->kv_type == CP_T_F16 && a->head_dim % 8 == 0;
 }
 
 /* KV head g's rows (K at base, or V) in block b. */
@@ -182,9 +175,8 @@ attn_rows_at(const struct attn_args *a, const unsigned char *base, int b,
  * position 400 from 5.5-5.9 to 2.9-3.4 ms, and at 1500 from 19.7-20.5 to
  * 11.0-12.1 ms (one thread, the 110M model's 12 heads of 64, blocks
  * scattered as in the pool; BENCHMARKS.md); into L1 it was slower than
- * none.  Always
- * inlined: GCC drops the calls of a function whose only effect is a
- * prefetch.
+ * none.  Always inlined: GCC drops the calls of a function whose only
+ * effect is a prefetch.
  */
 static inline __attribute__((always_inline)) void
 attn_ask_next(const struct attn_args *a, const unsigned char *base, int b,
@@ -235,7 +227,7 @@ attn_scores(const struct attn_args *a, const struct attn_ops *ops,
 	    (size_t)a->head_dim;
 
 	attn_ask_next(a, a->k, b, h / a->group);
-	if (a->n_rows - r1 == 1 && attn_one_row_k(a, ops))
+	if (a->n_rows - r1 == 1 && attn_one_row(a, ops))
 		ops->kscores1(k, a->slot_bytes, n, a->head_dim, q, sc);
 	else
 		attn_kdot(a, kdot, k, n, q, a->ldq * sizeof(float),
@@ -299,6 +291,37 @@ attn_out(const struct attn_args *a, int r, int h)
 }
 
 /*
+ * KV head g's V rows in block b (n of them) for the tile's rows r1..,
+ * with the next block's asked for: returned as they lie when one row and
+ * query head take them (ops->accum_f16 reads them there), else converted
+ * into s->vt for the rows and heads that share them, and NULL returned.
+ */
+static const unsigned char *
+attn_v_rows(const struct attn_args *a, const struct attn_scratch *s,
+    const struct attn_ops *ops, int b, int g, int r1, int n)
+{
+	const unsigned char *v = attn_rows_at(a, a->v, b, g);
+
+	attn_ask_next(a, a->v, b, g);
+	if ((a->n_rows - r1) * a->group == 1 && attn_one_row(a, ops))
+		return v;
+	ops->v_load(a->kv_type, v, a->slot_bytes, n, a->head_dim, s->vt);
+	return NULL;
+}
+
+/* out += the n weights w times the V rows attn_v_rows() gave (v or vt). */
+static void
+attn_accum(const struct attn_args *a, const struct attn_scratch *s,
+    const struct attn_ops *ops, float *out, const float *w,
+    const unsigned char *v, int n)
+{
+	if (v != NULL)
+		ops->accum_f16(out, w, v, a->slot_bytes, n, a->head_dim);
+	else
+		ops->accum(out, w, s->vt, n, a->head_dim);
+}
+
+/*
  * The tile's whole context fits in the score store: every score is
  * computed once and kept ([G][R][cap], positions 0..pos of row r, cap
  * the tile's context rounded up to 16 and at most score_cap), then
@@ -308,7 +331,7 @@ static void
 attn_stored(const struct attn_args *a, const struct attn_scratch *s,
     const struct attn_ops *ops, const struct dot_kernel *kdot)
 {
-	int hd = a->head_dim, G = a->group * a->n_kv, R = a->n_rows;
+	int G = a->group * a->n_kv, R = a->n_rows;
 	int bt = a->block_tokens, pmax = a->pos0 + R - 1;
 	int nb = pmax / bt + 1;
 	size_t cap = ((size_t)pmax + 16) / 16 * 16;
@@ -346,27 +369,17 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 		if (n > bt)
 			n = bt;
 		for (int g = 0; g < a->n_kv; g++) {
-			attn_ask_next(a, a->v, b, g);
-			/* one row and head: no V rows to share */
-			if ((R - r1) * a->group == 1 &&
-			    attn_one_row_v(a, ops)) {
-				ops->accum_f16(attn_out(a, r1, g), s->st +
-				    ((size_t)g * (size_t)R + (size_t)r1) *
-				    cap + (size_t)p0, attn_rows_at(a, a->v, b,
-				    g), a->slot_bytes, attn_row_len(a, r1, p0,
-				    n), hd);
-				continue;
-			}
-			ops->v_load(a->kv_type, attn_rows_at(a, a->v, b, g),
-			    a->slot_bytes, n, hd, s->vt);
+			const unsigned char *v = attn_v_rows(a, s, ops, b, g,
+			    r1, n);
+
 			for (int r = r1; r < R; r++)
 				for (int h = g * a->group; h < (g + 1) *
 				    a->group; h++)
-					ops->accum(attn_out(a, r, h), s->st +
-					    ((size_t)h * (size_t)R +
-					    (size_t)r) * cap + (size_t)p0,
-					    s->vt, attn_row_len(a, r, p0, n),
-					    hd);
+					attn_accum(a, s, ops, attn_out(a, r,
+					    h), s->st + ((size_t)h *
+					    (size_t)R + (size_t)r) * cap +
+					    (size_t)p0, v, attn_row_len(a, r,
+					    p0, n));
 		}
 	}
 }
@@ -374,8 +387,8 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 /*
  * One row and query head of one block in a walk of attn_walk3(): pass 0
  * folds the scores into the running maximum, pass 1 their exponentials
- * into the sum lanes, pass 2 the weighted V rows (vt, or the F16 rows at
- * v when not NULL) into the output.
+ * into the sum lanes, pass 2 the weighted V rows (attn_v_rows()'s v, or
+ * vt) into the output.
  */
 static void
 attn_walk_row(const struct attn_args *a, const struct attn_scratch *s,
@@ -399,11 +412,7 @@ attn_walk_row(const struct attn_args *a, const struct attn_scratch *s,
 	ops->exp_sum(s->w, sc, nv, mx, NULL, 0);
 	ops->weights(s->w, nv, (float)(1.0 / attn_lanes_sum(lp)),
 	    a->kv_type == CP_T_F16);
-	if (v != NULL)
-		ops->accum_f16(attn_out(a, r, h), s->w, v, a->slot_bytes, nv,
-		    a->head_dim);
-	else
-		ops->accum(attn_out(a, r, h), s->w, s->vt, nv, a->head_dim);
+	attn_accum(a, s, ops, attn_out(a, r, h), s->w, v, nv);
 }
 
 /*
@@ -431,17 +440,8 @@ attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
 			for (int g = 0; g < a->n_kv; g++) {
 				const unsigned char *v = NULL;
 
-				if (pass == 2) {
-					attn_ask_next(a, a->v, b, g);
-					if ((R - r1) * a->group == 1 &&
-					    attn_one_row_v(a, ops))
-						v = attn_rows_at(a, a->v, b, g);
-					else
-						ops->v_load(a->kv_type,
-						    attn_rows_at(a, a->v, b, g),
-						    a->slot_bytes, n,
-						    a->head_dim, s->vt);
-				}
+				if (pass == 2)
+					v = attn_v_rows(a, s, ops, b, g, r1, n);
 				for (int r = r1; r < R; r++)
 					for (int h = g * a->group; h < (g + 1) *
 					    a->group; h++)
