@@ -166,8 +166,9 @@ struct attn_ops {
 	void (*exp_sum)(float *dst, const float *src, int n, float mx,
 	    double *lanes, int lane0);
 	/*
-	 * Optional (NULL: the dot kernel and v_load() + accum() serve), F16
-	 * rows with hd a multiple of 8 only; for one query row and head.
+	 * Optional, both or neither (NULL: the dot kernel and v_load() +
+	 * accum() serve); F16 rows with hd a multiple of 8 only, for one
+	 * query row and head.
 	 * kscores1: s[j] = dot(q, K row j) for j < n, the dot kernel's bits
 	 * (rows slot_bytes apart from k).  accum_f16: accum() of the n V rows
 	 * at v (slot_bytes apart) without converting them into a buffer.
