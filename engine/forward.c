@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,8 @@ struct fwd_att_task {
  *	att	[T, n_head * head_dim]	attention output
  *	gate, up [T, n_ff]
  *	tmp	[T, n_embd]	output of wo and w_down before the residual add
- *	rope	[T, n_rot]	cos, sin pairs of each row's position
+ *	rope	[n_rope][T, n_rot]	cos, sin pairs of each row's position,
+ *				for each RoPE variant of the model
  *	row_pos, row_entry [T]
  *	logit_rows [S]		row whose logits an entry asked for
  *	mm_scratch [FWD_MAX_MATS]	activations prepared for the
@@ -55,6 +57,7 @@ struct fwd {
 	int qd, kvd;		/* query and key/value widths */
 	float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
 	float *rope;
+	struct model_rope ropes[MODEL_ROPES];	/* for the cache's context */
 	int *row_pos, *row_entry, *logit_rows;
 	void *mm_scratch;
 	size_t mm_scratch_bytes;	/* one product's, FWD_ALIGN multiple */
@@ -94,6 +97,37 @@ fwd_max(size_t a, size_t b)
 	return a > b ? a : b;
 }
 
+/*
+ * The tanh GELU of every F16 value, rounded to F16: the reference
+ * evaluates GELU through such a table (input rounded to F16, the result
+ * read back as F16), and gemma's logits are sensitive enough to show the
+ * difference from an exact GELU.
+ */
+static float fwd_gelu_tab[1 << 16];
+static pthread_once_t fwd_gelu_once = PTHREAD_ONCE_INIT;
+
+static void
+fwd_gelu_init(void)
+{
+	for (uint32_t h = 0; h < (1u << 16); h++) {
+		float x = fp16_to_fp32((uint16_t)h);
+		float g = 0.5f * x * (1.0f + tanhf(0.797884560802865356f * x *
+		    (1.0f + 0.044715f * x * x)));
+
+		fwd_gelu_tab[h] = fp16_to_fp32(fp32_to_fp16(g));
+	}
+}
+
+static inline float
+fwd_gelu(float x)
+{
+	if (x <= -10.0f)
+		return 0.0f;
+	if (x >= 10.0f)
+		return x;
+	return fwd_gelu_tab[fp32_to_fp16(x)];
+}
+
 int
 fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
     const struct fwd_params *p, struct fwd **out, struct cp_err *e)
@@ -122,6 +156,8 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 		    "%s kv cache", ttype_name(kp->type));
 	if ((f = calloc(1, sizeof(*f))) == NULL)
 		return cp_err_set(e, -ENOMEM, "forward: out of memory");
+	if (hp->act == ACT_GELU)
+		(void)pthread_once(&fwd_gelu_once, fwd_gelu_init);
 	f->m = m;
 	f->kv = kv;
 	f->kv_mem = kv_mem;
@@ -159,8 +195,10 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->gate = fwd_alloc(T * (size_t)hp->n_ff * sizeof(float));
 	f->up = fwd_alloc(T * (size_t)hp->n_ff * sizeof(float));
 	f->tmp = fwd_alloc(T * (size_t)hp->n_embd * sizeof(float));
-	f->rope = fwd_alloc(T * (size_t)(hp->n_rot ? hp->n_rot : 1) *
-	    sizeof(float));
+	f->rope = fwd_alloc((size_t)hp->n_rope * T *
+	    (size_t)(hp->n_rot ? hp->n_rot : 1) * sizeof(float));
+	for (il = 0; il < hp->n_rope; il++)
+		f->ropes[il] = model_rope_for_ctx(m, il, kp->n_ctx);
 	f->row_pos = fwd_alloc(T * sizeof(int));
 	f->row_entry = fwd_alloc(T * sizeof(int));
 	f->logit_rows = fwd_alloc(S * sizeof(int));
@@ -218,22 +256,24 @@ fwd_free(struct fwd *f)
  * One parallel job of up to FWD_MAX_MATS products that read the same x
  * (q, k and v; gate and up), so a step pays one start and one wait for
  * them.  Task t computes output rows [o0, o1) of one matrix for every
- * activation row.  A SwiGLU job is gate (a[0]) and up (a[1]) with equal
- * shapes: each task computes both on its rows, then gate = silu(gate) *
- * up on them, while they are in cache.
+ * activation row.  A gated job (SwiGLU or GeGLU) is gate (a[0]) and up
+ * (a[1]) with equal shapes: each task computes both on its rows, then
+ * gate = act(gate) * up on them, while they are in cache.
  */
 struct fwd_mm_job {
 	int n_mat;
-	bool swiglu;
+	bool swiglu;		/* gated, with act */
+	enum model_act act;
 	struct mm_args a[FWD_MAX_MATS];
 	const void *scratch[FWD_MAX_MATS];
 	int chunk[FWD_MAX_MATS];	/* output rows per task */
 	int first[FWD_MAX_MATS + 1];	/* first task of each matrix */
 };
 
-/* gate[r][o] = silu(gate[r][o]) * up[r][o] for r < m, o0 <= o < o1. */
+/* gate[r][o] = act(gate[r][o]) * up[r][o] for r < m, o0 <= o < o1. */
 static void
-fwd_swiglu(const struct mm_args *g, const struct mm_args *u, int o0, int o1)
+fwd_glu(const struct mm_args *g, const struct mm_args *u, int o0, int o1,
+    enum model_act act)
 {
 	for (int r = 0; r < g->m; r++) {
 		float *gr = g->y + (size_t)r * g->ldy;
@@ -242,7 +282,10 @@ fwd_swiglu(const struct mm_args *g, const struct mm_args *u, int o0, int o1)
 		for (int o = o0; o < o1; o++) {
 			float x = gr[o];
 
-			gr[o] = x / (1.0f + expf(-x)) * ur[o];
+			if (act == ACT_GELU)
+				gr[o] = fwd_gelu(x) * ur[o];
+			else
+				gr[o] = x / (1.0f + expf(-x)) * ur[o];
 		}
 	}
 }
@@ -263,7 +306,7 @@ fwd_mm_task(void *arg, int task, int thread)
 	mm_rows(&j->a[i], j->scratch[i], o0, o1);
 	if (j->swiglu) {
 		mm_rows(&j->a[1], j->scratch[1], o0, o1);
-		fwd_swiglu(&j->a[0], &j->a[1], o0, o1);
+		fwd_glu(&j->a[0], &j->a[1], o0, o1, j->act);
 	}
 }
 
@@ -392,26 +435,71 @@ fwd_rmsnorm(float *out, const float *x, const float *w, int n, float eps)
 		out[i] = (x[i] * scale) * w[i];
 }
 
-/* Rotate adjacent pairs (2i, 2i+1) of the first n_rot dims of each head. */
+/*
+ * Rotate the pairs of the first n_rot dims of each head: adjacent (2i,
+ * 2i+1), or with neox (i, i + n_rot/2).
+ */
 static void
-fwd_rope_apply(float *v, int n_heads, int head_dim, int n_rot,
+fwd_rope_apply(float *v, int n_heads, int head_dim, int n_rot, bool neox,
     const float *cs)
 {
 	float x0, x1, c, s;
-	int h, i;
+	int h, i, a, b;
 
 	for (h = 0; h < n_heads; h++) {
 		float *p = v + (size_t)h * (size_t)head_dim;
 
 		for (i = 0; i < n_rot / 2; i++) {
+			a = neox ? i : 2 * i;
+			b = neox ? i + n_rot / 2 : 2 * i + 1;
 			c = cs[2 * i];
 			s = cs[2 * i + 1];
-			x0 = p[2 * i];
-			x1 = p[2 * i + 1];
-			p[2 * i] = x0 * c - x1 * s;
-			p[2 * i + 1] = x0 * s + x1 * c;
+			x0 = p[a];
+			x1 = p[b];
+			p[a] = x0 * c - x1 * s;
+			p[b] = x0 * s + x1 * c;
 		}
 	}
+}
+
+/* v[i] += b[i] for i < n (no-op without b). */
+static void
+fwd_add(float *v, const float *b, int n)
+{
+	if (b != NULL)
+		for (int i = 0; i < n; i++)
+			v[i] += b[i];
+}
+
+/* Each of the n heads of v normed with w (no-op without w). */
+static void
+fwd_head_norm(float *v, const float *w, int n_heads, int head_dim,
+    float eps)
+{
+	if (w == NULL)
+		return;
+	for (int h = 0; h < n_heads; h++)
+		fwd_rmsnorm(v + (size_t)h * (size_t)head_dim, v + (size_t)h *
+		    (size_t)head_dim, w, head_dim, eps);
+}
+
+/* v[i] *= s for i < n (no-op for s = 0). */
+static void
+fwd_scale(float *v, float s, int n)
+{
+	if (s != 0.0f)
+		for (int i = 0; i < n; i++)
+			v[i] *= s;
+}
+
+/* v[i] = cap * tanh(v[i] / cap) for i < n (no-op for cap = 0). */
+static void
+fwd_softcap(float *v, float cap, int n)
+{
+	if (cap == 0.0f)
+		return;
+	for (int i = 0; i < n; i++)
+		v[i] = tanhf(v[i] * (1.0f / cap)) * cap;
 }
 
 /* ---- attention ------------------------------------------------------- */
@@ -470,7 +558,9 @@ fwd_att_task(void *arg, int task, int thread)
 	a.slot_bytes = (size_t)hd * es;
 	a.blocks = kv_seq_blocks(f->kv, bs->seq);
 	a.block_tokens = f->bt;
-	a.scale = 1.0f / sqrtf((float)hd);
+	a.scale = hp->kq_scale;
+	a.window = f->m->layers[f->layer].window;
+	a.softcap = hp->attn_softcap;
 	/* The scratch holds FWD_ATT_TILE rows of score_cap scores for every
 	 * query head: fewer rows (a decode tile has one) or heads keep that
 	 * many more positions. */
@@ -589,14 +679,20 @@ fwd_rows(struct fwd *f, fwd_row_fn *fn, int n)
 	tp_run(f->p.tp, fwd_rows_task, &j, (n + j.chunk - 1) / j.chunk);
 }
 
-/* x[r] += tmp[r], the previous product's output. */
+/*
+ * x[r] += tmp[r], the previous product's output, normed first with post
+ * where the layer has such a norm (gemma2, gemma3).
+ */
 static void
-fwd_row_residual(struct fwd *f, int r)
+fwd_row_residual(struct fwd *f, int r, const float *post)
 {
-	size_t ne = (size_t)f->m->hp.n_embd;
+	const struct model_hparams *hp = &f->m->hp;
+	size_t ne = (size_t)hp->n_embd;
 	float *x = f->x + (size_t)r * ne;
-	const float *t = f->tmp + (size_t)r * ne;
+	float *t = f->tmp + (size_t)r * ne;
 
+	if (post != NULL)
+		fwd_rmsnorm(t, t, post, hp->n_embd, hp->rms_eps);
 	for (size_t i = 0; i < ne; i++)
 		x[i] += t[i];
 }
@@ -612,7 +708,8 @@ fwd_row_attn_norm(struct fwd *f, int r)
 	size_t ne = (size_t)hp->n_embd;
 
 	if (f->layer > 0)
-		fwd_row_residual(f, r);
+		fwd_row_residual(f, r,
+		    f->m->layers[f->layer - 1].post_ffn_norm);
 	fwd_rmsnorm(f->xn + (size_t)r * ne, f->x + (size_t)r * ne,
 	    f->m->layers[f->layer].attn_norm, hp->n_embd, hp->rms_eps);
 }
@@ -622,17 +719,19 @@ static void
 fwd_row_ffn_norm(struct fwd *f, int r)
 {
 	const struct model_hparams *hp = &f->m->hp;
+	const struct model_layer *l = &f->m->layers[f->layer];
 	size_t ne = (size_t)hp->n_embd;
 
-	fwd_row_residual(f, r);
+	fwd_row_residual(f, r, l->post_attn_norm);
 	fwd_rmsnorm(f->xn + (size_t)r * ne, f->x + (size_t)r * ne,
-	    f->m->layers[f->layer].ffn_norm, hp->n_embd, hp->rms_eps);
+	    l->ffn_norm, hp->n_embd, hp->rms_eps);
 }
 
 /*
- * RoPE on row r's q and k; with an F16 cache q is rounded to F16 (it meets
- * K in F16 precision); then k and v go into the cache at the row's
- * position.
+ * Row r's q, k and v as the layer asks: biases added, q and k normed per
+ * head, RoPE on q and k, q scaled; with an F16 cache q is rounded to F16
+ * (it meets K in F16 precision); then k and v go into the cache at the
+ * row's position.
  */
 static void
 fwd_row_rope_store(struct fwd *f, int r)
@@ -641,10 +740,12 @@ fwd_row_rope_store(struct fwd *f, int r)
 	const struct batch_seq *bs = &f->b->seqs[f->row_entry[r]];
 	uint32_t kv_type = kv_params(f->kv)->type;
 	size_t es = kv_elem_bytes(f->kv), hd = (size_t)hp->head_dim;
+	const struct model_layer *l = &f->m->layers[f->layer];
 	float *q = f->q + (size_t)r * (size_t)f->qd;
 	float *k = f->k + (size_t)r * (size_t)f->kvd;
-	const float *v = f->v + (size_t)r * (size_t)f->kvd;
-	const float *cs = f->rope + (size_t)r * (size_t)hp->n_rot;
+	float *v = f->v + (size_t)r * (size_t)f->kvd;
+	const float *cs = f->rope + ((size_t)l->rope * (size_t)f->p.
+	    max_batch_tokens + (size_t)r) * (size_t)hp->n_rot;
 	int pos = f->row_pos[r];
 	int blk = kv_seq_blocks(f->kv, bs->seq)[pos / f->bt];
 	unsigned char *kb = f->kv_mem + kv_block_offset(f->kv, blk, f->layer,
@@ -652,8 +753,16 @@ fwd_row_rope_store(struct fwd *f, int r)
 	unsigned char *vb = f->kv_mem + kv_block_offset(f->kv, blk, f->layer,
 	    KV_V);
 
-	fwd_rope_apply(q, hp->n_head, hp->head_dim, hp->n_rot, cs);
-	fwd_rope_apply(k, hp->n_head_kv, hp->head_dim, hp->n_rot, cs);
+	fwd_add(q, l->bq, f->qd);
+	fwd_add(k, l->bk, f->kvd);
+	fwd_add(v, l->bv, f->kvd);
+	fwd_head_norm(q, l->q_norm, hp->n_head, hp->head_dim, hp->rms_eps);
+	fwd_head_norm(k, l->k_norm, hp->n_head_kv, hp->head_dim, hp->rms_eps);
+	fwd_rope_apply(q, hp->n_head, hp->head_dim, hp->n_rot, hp->rope_neox,
+	    cs);
+	fwd_rope_apply(k, hp->n_head_kv, hp->head_dim, hp->n_rot,
+	    hp->rope_neox, cs);
+	fwd_scale(q, hp->q_scale, f->qd);
 	if (es == 2)
 		dot_round_row(CP_T_F16, q, q, f->qd);
 	for (int g = 0; g < hp->n_head_kv; g++) {
@@ -692,6 +801,7 @@ fwd_layer(struct fwd *f, int il)
 	fwd_rows(f, fwd_row_ffn_norm, T);
 	j.n_mat = 0;
 	j.swiglu = true;
+	j.act = f->m->hp.act;
 	fwd_mm_add(&j, &l->w_gate, f->xn, T, f->gate);
 	fwd_mm_add(&j, &l->w_up, f->xn, T, f->up);
 	fwd_mm_run(f, &j);
@@ -734,19 +844,26 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 	for (r = 0; r < b->n_tokens; r++) {
 		const struct model_tensor *te = &m->tok_embd;
 
+		float *x = f->x + (size_t)r * (size_t)hp->n_embd;
+
 		if (dequant_row(te->type, (const unsigned char *)te->data +
-		    (size_t)b->tokens[r] * te->row_bytes,
-		    f->x + (size_t)r * (size_t)hp->n_embd,
+		    (size_t)b->tokens[r] * te->row_bytes, x,
 		    (size_t)hp->n_embd) != 0)
 			return -EINVAL;
-		model_rope_row(f->rope + (size_t)r * (size_t)hp->n_rot,
-		    f->row_pos[r], hp);
+		if (hp->embd_scale != 1.0f)
+			fwd_scale(x, hp->embd_scale, hp->n_embd);
+		for (j = 0; j < hp->n_rope; j++)
+			model_rope_cs(f->rope + ((size_t)j *
+			    (size_t)f->p.max_batch_tokens + (size_t)r) *
+			    (size_t)hp->n_rot, f->row_pos[r], &f->ropes[j],
+			    hp->n_rot);
 	}
 	for (il = 0; il < hp->n_layer; il++)
 		fwd_layer(f, il);
 	/* only the rows that give logits need the last residual */
 	for (j = 0; j < n_out; j++) {
-		fwd_row_residual(f, f->logit_rows[j]);
+		fwd_row_residual(f, f->logit_rows[j],
+		    m->layers[hp->n_layer - 1].post_ffn_norm);
 		fwd_rmsnorm(f->xn + (size_t)j * (size_t)hp->n_embd,
 		    f->x + (size_t)f->logit_rows[j] * (size_t)hp->n_embd,
 		    m->out_norm, hp->n_embd, hp->rms_eps);
@@ -757,6 +874,7 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 
 		fwd_mm_add(&mj, &m->output, f->xn, n_out, logits);
 		fwd_mm_run(f, &mj);
+		fwd_softcap(logits, hp->final_softcap, n_out * hp->n_vocab);
 	}
 	return 0;
 }

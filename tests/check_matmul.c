@@ -800,6 +800,8 @@ att_fx_run_heads(const struct att_fx *f, const float *q, size_t ld, int g0,
 	a.blocks = f->tab;
 	a.block_tokens = f->bt;
 	a.scale = 1.0f / sqrtf((float)f->hd);
+	a.window = 0;
+	a.softcap = 0.0f;
 	a.score_cap = cap;
 	ck_assert_int_eq(attn_rows_with(&a, scr, ops, kdot), 0);
 	free(scr);

@@ -234,10 +234,16 @@ START_TEST(test_err_architecture)
 	off = find_gguf_str(buf, size, "general.architecture");
 	/* u32 type (string), u64 length 5, "llama" */
 	ck_assert_int_eq(memcmp(buf + off + 12, "llama", 5), 0);
-	memcpy(buf + off + 12, "qwen2", 5);
+	memcpy(buf + off + 12, "mamba", 5);
 	ck_assert_int_eq(load_mem(buf, size, &e), -ENOTSUP);
-	ck_assert_msg(strstr(e.msg, "unsupported architecture 'qwen2'") !=
+	ck_assert_msg(strstr(e.msg, "unsupported architecture 'mamba' "
+	    "(supported: llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3)") !=
 	    NULL, "%s", e.msg);
+	/* a known family whose keys the llama file does not have */
+	memcpy(buf + off + 12, "qwen2", 5);
+	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
+	ck_assert_msg(strstr(e.msg, "required key 'qwen2.context_length' "
+	    "missing") != NULL, "%s", e.msg);
 	free(buf);
 }
 END_TEST
@@ -584,9 +590,9 @@ START_TEST(test_mini_errors)
 	    "iq4_nl, unsupported for the token embedding") != NULL, "%s",
 	    e.msg);
 	mm = mini_default();
-	mm.rope_scaling = "yarn";
+	mm.rope_scaling = "ntk";
 	ck_assert_int_eq(mini_load(&mm, &m, &e), -ENOTSUP);
-	ck_assert_msg(strstr(e.msg, "'llama.rope.scaling.type' = 'yarn' "
+	ck_assert_msg(strstr(e.msg, "'llama.rope.scaling.type' = 'ntk' "
 	    "unsupported") != NULL, "%s", e.msg);
 	mm = mini_default();
 	mm.experts = 8;

@@ -274,6 +274,43 @@ attn_block_scores(const struct attn_args *a, const struct attn_ops *ops,
 		    head_stride, ld);
 }
 
+/* The lowest position row r of the tile attends to. */
+static int
+attn_row_lo(const struct attn_args *a, int r)
+{
+	int lo = a->pos0 + r - a->window + 1;
+
+	return a->window > 0 && lo > 0 ? lo : 0;
+}
+
+/*
+ * ops->scale_max() of the n scores at sc (positions p0..) of a row that
+ * attends from position lo, with soft-capping and the window's -inf where
+ * the call asks for them.
+ */
+static float
+attn_scale_max(const struct attn_args *a, const struct attn_ops *ops,
+    float *sc, int n, int p0, int lo, float mx)
+{
+	float inv;
+
+	if (a->softcap == 0.0f && lo <= p0)
+		return ops->scale_max(sc, n, a->scale, mx);
+	inv = a->softcap != 0.0f ? 1.0f / a->softcap : 0.0f;
+	for (int j = 0; j < n; j++) {
+		float s = sc[j] * a->scale;
+
+		if (a->softcap != 0.0f)
+			s = tanhf(s * inv) * a->softcap;
+		if (p0 + j < lo)
+			s = -INFINITY;
+		sc[j] = s;
+		if (s > mx)
+			mx = s;
+	}
+	return mx;
+}
+
 /* Positions of block p0.. (n of them) that row r attends to. */
 static int
 attn_row_len(const struct attn_args *a, int r, int p0, int n)
@@ -333,14 +370,14 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 {
 	int G = a->group * a->n_kv, R = a->n_rows;
 	int bt = a->block_tokens, pmax = a->pos0 + R - 1;
-	int nb = pmax / bt + 1;
+	int nb = pmax / bt + 1, b0 = attn_row_lo(a, 0) / bt, P0 = b0 * bt;
 	size_t cap = ((size_t)pmax + 16) / 16 * 16;
 	bool round_w = a->kv_type == CP_T_F16;
 
 	if (cap > (size_t)a->score_cap)
 		cap = (size_t)a->score_cap;
 
-	for (int b = 0; b < nb; b++) {
+	for (int b = b0; b < nb; b++) {
 		int p0 = b * bt, n = pmax - p0 + 1;
 		int r1 = p0 > a->pos0 ? p0 - a->pos0 : 0;
 
@@ -352,17 +389,18 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 	for (int r = 0; r < R; r++) {
 		for (int h = 0; h < G; h++) {
 			float *sc = s->st + ((size_t)h * (size_t)R +
-			    (size_t)r) * cap, mx;
-			int nv = a->pos0 + r + 1;
+			    (size_t)r) * cap + (size_t)P0, mx;
+			int nv = a->pos0 + r + 1 - P0;
 			double lanes[8] = { 0 };
 
-			mx = ops->scale_max(sc, nv, a->scale, -INFINITY);
-			ops->exp_sum(sc, sc, nv, mx, lanes, 0);
+			mx = attn_scale_max(a, ops, sc, nv, P0,
+			    attn_row_lo(a, r), -INFINITY);
+			ops->exp_sum(sc, sc, nv, mx, lanes, P0 % 8);
 			ops->weights(sc, nv, (float)(1.0 /
 			    attn_lanes_sum(lanes)), round_w);
 		}
 	}
-	for (int b = 0; b < nb; b++) {
+	for (int b = b0; b < nb; b++) {
 		int p0 = b * bt, n = pmax - p0 + 1;
 		int r1 = p0 > a->pos0 ? p0 - a->pos0 : 0;
 
@@ -399,7 +437,7 @@ attn_walk_row(const struct attn_args *a, const struct attn_scratch *s,
 	float *mp = &s->m[r * G + h], mx;
 	double *lp = &s->l[(size_t)(r * G + h) * 8];
 
-	mx = ops->scale_max(sc, nv, a->scale, *mp);
+	mx = attn_scale_max(a, ops, sc, nv, p0, attn_row_lo(a, r), *mp);
 	if (pass == 0) {
 		*mp = mx;
 		return;
@@ -426,9 +464,10 @@ attn_walk3(const struct attn_args *a, const struct attn_scratch *s,
 	int R = a->n_rows;
 	int bt = a->block_tokens;
 	int pmax = a->pos0 + R - 1, nb = pmax / bt + 1;
+	int b0 = attn_row_lo(a, 0) / bt;
 
 	for (int pass = 0; pass < 3; pass++) {
-		for (int b = 0; b < nb; b++) {
+		for (int b = b0; b < nb; b++) {
 			int p0 = b * bt, n = pmax - p0 + 1;
 			/* rows before r1 sit at positions below p0 */
 			int r1 = p0 > a->pos0 ? p0 - a->pos0 : 0;

@@ -13,10 +13,13 @@
  * read the pool at about half the bandwidth.
  *
  * Row r of the tile sits at position pos0 + r and attends to positions
- * 0..pos0 + r.  For each row and query head:
+ * lo..pos0 + r, where lo is 0, or with a window W, pos0 + r - W + 1 when
+ * that is above 0.  For each row and query head:
  *
  *	s_j = scale * dot(q, K_j)		(the dot kernel of kv_type:
  *						 dot.h's order, q as given)
+ *	s_j = tanh(s_j * (1 / cap)) * cap	(with soft-capping only)
+ *	s_j = -inf for j < lo
  *	m   = max_j s_j
  *	e_j = attn_expf(s_j - m)
  *	l   = sum_j (double)e_j			(see attn_lanes_sum())
@@ -33,7 +36,9 @@
  * block) scratch.  Both give the same bits.  A row's result depends only
  * on its query, its position and the cache: never on the other rows of
  * the tile, the tile's size or where the tile starts.  The SIMD and
- * scalar paths give the same bits.
+ * scalar paths give the same bits.  Blocks below every row's window are
+ * not read: their weights would be 0, and leaving them out changes no
+ * bit of the sum or the output.
  */
 #ifndef CP_ATTN_H
 #define CP_ATTN_H
@@ -114,6 +119,8 @@ struct attn_args {
 	const int32_t *blocks;	/* the sequence's block table */
 	int block_tokens;
 	float scale;		/* usually 1 / sqrt(head_dim) */
+	int window;		/* 0: none; else positions seen by each row */
+	float softcap;		/* 0: none; else the cap */
 	int score_cap;		/* positions whose scores the scratch keeps */
 };
 
