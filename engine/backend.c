@@ -123,8 +123,10 @@ be_open(const char *name, const struct model *m, const struct be_params *p,
 	*out = NULL;
 	for (i = 0; i < BE_N; i++) {
 		if (strcmp(name, "auto") == 0) {
-			if (be_table[i]->probe == NULL ||
-			    be_table[i]->probe(NULL) == 0) {
+			if ((be_table[i]->supports == NULL ||
+			    be_table[i]->supports(m, NULL) == 0) &&
+			    (be_table[i]->probe == NULL ||
+			    be_table[i]->probe(NULL) == 0)) {
 				ops = be_table[i];
 				break;
 			}
@@ -138,7 +140,8 @@ be_open(const char *name, const struct model *m, const struct be_params *p,
 	if (ops == NULL)
 		return cp_err_set(e, -ENOENT, "backend '%s' unknown or not "
 		    "compiled in", name);
-	if (ops->probe != NULL && (rc = ops->probe(e)) < 0)
+	if ((ops->supports != NULL && (rc = ops->supports(m, e)) < 0) ||
+	    (ops->probe != NULL && (rc = ops->probe(e)) < 0))
 		return rc;
 	if ((be = calloc(1, sizeof(*be))) == NULL)
 		return cp_err_set(e, -ENOMEM, "backend: out of memory");

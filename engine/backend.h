@@ -62,6 +62,12 @@ struct be_ops {
 	/* 0 when the backend can run on this machine, else -ENODEV with e. */
 	int (*probe)(struct cp_err *e);
 	/*
+	 * Optional: 0 when the backend runs every part of model m, else
+	 * -ENOTSUP with e (NULL accepted) naming what it lacks; "auto" then
+	 * goes on to the next backend.
+	 */
+	int (*supports)(const struct model *m, struct cp_err *e);
+	/*
 	 * Set up be->ctx for be->model with be->params (defaults filled in)
 	 * and be->kv; be->kv_buf is already allocated.  Returns 0 or a
 	 * negative errno with e set; on error nothing is left to fini.

@@ -259,6 +259,27 @@ cuda_probe(struct cp_err *e)
 	return 0;
 }
 
+/*
+ * The CUDA layer is llama's (rope_freqs included: they are in the RoPE
+ * table); the other families' parts run on the CPU backend for now.  With
+ * e NULL ("auto" asking) the reason is logged.
+ */
+static int
+cuda_supports(const struct model *m, struct cp_err *e)
+{
+	const char *what;
+
+	if (!model_beyond_llama(m, &what))
+		return 0;
+	if (e == NULL)
+		cuda_log("%s models use %s, which this backend does not run "
+		    "yet; trying the next backend",
+		    model_arch_name(m->hp.arch), what);
+	return cp_err_set(e, -ENOTSUP, "cuda backend: %s models use %s, "
+	    "which it does not run yet (the cpu backend does)",
+	    model_arch_name(m->hp.arch), what);
+}
+
 /* ---- memory plan ------------------------------------------------------ */
 
 /* A quantized matrix becomes F16 (BF16 if it overflows, see upload). */
@@ -1045,6 +1066,7 @@ cuda_step_wait(struct backend *be, const float **logits, struct cp_err *e)
 const struct be_ops be_cuda_ops = {
 	.name = "cuda",
 	.probe = cuda_probe,
+	.supports = cuda_supports,
 	.init = cuda_init,
 	.fini = cuda_fini,
 	.buf_alloc = cuda_buf_alloc,
