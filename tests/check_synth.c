@@ -539,6 +539,22 @@ START_TEST(test_info_fixtures)
 	ck_assert_ptr_nonnull(strstr(msg, "blk.1.ffn_down.weight"));
 	free(msg);
 	free(src);
+
+	/* the layer description (arch/README.md: gemma2's windows) */
+	src = fx_path("arch/arch-gemma2-Q8_0.gguf");
+	ck_assert_ptr_nonnull(src);
+	ck_assert_int_eq(run(log, "info", src, END), 0);
+	msg = slurp(log, NULL);
+	ck_assert_ptr_nonnull(strstr(msg, "model            gemma2: neox "
+	    "RoPE, GeGLU FFN"));
+	ck_assert_ptr_nonnull(strstr(msg, "  soft-capping   scores 4, logits "
+	    "10\n"));
+	ck_assert_ptr_nonnull(strstr(msg, "  layers         0, 2, ..., 24: "
+	    "window 256, rope 0, post norms\n"));
+	ck_assert_ptr_nonnull(strstr(msg, "  layers         1, 3, ..., 25: "
+	    "full attention, rope 0, post norms\n"));
+	free(msg);
+	free(src);
 	unlink(log);
 }
 END_TEST

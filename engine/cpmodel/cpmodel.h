@@ -8,6 +8,9 @@
 
 /* cpmodel info FILE: a table of a GGUF file's metadata and tensors; 0 or 1. */
 int cmd_info(int, char **);
+/* info's model part: the family and each layer's choices, or why not. */
+struct gguf_file;
+void info_model(struct gguf_file *f);
 /* cpmodel synth -o FILE ...: write a deterministic random llama GGUF; 0, 1 or 2 (usage). */
 int cmd_synth(int, char **);
 /* cpmodel tokenize MODEL TEXT: print the token ids and pieces; 0 or 1. */

@@ -1,7 +1,8 @@
 /*
  * info.c - `cpmodel info [-k] [-t] FILE`: what a GGUF file holds, as a
- * table: format, architecture and hyper-parameters, tokenizer, and tensor
- * counts and bytes per type.  -k lists every key/value pair, -t every
+ * table: format, architecture and hyper-parameters, tokenizer, the model
+ * as the loader reads it (info_model.c), and tensor counts and bytes per
+ * type.  -k lists every key/value pair, -t every
  * tensor.  Works on vocab-only files (no tensors); every string from the
  * file is printed sanitized.
  */
@@ -374,6 +375,7 @@ cmd_info(int argc, char **argv)
 	if (arch.len > 0)
 		info_hparams(f, arch);
 	info_tokenizer(f);
+	info_model(f);
 	info_tensors(f, all_t);
 	if (all_kv)
 		info_all_kv(f);
