@@ -22,6 +22,7 @@
 #include "lib/prog.h"
 #include "lib/suite.h"
 #include "lib/tmpdir.h"
+#include "model.h"
 #include "quant.h"
 #include "ttype.h"
 
@@ -559,6 +560,56 @@ START_TEST(test_info_fixtures)
 }
 END_TEST
 
+/*
+ * --rope-freqs writes the divisors llama.cpp's converter writes for Llama
+ * 3.1's rope scaling: those of arch/arch-llama31 (head size 64, base
+ * 500000); --arch qwen2 writes a file that loads as qwen2 with random
+ * Q/K/V biases.
+ */
+START_TEST(test_synth_families)
+{
+	char path[512];
+	char *ref = fx_path("arch/arch-llama31-F16.gguf");
+	struct cp_err e = { 0 };
+	struct model *m, *want;
+
+	if (ref == NULL) {
+		printf("fixtures not under %s: skipped\n", fx_dir());
+		return;
+	}
+	tmp_path(path, sizeof(path), "l31.gguf");
+	ck_assert_int_eq(run(NULL, "synth", "-o", path, "--layers", "1",
+	    "--embd", "128", "--heads", "2", "--kv-heads", "1", "--ff", "64",
+	    "--vocab", "300", "--ctx", "256", "--rope-base", "500000",
+	    "--rope-freqs", END), 0);
+	ck_assert_msg(model_load(path, &m, &e) == 0, "%s", e.msg);
+	ck_assert_msg(model_load(ref, &want, &e) == 0, "%s", e.msg);
+	ck_assert_ptr_nonnull(m->hp.rope[0].freqs);
+	for (int i = 0; i < 32; i++)
+		ck_assert_msg(fabsf(m->hp.rope[0].freqs[i] -
+		    want->hp.rope[0].freqs[i]) <= 1e-6f *
+		    want->hp.rope[0].freqs[i], "pair %d: %g, llama.cpp %g", i,
+		    (double)m->hp.rope[0].freqs[i],
+		    (double)want->hp.rope[0].freqs[i]);
+	model_free(want);
+	model_free(m);
+	unlink(path);
+
+	tmp_path(path, sizeof(path), "q2.gguf");
+	ck_assert_int_eq(run(NULL, "synth", "-o", path, "--arch", "qwen2",
+	    "--layers", "2", "--embd", "64", "--heads", "4", "--kv-heads", "2",
+	    "--ff", "96", "--vocab", "300", "--ctx", "256", "--tied", END), 0);
+	ck_assert_msg(model_load(path, &m, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(m->hp.arch, ARCH_QWEN2);
+	ck_assert(m->layers[1].bq != NULL && m->layers[1].bk != NULL &&
+	    m->layers[1].bv != NULL);
+	ck_assert(m->layers[1].bq[0] != m->layers[1].bq[1]);
+	model_free(m);
+	unlink(path);
+	free(ref);
+}
+END_TEST
+
 START_TEST(test_info_bad)
 {
 	char path[512], log[512];
@@ -599,6 +650,7 @@ synth_suite(void)
 	    (int)(sizeof(types) / sizeof(types[0])));
 	tcase_add_test(tc, test_synth_tied_vocab_from);
 	tcase_add_test(tc, test_synth_bad_args);
+	tcase_add_test(tc, test_synth_families);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("info");
 	tcase_set_timeout(tc, 60);

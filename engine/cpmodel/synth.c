@@ -1,7 +1,10 @@
 /*
- * synth.c - `cpmodel synth`: write a llama-architecture GGUF with
+ * synth.c - `cpmodel synth`: write a llama- or qwen2-architecture GGUF with
  * deterministic random weights, of any shape and main tensor type, for tests
- * and benchmarks.
+ * and benchmarks.  qwen2 adds the Q, K and V biases (random, F32);
+ * --rope-freqs adds Llama 3.1's rope_freqs.weight, the divisors the
+ * llama3 rope scaling (factor 8, low 1, high 4, original context 8192)
+ * gives each dimension pair.
  *
  * Keys and tensor names are llama.cpp's.  Matrices are drawn i.i.d.
  * N(0, std^2) in float32 and converted row by row to the chosen type while
@@ -51,6 +54,8 @@ struct synth_opts {
 	const char *out;
 	const char *vocab_from;
 	const char *name;
+	const char *arch;	/* "llama" or "qwen2" */
+	bool rope_freqs;	/* write llama3 rope_freqs.weight */
 	uint32_t layers, embd, heads, kv_heads, ff, vocab, ctx;
 	float rope_base;
 	float rms_eps;
@@ -72,6 +77,7 @@ struct synth_gen {
 	struct synth_rng rng;
 	uint32_t type;
 	bool ones;		/* RMS-norm weight: every element 1.0 */
+	const float *fixed;	/* these values instead, when not NULL */
 	float std;
 	float *row;		/* ne[0] floats, shared by all tensors */
 	size_t n;		/* ne[0] */
@@ -183,7 +189,8 @@ synth_row(void *arg, uint64_t r, void *dst, size_t row_bytes)
 	(void)r;
 	(void)row_bytes;
 	for (size_t i = 0; i < g->n; i++)
-		g->row[i] = g->ones ? 1.0f : g->std * rng_normal(&g->rng);
+		g->row[i] = g->fixed != NULL ? g->fixed[i] : g->ones ? 1.0f :
+		    g->std * rng_normal(&g->rng);
 	return quant_row(g->type, g->row, dst, g->n);
 }
 
@@ -336,6 +343,7 @@ synth_usage(void)
 	    "[--tied]\n"
 	    "           [--type TYPE] [--vocab-from GGUF] [--seed N] "
 	    "[--std F] [--name NAME]\n"
+	    "           [--arch llama|qwen2] [--rope-freqs]\n"
 	    "       TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 (--embd, --ff "
 	    "multiples of 32)\n"
 	    "             q2_k q3_k q4_k q5_k q6_k (multiples of 256)\n",
@@ -383,7 +391,7 @@ synth_float(const char *opt, const char *s, float *out)
 enum {
 	OPT_LAYERS = 256, OPT_EMBD, OPT_HEADS, OPT_KV_HEADS, OPT_FF, OPT_VOCAB,
 	OPT_CTX, OPT_ROPE, OPT_EPS, OPT_TIED, OPT_TYPE, OPT_VFROM, OPT_SEED,
-	OPT_STD, OPT_NAME,
+	OPT_STD, OPT_NAME, OPT_ARCH, OPT_ROPE_FREQS,
 };
 
 static int
@@ -406,6 +414,8 @@ synth_parse(int argc, char **argv, struct synth_opts *o)
 		{ "seed", required_argument, NULL, OPT_SEED },
 		{ "std", required_argument, NULL, OPT_STD },
 		{ "name", required_argument, NULL, OPT_NAME },
+		{ "arch", required_argument, NULL, OPT_ARCH },
+		{ "rope-freqs", no_argument, NULL, OPT_ROPE_FREQS },
 		{ NULL, 0, NULL, 0 },
 	};
 	uint32_t *dims[] = { &o->layers, &o->embd, &o->heads, &o->kv_heads,
@@ -466,6 +476,18 @@ synth_parse(int argc, char **argv, struct synth_opts *o)
 			break;
 		case OPT_NAME:
 			o->name = optarg;
+			break;
+		case OPT_ARCH:
+			if (strcmp(optarg, "llama") != 0 &&
+			    strcmp(optarg, "qwen2") != 0) {
+				fprintf(stderr, "cpmodel synth: --arch '%s': "
+				    "expected llama or qwen2\n", optarg);
+				return -EINVAL;
+			}
+			o->arch = optarg;
+			break;
+		case OPT_ROPE_FREQS:
+			o->rope_freqs = true;
 			break;
 		default:
 			fprintf(stderr, "cpmodel synth: unknown or incomplete "
@@ -533,30 +555,80 @@ synth_check(const struct synth_opts *o)
  * Declare every tensor in file order; gens[] (one per tensor) must outlive
  * the write.  Returns the number declared or a negative errno.
  */
+/*
+ * Llama 3.1's per-pair RoPE divisors for head size hd and base: 1 for
+ * wavelengths below original / high, the factor above original / low,
+ * and between the two a blend of the scaled and unscaled frequencies.
+ */
+static void
+synth_llama3_freqs(float *out, uint64_t hd, float base)
+{
+	const double factor = 8, low = 1, high = 4, orig = 8192;
+
+	for (uint64_t i = 0; i < hd / 2; i++) {
+		double freq = pow(base, -2.0 * (double)i / (double)hd);
+		double wavelen = 2 * M_PI / freq, smooth;
+
+		if (wavelen < orig / high) {
+			out[i] = 1.0f;
+		} else if (wavelen > orig / low) {
+			out[i] = (float)factor;
+		} else {
+			smooth = (orig / wavelen - low) / (high - low);
+			out[i] = (float)(1.0 / ((1 - smooth) / factor +
+			    smooth));
+		}
+	}
+}
+
 static int
 synth_tensors(struct gguf_writer *w, const struct synth_opts *o,
-    struct synth_gen *gens, float *row)
+    struct synth_gen *gens, float *row, float *freqs)
 {
 	uint64_t hd = o->embd / o->heads, kvd = hd * o->kv_heads;
+	bool bias = strcmp(o->arch, "qwen2") == 0;
 	struct {
 		const char *fmt;
 		uint32_t n_dims;
 		uint64_t ne0, ne1;
+		bool random;	/* a random vector (bias), not ones */
 	} per_layer[] = {
-		{ "blk.%" PRIu32 ".attn_norm.weight", 1, o->embd, 1 },
-		{ "blk.%" PRIu32 ".attn_q.weight", 2, o->embd, o->embd },
-		{ "blk.%" PRIu32 ".attn_k.weight", 2, o->embd, kvd },
-		{ "blk.%" PRIu32 ".attn_v.weight", 2, o->embd, kvd },
-		{ "blk.%" PRIu32 ".attn_output.weight", 2, o->embd, o->embd },
-		{ "blk.%" PRIu32 ".ffn_norm.weight", 1, o->embd, 1 },
-		{ "blk.%" PRIu32 ".ffn_gate.weight", 2, o->embd, o->ff },
-		{ "blk.%" PRIu32 ".ffn_up.weight", 2, o->embd, o->ff },
-		{ "blk.%" PRIu32 ".ffn_down.weight", 2, o->ff, o->embd },
+		{ "blk.%" PRIu32 ".attn_norm.weight", 1, o->embd, 1, false },
+		{ "blk.%" PRIu32 ".attn_q.weight", 2, o->embd, o->embd, false },
+		{ "blk.%" PRIu32 ".attn_k.weight", 2, o->embd, kvd, false },
+		{ "blk.%" PRIu32 ".attn_v.weight", 2, o->embd, kvd, false },
+		{ "blk.%" PRIu32 ".attn_output.weight", 2, o->embd, o->embd,
+		    false },
+		{ "blk.%" PRIu32 ".ffn_norm.weight", 1, o->embd, 1, false },
+		{ "blk.%" PRIu32 ".ffn_gate.weight", 2, o->embd, o->ff, false },
+		{ "blk.%" PRIu32 ".ffn_up.weight", 2, o->embd, o->ff, false },
+		{ "blk.%" PRIu32 ".ffn_down.weight", 2, o->ff, o->embd, false },
+		{ "blk.%" PRIu32 ".attn_q.bias", 1, o->embd, 1, true },
+		{ "blk.%" PRIu32 ".attn_k.bias", 1, kvd, 1, true },
+		{ "blk.%" PRIu32 ".attn_v.bias", 1, kvd, 1, true },
 	};
-	const size_t n_per = sizeof(per_layer) / sizeof(per_layer[0]);
+	const size_t n_per = sizeof(per_layer) / sizeof(per_layer[0]) -
+	    (bias ? 0 : 3);
+	int ret;
+
+	if (o->rope_freqs) {
+		struct synth_gen *g = &gens[2 + (size_t)o->layers * n_per + 1];
+		uint64_t ne[2] = { hd / 2, 1 };
+
+		synth_llama3_freqs(freqs, hd, o->rope_base);
+		*g = (struct synth_gen){ .type = CP_T_F32, .fixed = freqs,
+		    .row = row, .n = (size_t)(hd / 2) };
+		if ((ret = gguf_writer_add_tensor_gen(w, "rope_freqs.weight",
+		    CP_T_F32, 1, ne, synth_row, g)) < 0) {
+			fprintf(stderr, "cpmodel synth: tensor rope_freqs: "
+			    "%s\n", strerror(-ret));
+			return ret;
+		}
+	}
 	char name[GGUF_MAX_NAME_LEN];
 	uint64_t ne[2];
-	int n = 0, ret;
+	int n = 0;
+	bool random = false;
 
 	for (uint64_t i = 0; i < 2 + (uint64_t)o->layers * n_per +
 	    (o->tied ? 0 : 1); i++) {
@@ -576,6 +648,7 @@ synth_tensors(struct gguf_writer *w, const struct synth_opts *o,
 			n_dims = per_layer[k].n_dims;
 			ne[0] = per_layer[k].ne0;
 			ne[1] = per_layer[k].ne1;
+			random = per_layer[k].random;
 		} else if (i == (uint64_t)o->layers * n_per + 1) {
 			snprintf(name, sizeof(name), "output_norm.weight");
 			n_dims = 1;
@@ -588,8 +661,9 @@ synth_tensors(struct gguf_writer *w, const struct synth_opts *o,
 			ne[1] = o->vocab;
 		}
 		rng_init(&g->rng, o->seed, i);
-		g->ones = n_dims == 1;
-		g->type = g->ones ? CP_T_F32 : o->type;
+		g->ones = n_dims == 1 && !random;
+		g->type = n_dims == 1 ? CP_T_F32 : o->type;
+		random = false;
 		g->std = o->std;
 		g->row = row;
 		g->n = (size_t)ne[0];
@@ -604,31 +678,50 @@ synth_tensors(struct gguf_writer *w, const struct synth_opts *o,
 	return n;
 }
 
+/* "<arch>.key" = v. */
+static int
+synth_key_u32(struct gguf_writer *w, const struct synth_opts *o,
+    const char *key, uint32_t v)
+{
+	char k[96];
+
+	snprintf(k, sizeof(k), "%s.%s", o->arch, key);
+	return gguf_writer_set_u32(w, k, v);
+}
+
+static int
+synth_key_f32(struct gguf_writer *w, const struct synth_opts *o,
+    const char *key, float v)
+{
+	char k[96];
+
+	snprintf(k, sizeof(k), "%s.%s", o->arch, key);
+	return gguf_writer_set_f32(w, k, v);
+}
+
 static int
 synth_keys(struct gguf_writer *w, const struct synth_opts *o,
     uint32_t file_type)
 {
 	int ret;
 
-	if ((ret = gguf_writer_set_str(w, "general.architecture", "llama")) < 0 ||
+	if ((ret = gguf_writer_set_str(w, "general.architecture",
+	    o->arch)) < 0 ||
 	    (ret = gguf_writer_set_str(w, "general.name", o->name)) < 0 ||
 	    (ret = gguf_writer_set_u32(w, "general.file_type", file_type)) < 0 ||
-	    (ret = gguf_writer_set_u32(w, "llama.context_length", o->ctx)) < 0 ||
-	    (ret = gguf_writer_set_u32(w, "llama.embedding_length",
-	    o->embd)) < 0 ||
-	    (ret = gguf_writer_set_u32(w, "llama.block_count", o->layers)) < 0 ||
-	    (ret = gguf_writer_set_u32(w, "llama.feed_forward_length",
-	    o->ff)) < 0 ||
-	    (ret = gguf_writer_set_u32(w, "llama.attention.head_count",
+	    (ret = synth_key_u32(w, o, "context_length", o->ctx)) < 0 ||
+	    (ret = synth_key_u32(w, o, "embedding_length", o->embd)) < 0 ||
+	    (ret = synth_key_u32(w, o, "block_count", o->layers)) < 0 ||
+	    (ret = synth_key_u32(w, o, "feed_forward_length", o->ff)) < 0 ||
+	    (ret = synth_key_u32(w, o, "attention.head_count",
 	    o->heads)) < 0 ||
-	    (ret = gguf_writer_set_u32(w, "llama.attention.head_count_kv",
+	    (ret = synth_key_u32(w, o, "attention.head_count_kv",
 	    o->kv_heads)) < 0 ||
-	    (ret = gguf_writer_set_f32(w, "llama.rope.freq_base",
-	    o->rope_base)) < 0 ||
-	    (ret = gguf_writer_set_u32(w, "llama.rope.dimension_count",
+	    (ret = synth_key_f32(w, o, "rope.freq_base", o->rope_base)) < 0 ||
+	    (ret = synth_key_u32(w, o, "rope.dimension_count",
 	    o->embd / o->heads)) < 0 ||
-	    (ret = gguf_writer_set_f32(w,
-	    "llama.attention.layer_norm_rms_epsilon", o->rms_eps)) < 0)
+	    (ret = synth_key_f32(w, o, "attention.layer_norm_rms_epsilon",
+	    o->rms_eps)) < 0)
 		return ret;
 	if (file_type != 0 && file_type != 1 && file_type != 32 &&
 	    (ret = gguf_writer_set_u32(w, "general.quantization_version",
@@ -641,13 +734,14 @@ int
 cmd_synth(int argc, char **argv)
 {
 	struct synth_opts o = {
-		.name = "synth", .rope_base = 10000.0f, .rms_eps = 1e-5f,
+		.name = "synth", .arch = "llama", .rope_base = 10000.0f,
+		.rms_eps = 1e-5f,
 		.std = 0.02f, .type = CP_T_F32, .seed = 1,
 	};
 	struct gguf_writer *w = NULL;
 	struct synth_gen *gens = NULL;
 	struct cp_err e = { 0, "" };
-	float *row = NULL;
+	float *row = NULL, *freqs = NULL;
 	uint32_t file_type = 0;
 	int ret, rc = 1;
 
@@ -670,27 +764,29 @@ cmd_synth(int argc, char **argv)
 	} else if (synth_vocab(w, &o) < 0) {
 		goto nomem;
 	}
-	if (gguf_writer_set_u32(w, "llama.vocab_size", o.vocab) < 0)
+	if (synth_key_u32(w, &o, "vocab_size", o.vocab) < 0)
 		goto nomem;
-	if ((gens = calloc(3 + (size_t)o.layers * 9, sizeof(*gens))) == NULL ||
+	if ((gens = calloc(4 + (size_t)o.layers * 12, sizeof(*gens))) == NULL ||
 	    (row = malloc((o.ff > o.embd ? o.ff : o.embd) * sizeof(*row))) ==
-	    NULL)
+	    NULL || (freqs = calloc(o.embd / o.heads / 2 + 1,
+	    sizeof(*freqs))) == NULL)
 		goto nomem;
-	if (synth_tensors(w, &o, gens, row) < 0)
+	if (synth_tensors(w, &o, gens, row, freqs) < 0)
 		goto out;
 	if ((ret = gguf_writer_write(w, o.out, &e)) < 0) {
 		fprintf(stderr, "cpmodel synth: %s\n", e.msg);
 		goto out;
 	}
-	printf("%s: llama, %" PRIu32 " layers, embd %" PRIu32 ", heads %"
+	printf("%s: %s, %" PRIu32 " layers, embd %" PRIu32 ", heads %"
 	    PRIu32 "/%" PRIu32 ", ff %" PRIu32 ", vocab %" PRIu32 ", %s%s\n",
-	    o.out, o.layers, o.embd, o.heads, o.kv_heads, o.ff, o.vocab,
+	    o.out, o.arch, o.layers, o.embd, o.heads, o.kv_heads, o.ff, o.vocab,
 	    ttype_name(o.type), o.tied ? ", tied" : "");
 	rc = 0;
 	goto out;
 nomem:
 	fputs("cpmodel synth: out of memory\n", stderr);
 out:
+	free(freqs);
 	free(row);
 	free(gens);
 	gguf_writer_free(w);
