@@ -71,15 +71,49 @@ struct cuda_mat {
 	int rows, cols, ld;
 };
 
+/* A layer on the device; the optional vectors are NULL as in the model. */
 struct cuda_layer {
 	float *attn_norm;		/* [n_embd] */
 	float *ffn_norm;		/* [n_embd] */
+	float *bq, *bk, *bv;		/* [qd], [kvd], [kvd] */
+	float *q_norm, *k_norm;		/* [head_dim] */
+	float *post_attn_norm;		/* [n_embd] */
+	float *post_ffn_norm;		/* [n_embd] */
 	struct cuda_mat wq;		/* [n_head * head_dim, n_embd] */
 	struct cuda_mat wk, wv;		/* [n_head_kv * head_dim, n_embd] */
 	struct cuda_mat wo;		/* [n_embd, n_head * head_dim] */
 	struct cuda_mat w_gate, w_up;	/* [n_ff, n_embd] */
 	struct cuda_mat w_down;		/* [n_embd, n_ff] */
 };
+
+/*
+ * The layer's matrices, each once: the model's and the device's member,
+ * for the plan, the upload and the widest product input.
+ */
+#define CUDA_N_MATS 7
+static const struct {
+	size_t host, dev;
+} cuda_mats[CUDA_N_MATS] = {
+#define CUDA_MAT(f) { offsetof(struct model_layer, f), \
+	offsetof(struct cuda_layer, f) }
+	CUDA_MAT(wq), CUDA_MAT(wk), CUDA_MAT(wv), CUDA_MAT(wo),
+	CUDA_MAT(w_gate), CUDA_MAT(w_up), CUDA_MAT(w_down),
+#undef CUDA_MAT
+};
+
+/* Matrix i of cuda_mats in the model's layer l and in the device's cl. */
+static const struct model_tensor *
+cuda_host_mat(const struct model_layer *l, int i)
+{
+	return (const struct model_tensor *)(const void *)
+	    ((const char *)l + cuda_mats[i].host);
+}
+
+static struct cuda_mat *
+cuda_dev_mat(struct cuda_layer *cl, int i)
+{
+	return (struct cuda_mat *)(void *)((char *)cl + cuda_mats[i].dev);
+}
 
 /*
  * Step metadata, int32, in page-locked memory (h_meta) and on the device
@@ -102,7 +136,8 @@ struct cuda_layer {
  *	gate, up [Tp, n_ff]
  *	tmp	[Tp, n_embd]		output of wo and w_down
  *	logits	[Sp, n_vocab]
- *	rope	[n_ctx, n_rot]		cos, sin of every position's pairs
+ *	rope	[n_rope][n_ctx, n_rot]	cos, sin of every position's pairs,
+ *					for each RoPE variant
  */
 struct cuda_ctx {
 	struct cu_stream *st;
@@ -260,24 +295,20 @@ cuda_probe(struct cp_err *e)
 }
 
 /*
- * The CUDA layer is llama's (rope_freqs included: they are in the RoPE
- * table); the other families' parts run on the CPU backend for now.  With
- * e NULL ("auto" asking) the reason is logged.
+ * Every family's layer runs here; attention keeps a query head in shared
+ * memory, up to CU_ATT_MAX_HEAD_DIM values.  With e NULL ("auto" asking)
+ * the reason is logged.
  */
 static int
 cuda_supports(const struct model *m, struct cp_err *e)
 {
-	const char *what;
-
-	if (!model_beyond_llama(m, &what))
+	if (m->hp.head_dim <= CU_ATT_MAX_HEAD_DIM)
 		return 0;
 	if (e == NULL)
-		cuda_log("%s models use %s, which this backend does not run "
-		    "yet; trying the next backend",
-		    model_arch_name(m->hp.arch), what);
-	return cp_err_set(e, -ENOTSUP, "cuda backend: %s models use %s, "
-	    "which it does not run yet (the cpu backend does)",
-	    model_arch_name(m->hp.arch), what);
+		cuda_log("head size %d is above this backend's %d; trying the "
+		    "next backend", m->hp.head_dim, CU_ATT_MAX_HEAD_DIM);
+	return cp_err_set(e, -ENOTSUP, "cuda backend: head size %d is above "
+	    "its %d", m->hp.head_dim, CU_ATT_MAX_HEAD_DIM);
 }
 
 /* ---- memory plan ------------------------------------------------------ */
@@ -323,8 +354,30 @@ cuda_carve(size_t *used, size_t n)
 	return off;
 }
 
+/*
+ * Floats of the model's vectors: each layer's norms, biases and head
+ * norms where it has them, and output_norm.
+ */
+static size_t
+cuda_vec_floats(const struct model *m)
+{
+	const struct model_hparams *hp = &m->hp;
+	size_t D = (size_t)hp->n_embd, hd = (size_t)hp->head_dim, n = D;
+	size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd;
+
+	for (int il = 0; il < hp->n_layer; il++) {
+		const struct model_layer *l = &m->layers[il];
+
+		n += 2 * D + (l->bq ? qd : 0) + (l->bk ? kvd : 0) +
+		    (l->bv ? kvd : 0) + (l->q_norm ? hd : 0) +
+		    (l->k_norm ? hd : 0) + (l->post_attn_norm ? D : 0) +
+		    (l->post_ffn_norm ? D : 0);
+	}
+	return n;
+}
+
 struct cuda_plan {
-	size_t norm_off;	/* (2 * n_layer + 1) norms of n_embd floats */
+	size_t vec_off;		/* the F32 vectors (cuda_vec_floats()) */
 	size_t x, xn, xh, q, k, v, att, gate, up, tmp, logits, meta, rope;
 };
 
@@ -342,7 +395,6 @@ cuda_plan(struct backend *be, struct cuda_plan *pl)
 	size_t kvd = (size_t)hp->n_head_kv * (size_t)hp->head_dim;
 	size_t F = (size_t)hp->n_ff, arena = 0, used = 0, xh_ld = 0, es = 2;
 	size_t per_seq, cap;
-	struct cuda_mat *mats[7];
 	int il, i;
 
 	memset(pl, 0, sizeof(*pl));
@@ -355,24 +407,13 @@ cuda_plan(struct backend *be, struct cuda_plan *pl)
 		const struct model_layer *l = &m->layers[il];
 		struct cuda_layer *cl = &c->layers[il];
 
-		cuda_mat_plan(&cl->wq, &l->wq, &arena);
-		cuda_mat_plan(&cl->wk, &l->wk, &arena);
-		cuda_mat_plan(&cl->wv, &l->wv, &arena);
-		cuda_mat_plan(&cl->wo, &l->wo, &arena);
-		cuda_mat_plan(&cl->w_gate, &l->w_gate, &arena);
-		cuda_mat_plan(&cl->w_up, &l->w_up, &arena);
-		cuda_mat_plan(&cl->w_down, &l->w_down, &arena);
-		mats[0] = &cl->wq;
-		mats[1] = &cl->wk;
-		mats[2] = &cl->wv;
-		mats[3] = &cl->wo;
-		mats[4] = &cl->w_gate;
-		mats[5] = &cl->w_up;
-		mats[6] = &cl->w_down;
-		for (i = 0; i < 7; i++) {
-			if ((size_t)mats[i]->ld > xh_ld)
-				xh_ld = (size_t)mats[i]->ld;
-			if (mats[i]->dt == CU_F32)
+		for (i = 0; i < CUDA_N_MATS; i++) {
+			struct cuda_mat *mt = cuda_dev_mat(cl, i);
+
+			cuda_mat_plan(mt, cuda_host_mat(l, i), &arena);
+			if ((size_t)mt->ld > xh_ld)
+				xh_ld = (size_t)mt->ld;
+			if (mt->dt == CU_F32)
 				es = 4;
 		}
 	}
@@ -380,9 +421,8 @@ cuda_plan(struct backend *be, struct cuda_plan *pl)
 		xh_ld = (size_t)c->output.ld;
 	if (c->output.dt == CU_F32)
 		es = 4;
-	pl->norm_off = arena;
-	arena += cuda_round((size_t)(2 * hp->n_layer + 1) * D * sizeof(float),
-	    CUDA_ALIGN);
+	pl->vec_off = arena;
+	arena += cuda_round(cuda_vec_floats(m) * sizeof(float), CUDA_ALIGN);
 	c->arena_bytes = arena;
 
 	c->tc = (int)cuda_round(T, 4);
@@ -407,7 +447,8 @@ cuda_plan(struct backend *be, struct cuda_plan *pl)
 	pl->tmp = cuda_carve(&used, Tp * D * 4);
 	pl->logits = cuda_carve(&used, Sp * V * 4);
 	pl->meta = cuda_carve(&used, c->meta_ints * 4);
-	pl->rope = cuda_carve(&used, (size_t)p->n_ctx * (size_t)hp->n_rot * 4);
+	pl->rope = cuda_carve(&used, (size_t)hp->n_rope * (size_t)p->n_ctx *
+	    (size_t)hp->n_rot * 4);
 	c->scratch_bytes = used;
 }
 
@@ -584,6 +625,48 @@ again:
 	return 0;
 }
 
+/*
+ * n floats of host vector h (NULL: none, *out NULL) to the next place at
+ * *next in the arena's vector part.
+ */
+static int
+cuda_vec(float **next, const float *h, size_t n, float **out)
+{
+	int rc;
+
+	*out = NULL;
+	if (h == NULL)
+		return 0;
+	if ((rc = cu_memcpy_htod_sync(*next, h, n * sizeof(float))) < 0)
+		return rc;
+	*out = *next;
+	*next += n;
+	return 0;
+}
+
+/* Layer l's norms, biases and head norms, in cuda_vec_floats()'s count. */
+static int
+cuda_upload_layer_vecs(const struct model *m, const struct model_layer *l,
+    struct cuda_layer *cl, float **next)
+{
+	const struct model_hparams *hp = &m->hp;
+	size_t D = (size_t)hp->n_embd, hd = (size_t)hp->head_dim;
+	size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd;
+	int rc;
+
+	if ((rc = cuda_vec(next, l->attn_norm, D, &cl->attn_norm)) < 0 ||
+	    (rc = cuda_vec(next, l->ffn_norm, D, &cl->ffn_norm)) < 0 ||
+	    (rc = cuda_vec(next, l->bq, qd, &cl->bq)) < 0 ||
+	    (rc = cuda_vec(next, l->bk, kvd, &cl->bk)) < 0 ||
+	    (rc = cuda_vec(next, l->bv, kvd, &cl->bv)) < 0 ||
+	    (rc = cuda_vec(next, l->q_norm, hd, &cl->q_norm)) < 0 ||
+	    (rc = cuda_vec(next, l->k_norm, hd, &cl->k_norm)) < 0 ||
+	    (rc = cuda_vec(next, l->post_attn_norm, D,
+	    &cl->post_attn_norm)) < 0)
+		return rc;
+	return cuda_vec(next, l->post_ffn_norm, D, &cl->post_ffn_norm);
+}
+
 static int
 cuda_upload_weights(struct backend *be, struct cuda_plan *pl,
     struct cp_err *e)
@@ -592,9 +675,8 @@ cuda_upload_weights(struct backend *be, struct cuda_plan *pl,
 	const struct model *m = be->model;
 	const struct model_hparams *hp = &m->hp;
 	struct cuda_upload up;
-	size_t D = (size_t)hp->n_embd;
-	float *norms = (void *)((char *)c->arena + pl->norm_off);
-	int il, rc, max_cols = hp->n_embd;
+	float *vecs = (void *)((char *)c->arena + pl->vec_off);
+	int il, i, rc, max_cols = hp->n_embd;
 
 	memset(&up, 0, sizeof(up));
 	if (hp->n_ff > max_cols)
@@ -629,31 +711,18 @@ cuda_upload_weights(struct backend *be, struct cuda_plan *pl,
 		const struct model_layer *l = &m->layers[il];
 		struct cuda_layer *cl = &c->layers[il];
 
-		if ((rc = cuda_upload_mat(be, &up, &l->wq, &cl->wq, e)) < 0 ||
-		    (rc = cuda_upload_mat(be, &up, &l->wk, &cl->wk, e)) < 0 ||
-		    (rc = cuda_upload_mat(be, &up, &l->wv, &cl->wv, e)) < 0 ||
-		    (rc = cuda_upload_mat(be, &up, &l->wo, &cl->wo, e)) < 0 ||
-		    (rc = cuda_upload_mat(be, &up, &l->w_gate, &cl->w_gate,
-		    e)) < 0 ||
-		    (rc = cuda_upload_mat(be, &up, &l->w_up, &cl->w_up,
-		    e)) < 0 ||
-		    (rc = cuda_upload_mat(be, &up, &l->w_down, &cl->w_down,
-		    e)) < 0)
-			goto out;
-		cl->attn_norm = norms + (size_t)(2 * il) * D;
-		cl->ffn_norm = norms + (size_t)(2 * il + 1) * D;
-		if ((rc = cu_memcpy_htod_sync(cl->attn_norm, l->attn_norm,
-		    D * sizeof(float))) < 0 ||
-		    (rc = cu_memcpy_htod_sync(cl->ffn_norm, l->ffn_norm,
-		    D * sizeof(float))) < 0) {
-			cp_err_set(e, rc, "cuda backend: upload of the norms "
+		for (i = 0; i < CUDA_N_MATS; i++)
+			if ((rc = cuda_upload_mat(be, &up, cuda_host_mat(l, i),
+			    cuda_dev_mat(cl, i), e)) < 0)
+				goto out;
+		if ((rc = cuda_upload_layer_vecs(m, l, cl, &vecs)) < 0) {
+			cp_err_set(e, rc, "cuda backend: upload of the vectors "
 			    "of layer %d failed", il);
 			goto out;
 		}
 	}
-	c->out_norm = norms + (size_t)(2 * hp->n_layer) * D;
-	if ((rc = cu_memcpy_htod_sync(c->out_norm, m->out_norm,
-	    D * sizeof(float))) < 0) {
+	if ((rc = cuda_vec(&vecs, m->out_norm, (size_t)hp->n_embd,
+	    &c->out_norm)) < 0) {
 		cp_err_set(e, rc, "cuda backend: upload of output_norm failed");
 		goto out;
 	}
@@ -666,14 +735,15 @@ out:
 	return rc;
 }
 
-/* The RoPE table [n_ctx, n_rot], computed on the host in chunks. */
+/* The RoPE tables [n_ctx, n_rot] of each variant, computed on the host. */
 static int
 cuda_upload_rope(struct backend *be, struct cp_err *e)
 {
 	struct cuda_ctx *c = be->ctx;
 	const struct model_hparams *hp = &be->model->hp;
-	size_t row = (size_t)hp->n_rot * sizeof(float), per;
-	int n_ctx = be->params.n_ctx, p0, p, n, rc;
+	size_t row = (size_t)hp->n_rot * sizeof(float), per, at;
+	int n_ctx = be->params.n_ctx, p0, p, n, rc = 0, r;
+	struct model_rope v;
 	float *stage;
 
 	if (hp->n_rot == 0)
@@ -682,17 +752,21 @@ cuda_upload_rope(struct backend *be, struct cp_err *e)
 		return cp_err_set(e, rc, "cuda backend: cannot allocate %u MiB "
 		    "of page-locked host memory", CUDA_STAGE_BYTES >> 20);
 	per = CUDA_STAGE_BYTES / row;
-	for (p0 = 0; p0 < n_ctx; p0 += n) {
-		n = n_ctx - p0;
-		if ((size_t)n > per)
-			n = (int)per;
-		for (p = 0; p < n; p++)
-			model_rope_row(stage + (size_t)p * (size_t)hp->n_rot,
-			    p0 + p, hp);
-		if ((rc = cu_memcpy_htod(c->st, (char *)c->rope +
-		    (size_t)p0 * row, stage, (size_t)n * row)) < 0 ||
-		    (rc = cu_stream_sync(c->st)) < 0)
-			break;
+	for (r = 0; r < hp->n_rope && rc == 0; r++) {
+		v = model_rope_for_ctx(be->model, r, n_ctx);
+		at = (size_t)r * (size_t)n_ctx * row;
+		for (p0 = 0; p0 < n_ctx; p0 += n) {
+			n = n_ctx - p0;
+			if ((size_t)n > per)
+				n = (int)per;
+			for (p = 0; p < n; p++)
+				model_rope_cs(stage + (size_t)p *
+				    (size_t)hp->n_rot, p0 + p, &v, hp->n_rot);
+			if ((rc = cu_memcpy_htod(c->st, (char *)c->rope + at +
+			    (size_t)p0 * row, stage, (size_t)n * row)) < 0 ||
+			    (rc = cu_stream_sync(c->st)) < 0)
+				break;
+		}
 	}
 	cu_host_free(stage);
 	if (rc < 0)
@@ -851,7 +925,7 @@ cuda_init(struct backend *be, struct cp_err *e)
 	c->kv.block_tokens = kp->block_tokens;
 	c->kv.kv_dim = kp->kv_dim;
 	c->round_q = kv_elem_bytes(be->kv) == 2;
-	c->att_scale = 1.0f / sqrtf((float)hp->head_dim);
+	c->att_scale = hp->kq_scale;
 	cuda_count_types(c, hp->n_layer, n_dt);
 	(void)cu_mem_info(&free_b, &total_b);
 	cuda_log("%s (sm_%d%d): weights %.1f MiB (matrices: %d F32, %d F16, "
@@ -933,15 +1007,37 @@ cuda_mm(struct cuda_ctx *c, const struct cuda_mat *w, const float *x, int m,
 	    w->ld, m, y);
 }
 
+/*
+ * y = x + rmsnorm(t) with post (into xn first), or x + t without: the
+ * residual add after a product, with gemma's post norm where it has one.
+ */
+static int
+cuda_residual(struct cuda_ctx *c, const struct model_hparams *hp, int T,
+    const float *post)
+{
+	size_t nx = (size_t)T * (size_t)hp->n_embd;
+	int rc;
+
+	if (post == NULL)
+		return cu_add(c->st, c->x, c->tmp, nx);
+	if ((rc = cu_rmsnorm(c->st, c->tmp, NULL, T, hp->n_embd, post,
+	    hp->rms_eps, c->xn)) < 0)
+		return rc;
+	return cu_add(c->st, c->x, c->xn, nx);
+}
+
 static int
 cuda_layer(struct backend *be, const struct cu_step *st, int il)
 {
 	struct cuda_ctx *c = be->ctx;
 	const struct model_hparams *hp = &be->model->hp;
+	const struct model_layer *ml = &be->model->layers[il];
 	const struct cuda_layer *l = &c->layers[il];
+	const float *rope = c->rope + (size_t)ml->rope *
+	    (size_t)be->params.n_ctx * (size_t)hp->n_rot;
 	struct cu_kv kv = c->kv;
 	int T = st->n_tokens, rc;
-	size_t nx = (size_t)T * (size_t)hp->n_embd;
+	size_t nf = (size_t)T * (size_t)hp->n_ff;
 
 	kv.k_off = kv_block_offset(be->kv, 0, il, KV_K);
 	kv.v_off = kv_block_offset(be->kv, 0, il, KV_V);
@@ -951,23 +1047,27 @@ cuda_layer(struct backend *be, const struct cu_step *st, int il)
 	    (rc = cuda_mm(c, &l->wq, c->xn, T, c->q)) < 0 ||
 	    (rc = cuda_mm(c, &l->wk, c->xn, T, c->k)) < 0 ||
 	    (rc = cuda_mm(c, &l->wv, c->xn, T, c->v)) < 0 ||
+	    (rc = cu_qkv_prep(c->st, T, c->q, c->k, c->v, l->bq, l->bk, l->bv,
+	    l->q_norm, l->k_norm, hp->n_head, hp->n_head_kv, hp->head_dim,
+	    hp->rms_eps)) < 0 ||
 	    (rc = cu_rope_store(c->st, st, &kv, c->q, c->k, c->v, hp->n_head,
-	    hp->n_head_kv, hp->head_dim, hp->n_rot, c->rope,
-	    c->round_q)) < 0 ||
+	    hp->n_head_kv, hp->head_dim, hp->n_rot, hp->rope_neox, rope,
+	    hp->q_scale, c->round_q)) < 0 ||
 	    (rc = cu_attention(c->st, st, &kv, c->q, hp->n_head,
-	    hp->n_head_kv, hp->head_dim, c->att_scale, c->att)) < 0 ||
+	    hp->n_head_kv, hp->head_dim, c->att_scale, ml->window,
+	    hp->attn_softcap, c->att)) < 0 ||
 	    (rc = cuda_mm(c, &l->wo, c->att, T, c->tmp)) < 0 ||
-	    (rc = cu_add(c->st, c->x, c->tmp, nx)) < 0)
+	    (rc = cuda_residual(c, hp, T, l->post_attn_norm)) < 0)
 		return rc;
 	c->prep_x = NULL;
 	if ((rc = cu_rmsnorm(c->st, c->x, NULL, T, hp->n_embd, l->ffn_norm,
 	    hp->rms_eps, c->xn)) < 0 ||
 	    (rc = cuda_mm(c, &l->w_gate, c->xn, T, c->gate)) < 0 ||
 	    (rc = cuda_mm(c, &l->w_up, c->xn, T, c->up)) < 0 ||
-	    (rc = cu_swiglu(c->st, c->gate, c->up, (size_t)T *
-	    (size_t)hp->n_ff)) < 0 ||
+	    (rc = hp->act == ACT_GELU ? cu_geglu(c->st, c->gate, c->up, nf) :
+	    cu_swiglu(c->st, c->gate, c->up, nf)) < 0 ||
 	    (rc = cuda_mm(c, &l->w_down, c->gate, T, c->tmp)) < 0 ||
-	    (rc = cu_add(c->st, c->x, c->tmp, nx)) < 0)
+	    (rc = cuda_residual(c, hp, T, l->post_ffn_norm)) < 0)
 		return rc;
 	c->prep_x = NULL;
 	return 0;
@@ -992,7 +1092,9 @@ cuda_enqueue(struct backend *be, const struct step_batch *b, int n_out,
 	if ((rc = cu_memcpy_htod(c->st, c->d_meta, c->h_meta,
 	    meta_bytes)) < 0 ||
 	    (rc = cu_embed(c->st, c->tok_embd.d, c->tok_embd.dt,
-	    c->tok_embd.ld, hp->n_embd, d_tok, b->n_tokens, c->x)) < 0)
+	    c->tok_embd.ld, hp->n_embd, d_tok, b->n_tokens, c->x)) < 0 ||
+	    (hp->embd_scale != 1.0f && (rc = cu_scale(c->st, c->x,
+	    hp->embd_scale, (size_t)b->n_tokens * (size_t)hp->n_embd)) < 0))
 		return rc;
 	for (il = 0; il < hp->n_layer; il++)
 		if ((rc = cuda_layer(be, &st, il)) < 0)
@@ -1002,6 +1104,8 @@ cuda_enqueue(struct backend *be, const struct step_batch *b, int n_out,
 	if ((rc = cu_rmsnorm(c->st, c->x, d_lrows, n_out, hp->n_embd,
 	    c->out_norm, hp->rms_eps, c->xn)) < 0 ||
 	    (rc = cuda_mm(c, &c->output, c->xn, n_out, c->logits)) < 0 ||
+	    (rc = cu_softcap(c->st, c->logits, hp->final_softcap,
+	    (size_t)n_out * (size_t)hp->n_vocab)) < 0 ||
 	    (rc = cu_memcpy_dtoh(c->st, c->h_logits, c->logits,
 	    (size_t)n_out * (size_t)hp->n_vocab * sizeof(float))) < 0)
 		return rc;

@@ -861,36 +861,3 @@ model_rope_for_ctx(const struct model *m, int r, int n_ctx)
 		v.freqs = m->rope_long;
 	return v;
 }
-
-bool
-model_beyond_llama(const struct model *m, const char **what)
-{
-	const struct model_hparams *hp = &m->hp;
-	const char *w = NULL;
-
-	if (hp->rope_neox)
-		w = "NEOX RoPE";
-	else if (hp->n_rope > 1 || hp->rope[0].ext_factor != 0.0f ||
-	    hp->rope[0].attn_factor != 1.0f || m->rope_long != NULL)
-		w = "RoPE variants";
-	else if (hp->act != ACT_SILU)
-		w = "GELU";
-	else if (hp->embd_scale != 1.0f || hp->q_scale != 0.0f ||
-	    hp->attn_softcap != 0.0f || hp->final_softcap != 0.0f)
-		w = "scalings or soft-capping";
-	for (int il = 0; w == NULL && il < hp->n_layer; il++) {
-		const struct model_layer *l = &m->layers[il];
-
-		if (l->bq != NULL || l->bk != NULL || l->bv != NULL)
-			w = "attention biases";
-		else if (l->q_norm != NULL || l->k_norm != NULL)
-			w = "Q/K norms";
-		else if (l->post_attn_norm != NULL || l->post_ffn_norm != NULL)
-			w = "post norms";
-		else if (l->window != 0)
-			w = "sliding-window attention";
-	}
-	if (what != NULL)
-		*what = w;
-	return w != NULL;
-}

@@ -198,13 +198,6 @@ void model_rope_cs(float *cs, int pos, const struct model_rope *r, int n_rot);
 struct model_rope model_rope_for_ctx(const struct model *m, int r,
     int n_ctx);
 
-/*
- * Whether the model uses anything beyond the plain llama layer (biases,
- * Q/K norms, post norms, GELU, NEOX RoPE, several RoPE variants, windows,
- * scalings, soft-capping): backends that run only that layer refuse the
- * others.  *what names the first such feature when it returns true.
- */
-bool model_beyond_llama(const struct model *m, const char **what);
 
 /* Bytes of all weights the model uses (a tied tok_embd counted once). */
 uint64_t model_weight_bytes(const struct model *m);

@@ -42,7 +42,7 @@
 Suite *cuda_backend_suite(void);
 Suite *cuda_backend_nodev_suite(void);
 
-#define MAX_IDS 256
+#define MAX_IDS 704
 
 /* ---- a model on a backend --------------------------------------------- */
 
@@ -126,6 +126,7 @@ struct vs_case {
 	const char *file;
 	double tol;		/* logprob tolerance */
 	bool exact;		/* the argmax must be the CPU's */
+	int n_prompt;		/* prompt length, 0: 100 */
 };
 
 /*
@@ -137,24 +138,35 @@ struct vs_case {
  * are F32 files.
  */
 static const struct vs_case vs_cases[] = {
-	{ "aidreams260K.gguf", 1e-2, true },
-	{ "stories260K-plctlab.gguf", 2e-2, true },
-	{ "synth/synth-tiny-F32.gguf", 1e-2, true },
-	{ "synth/synth-tiny-F16.gguf", 2e-2, false },
-	{ "synth/synth-tiny-BF16.gguf", 0.1, false },
-	{ "synth/synth-tiny-Q8_0.gguf", 0.35, false },
-	{ "synth/synth-tiny-Q4_0.gguf", 0.35, false },
-	{ "synth/synth-tiny-Q4_1.gguf", 0.35, false },
-	{ "synth/synth-tiny-Q5_0.gguf", 0.35, false },
-	{ "synth/synth-tiny-Q5_1.gguf", 0.35, false },
-	{ "synth/synth-tiny-Q2_K.gguf", 0.35, false },
-	{ "synth/synth-tiny-Q3_K_M.gguf", 0.35, false },
-	{ "synth/synth-tiny-Q4_K_M.gguf", 0.35, false },
-	{ "synth/synth-tiny-Q5_K_M.gguf", 0.35, false },
-	{ "synth/synth-tiny-Q6_K.gguf", 0.35, false },
-	{ "synth/synth-gqa-F16.gguf", 2e-2, false },
-	{ "synth/synth-gqa-Q8_0.gguf", 0.35, false },
-	{ "synth/synth-gqa-Q4_0.gguf", 0.35, false },
+	{ "aidreams260K.gguf", 1e-2, true, 0 },
+	{ "stories260K-plctlab.gguf", 2e-2, true, 0 },
+	{ "synth/synth-tiny-F32.gguf", 1e-2, true, 0 },
+	{ "synth/synth-tiny-F16.gguf", 2e-2, false, 0 },
+	{ "synth/synth-tiny-BF16.gguf", 0.1, false, 0 },
+	{ "synth/synth-tiny-Q8_0.gguf", 0.35, false, 0 },
+	{ "synth/synth-tiny-Q4_0.gguf", 0.35, false, 0 },
+	{ "synth/synth-tiny-Q4_1.gguf", 0.35, false, 0 },
+	{ "synth/synth-tiny-Q5_0.gguf", 0.35, false, 0 },
+	{ "synth/synth-tiny-Q5_1.gguf", 0.35, false, 0 },
+	{ "synth/synth-tiny-Q2_K.gguf", 0.35, false, 0 },
+	{ "synth/synth-tiny-Q3_K_M.gguf", 0.35, false, 0 },
+	{ "synth/synth-tiny-Q4_K_M.gguf", 0.35, false, 0 },
+	{ "synth/synth-tiny-Q5_K_M.gguf", 0.35, false, 0 },
+	{ "synth/synth-tiny-Q6_K.gguf", 0.35, false, 0 },
+	{ "synth/synth-gqa-F16.gguf", 2e-2, false, 0 },
+	{ "synth/synth-gqa-Q8_0.gguf", 0.35, false, 0 },
+	{ "synth/synth-gqa-Q4_0.gguf", 0.35, false, 0 },
+	/*
+	 * Every family, the prompt past the sliding windows (256, 400);
+	 * tests/gpu/run.sh carries the Q8_0 files.
+	 */
+	{ "arch/arch-llama31-Q8_0.gguf", 0.35, false, 640 },
+	{ "arch/arch-qwen2-Q8_0.gguf", 0.35, false, 640 },
+	{ "arch/arch-qwen3-Q8_0.gguf", 0.35, false, 640 },
+	{ "arch/arch-phi3-Q8_0.gguf", 0.35, false, 640 },
+	{ "arch/arch-gemma-Q8_0.gguf", 0.35, false, 640 },
+	{ "arch/arch-gemma2-Q8_0.gguf", 0.35, false, 640 },
+	{ "arch/arch-gemma3-Q8_0.gguf", 0.35, false, 640 },
 };
 
 /*
@@ -214,10 +226,14 @@ START_TEST(test_vs_cpu)
 
 	if (!load(&m, vc->file))
 		return;
+	if (vc->n_prompt > 0)
+		p.n_ctx = 1024;
 	rig_on(&rc, m, "cpu", &p);
 	rig_on(&rg, m, "cuda", &p);
 	nv = rc.n_vocab;
-	np = m->hp.n_ctx_train - 16 < 100 ? m->hp.n_ctx_train - 16 : 100;
+	np = vc->n_prompt > 0 ? vc->n_prompt : 100;
+	if (np > m->hp.n_ctx_train - 16)
+		np = m->hp.n_ctx_train - 16;
 	ck_assert_int_gt(np, 8);
 	make_prompt(ids, np, nv, 1234u + (unsigned)_i);
 	lc = malloc((size_t)nv * sizeof(float));
@@ -358,7 +374,7 @@ END_TEST
 START_TEST(test_kv_f32_vs_cpu)
 {
 	static const struct vs_case vc = { "synth/synth-tiny-F16.gguf", 2e-2,
-	    false };
+	    false, 0 };
 	struct be_params p = params(64, 1);
 	struct model *m;
 	struct rig rc, rg;

@@ -821,7 +821,8 @@ START_TEST(test_rope_store)
 	d_rope = dcopy(cs, (size_t)(g.max_pos + 1) * (size_t)(c->n_rot ?
 	    c->n_rot : 1) * sizeof(float));
 	ck_assert_int_eq(cu_rope_store(g_st, &g.st, &g.kv, d_q, d_k, d_v,
-	    c->n_head, c->n_head_kv, c->hd, c->n_rot, d_rope, c->round_q), 0);
+	    c->n_head, c->n_head_kv, c->hd, c->n_rot, false, d_rope, 0.0f,
+	    c->round_q), 0);
 	sync_ok();
 
 	snprintf(what, sizeof(what), "%s: q", tag);
@@ -984,7 +985,7 @@ START_TEST(test_attention)
 	d_q = dcopy(q, qb);
 	d_out = dmalloc(qb);
 	ck_assert_int_eq(cu_attention(g_st, &g.st, &g.kv, d_q, c->n_head,
-	    c->n_head_kv, c->hd, scale, d_out), 0);
+	    c->n_head_kv, c->hd, scale, 0, 0.0f, d_out), 0);
 	sync_ok();
 	got = hmalloc(qb);
 	dtoh(got, d_out, qb);
@@ -1016,7 +1017,7 @@ START_TEST(test_attention)
 		st1.blk = g.d_blk + row;
 		ck_assert_int_eq(cu_attention(g_st, &st1, &g.kv, d_q +
 		    (size_t)row * g.qd, c->n_head, c->n_head_kv, c->hd, scale,
-		    d_one), 0);
+		    0, 0.0f, d_one), 0);
 		sync_ok();
 		dtoh(one, d_one, (size_t)g.qd * sizeof(float));
 		snprintf(what, sizeof(what), "attention row %d of %d alone, "
@@ -1308,50 +1309,57 @@ START_TEST(test_args)
 	/* kv: 2 KV heads of 64.  n_rot odd, > head_dim, negative; kv_dim
 	 * != n_head_kv * head_dim; no heads; head_dim 0. */
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 4, 2, 64, 63,
-	    f, true), E);
+	    false, f, 0.0f, true), E);
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 4, 2, 64, 66,
-	    f, true), E);
+	    false, f, 0.0f, true), E);
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 4, 2, 64, -2,
-	    f, true), E);
+	    false, f, 0.0f, true), E);
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 4, 4, 64, 64,
-	    f, true), E);
+	    false, f, 0.0f, true), E);
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 0, 2, 64, 64,
-	    f, true), E);
+	    false, f, 0.0f, true), E);
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 4, 2, 0, 0,
-	    f, true), E);
+	    false, f, 0.0f, true), E);
 	/* No BF16 cache, in either kernel. */
 	kv.dt = CU_BF16;
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 4, 2, 64, 64,
-	    f, true), E);
-	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 2, 64, 0.1f, f), E);
+	    false, f, 0.0f, true), E);
+	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 2, 64, 0.1f, 0, 0.0f,
+	    f), E);
 	kv.dt = CU_F16;
 	/* Negative and zero rows. */
 	st.n_tokens = -1;
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 4, 2, 64, 64,
-	    f, true), E);
-	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 2, 64, 0.1f, f), E);
+	    false, f, 0.0f, true), E);
+	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 2, 64, 0.1f, 0, 0.0f,
+	    f), E);
 	st.n_tokens = 0;
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 4, 2, 64, 64,
-	    f, true), 0);
-	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 2, 64, 0.1f, f), 0);
+	    false, f, 0.0f, true), 0);
+	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 2, 64, 0.1f, 0, 0.0f,
+	    f), 0);
 	st.n_tokens = 1;
 	/* Heads that do not group, no KV heads, head_dim 0 and past the
 	 * kernel's limit, more heads than a grid's y, no block tokens. */
-	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 5, 2, 64, 0.1f, f), E);
-	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 0, 64, 0.1f, f), E);
+	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 5, 2, 64, 0.1f, 0, 0.0f,
+	    f), E);
+	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 0, 64, 0.1f, 0, 0.0f,
+	    f), E);
 	kv.kv_dim = 0;
-	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 2, 2, 0, 0.1f, f), E);
+	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 2, 2, 0, 0.1f, 0, 0.0f,
+	    f), E);
 	kv.kv_dim = 2 * (CU_ATT_MAX_HEAD_DIM + 2);
 	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 2, 2,
-	    CU_ATT_MAX_HEAD_DIM + 2, 0.1f, f), E);
+	    CU_ATT_MAX_HEAD_DIM + 2, 0.1f, 0, 0.0f, f), E);
 	kv.kv_dim = 65536 * 2;
 	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 65536, 65536, 2, 0.1f,
-	    f), E);
+	    0, 0.0f, f), E);
 	kv.kv_dim = 128;
 	kv.block_tokens = 0;
-	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 2, 64, 0.1f, f), E);
+	ck_assert_int_eq(cu_attention(NULL, &st, &kv, f, 4, 2, 64, 0.1f, 0, 0.0f,
+	    f), E);
 	ck_assert_int_eq(cu_rope_store(NULL, &st, &kv, f, f, f, 4, 2, 64, 64,
-	    f, true), E);
+	    false, f, 0.0f, true), E);
 
 	ck_assert_int_eq(cu_swiglu(NULL, NULL, NULL, 0), 0);
 	ck_assert_int_eq(cu_add(NULL, NULL, NULL, 0), 0);

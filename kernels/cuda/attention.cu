@@ -2,8 +2,9 @@
 // (cuda_ops.h, cu_attention()).
 //
 // One thread block per (row, query head).  The block walks the row's
-// positions 0..pos in tiles of ATT_THREADS positions, in position order,
-// starting at 0 for every row, reading K and V through the sequence's
+// positions lo..pos in tiles of ATT_THREADS positions, in position order,
+// starting at lo (0, or the first position of the row's window), reading
+// K and V through the sequence's
 // block table.  Per tile: each thread computes the score of one position
 // (q . k summed over head_dim in order, times scale); the tile's maximum
 // and the sum of exp(score - max) come from fixed-order block reductions;
@@ -26,7 +27,8 @@ attention_kernel(const int32_t *__restrict__ pos_of,
     const int32_t *__restrict__ blk_of, const int32_t *__restrict__ blocks,
     const unsigned char *__restrict__ kv_base, size_t block_bytes,
     size_t k_off, size_t v_off, int bt, int kvd, const float *__restrict__ q,
-    int n_head, int group, int hd, float scale, float *__restrict__ out)
+    int n_head, int group, int hd, float scale, int window, float softcap,
+    float *__restrict__ out)
 {
 	__shared__ float sq[CU_ATT_MAX_HEAD_DIM];	// the query head
 	__shared__ float sp[ATT_THREADS];		// the tile's exp(s - m)
@@ -40,6 +42,7 @@ attention_kernel(const int32_t *__restrict__ pos_of,
 	float *o = out + (size_t)r * qd + (size_t)h * (size_t)hd;
 	float acc[ATT_PER_THREAD];	// output dims tid + i * ATT_THREADS
 	float m = -INFINITY, l = 0.0f, inv;
+	int lo = window > 0 && pos - window + 1 > 0 ? pos - window + 1 : 0;
 
 	for (int d = tid; d < hd; d += ATT_THREADS)
 		sq[d] = qh[d];
@@ -48,7 +51,7 @@ attention_kernel(const int32_t *__restrict__ pos_of,
 		acc[i] = 0.0f;
 	__syncthreads();
 
-	for (int p0 = 0; p0 <= pos; p0 += ATT_THREADS) {
+	for (int p0 = lo; p0 <= pos; p0 += ATT_THREADS) {
 		int p = p0 + tid, n = min(ATT_THREADS, pos - p0 + 1);
 		float s = -INFINITY, m_new, e, corr, sum;
 
@@ -61,6 +64,8 @@ attention_kernel(const int32_t *__restrict__ pos_of,
 			for (int d = 0; d < hd; d++)
 				dot = fmaf(sq[d], cu_to_f32(kr[d]), dot);
 			s = dot * scale;
+			if (softcap != 0.0f)
+				s = tanhf(s * (1.0f / softcap)) * softcap;
 		}
 		// The tile holds position p0 (thread 0), so m_new is finite.
 		m_new = fmaxf(m, cu_block_max(s, red));
@@ -104,7 +109,7 @@ attention_kernel(const int32_t *__restrict__ pos_of,
 extern "C" int
 cu_attention(struct cu_stream *s, const struct cu_step *st,
     const struct cu_kv *kv, const float *q, int n_head, int n_head_kv,
-    int head_dim, float scale, float *out)
+    int head_dim, float scale, int window, float softcap, float *out)
 {
 	const unsigned char *base = (const unsigned char *)kv->base;
 	int n = st->n_tokens;
@@ -112,7 +117,7 @@ cu_attention(struct cu_stream *s, const struct cu_step *st,
 
 	if (n < 0 || n_head < 1 || n_head_kv < 1 || n_head % n_head_kv != 0 ||
 	    n_head > 65535 || head_dim < 1 ||
-	    head_dim > CU_ATT_MAX_HEAD_DIM ||
+	    head_dim > CU_ATT_MAX_HEAD_DIM || window < 0 ||
 	    kv->kv_dim != n_head_kv * head_dim || kv->block_tokens < 1)
 		return -EINVAL;
 	if (n == 0)
@@ -123,13 +128,15 @@ cu_attention(struct cu_stream *s, const struct cu_step *st,
 		attention_kernel<__half><<<grid, ATT_THREADS, 0, s->s>>>(
 		    st->pos, st->blk, st->blocks, base, kv->block_bytes,
 		    kv->k_off, kv->v_off, kv->block_tokens, kv->kv_dim, q,
-		    n_head, n_head / n_head_kv, head_dim, scale, out);
+		    n_head, n_head / n_head_kv, head_dim, scale, window,
+		    softcap, out);
 		break;
 	case CU_F32:
 		attention_kernel<float><<<grid, ATT_THREADS, 0, s->s>>>(
 		    st->pos, st->blk, st->blocks, base, kv->block_bytes,
 		    kv->k_off, kv->v_off, kv->block_tokens, kv->kv_dim, q,
-		    n_head, n_head / n_head_kv, head_dim, scale, out);
+		    n_head, n_head / n_head_kv, head_dim, scale, window,
+		    softcap, out);
 		break;
 	default:
 		return -EINVAL;

@@ -181,27 +181,52 @@ int cu_rmsnorm(struct cu_stream *s, const float *x, const int32_t *rows,
 /*
  * For every row of st: rotate the first n_rot dims of each head of q
  * ([n_tokens, n_head * head_dim]) and k ([n_tokens, n_head_kv * head_dim])
- * in adjacent pairs by the row's position, with cos/sin pairs from rope
- * ([n_ctx, n_rot], row pos); round q to F16 precision when round_q; store
- * k and v into the cache at the row's position (converted to kv->dt).  q
- * is updated in place, k and v are left as they were.
+ * by the row's position, in adjacent pairs (2i, 2i+1) or with neox in
+ * pairs (i, i + n_rot/2), with cos/sin pairs from rope ([n_ctx, n_rot],
+ * row pos); multiply q by q_scale unless it is 0; round q to F16
+ * precision when round_q; store k and v into the cache at the row's
+ * position (converted to kv->dt).  q is updated in place, k and v are
+ * left as they were.
  */
 int cu_rope_store(struct cu_stream *s, const struct cu_step *st,
     const struct cu_kv *kv, float *q, const float *k, const float *v,
-    int n_head, int n_head_kv, int head_dim, int n_rot, const float *rope,
-    bool round_q);
+    int n_head, int n_head_kv, int head_dim, int n_rot, bool neox,
+    const float *rope, float q_scale, bool round_q);
+
+/*
+ * Before RoPE, for the n rows of q, k and v: add the biases bq, bk, bv
+ * (each may be NULL), then RMSNorm each head of q with q_norm and of k
+ * with k_norm ([head_dim] each, both or neither NULL), as the CPU does.
+ */
+int cu_qkv_prep(struct cu_stream *s, int n, float *q, float *k, float *v,
+    const float *bq, const float *bk, const float *bv, const float *q_norm,
+    const float *k_norm, int n_head, int n_head_kv, int head_dim, float eps);
 
 /* g[i] = g[i] / (1 + exp(-g[i])) * u[i] for i < n. */
 int cu_swiglu(struct cu_stream *s, float *g, const float *u, size_t n);
 
+/*
+ * g[i] = gelu(g[i]) * u[i] for i < n: the tanh GELU of g rounded to F16,
+ * the result rounded to F16 (0 below -10, g itself above 10), as the CPU.
+ */
+int cu_geglu(struct cu_stream *s, float *g, const float *u, size_t n);
+
 /* x[i] += y[i] for i < n. */
 int cu_add(struct cu_stream *s, float *x, const float *y, size_t n);
+
+/* x[i] *= a for i < n. */
+int cu_scale(struct cu_stream *s, float *x, float a, size_t n);
+
+/* x[i] = tanh(x[i] * (1 / cap)) * cap for i < n. */
+int cu_softcap(struct cu_stream *s, float *x, float cap, size_t n);
 
 /* ---- attention (attention.cu) ------------------------------------------ */
 
 /*
  * For every row of st and query head h: softmax(scale * q . K) . V over
- * positions 0..pos[r] of the row's sequence, read from the cache, with
+ * positions lo..pos[r] of the row's sequence (lo = 0, or with a window
+ * pos[r] - window + 1 when that is above 0), read from the cache, each
+ * score soft-capped (cap * tanh(s / cap)) unless softcap is 0, with
  * K/V head h / (n_head / n_head_kv).  q and out are [n_tokens, n_head *
  * head_dim] F32.  Positions are walked in order in fixed tiles with an
  * online softmax in F32, so memory does not grow with the context and a
@@ -210,6 +235,6 @@ int cu_add(struct cu_stream *s, float *x, const float *y, size_t n);
  */
 int cu_attention(struct cu_stream *s, const struct cu_step *st,
     const struct cu_kv *kv, const float *q, int n_head, int n_head_kv,
-    int head_dim, float scale, float *out);
+    int head_dim, float scale, int window, float softcap, float *out);
 
 #endif

@@ -55,9 +55,12 @@ synth/synth-tiny-Q8_0.gguf synth/synth-tiny-Q4_0.gguf synth/synth-tiny-Q4_1.gguf
 synth/synth-tiny-Q5_0.gguf synth/synth-tiny-Q5_1.gguf synth/synth-tiny-Q2_K.gguf
 synth/synth-tiny-Q3_K_M.gguf synth/synth-tiny-Q4_K_M.gguf
 synth/synth-tiny-Q5_K_M.gguf synth/synth-tiny-Q6_K.gguf
-synth/synth-gqa-Q4_0.gguf synth/synth-gqa-Q8_0.gguf"
+synth/synth-gqa-Q4_0.gguf synth/synth-gqa-Q8_0.gguf
+arch/arch-qwen2-Q8_0.gguf arch/arch-phi3-Q8_0.gguf arch/arch-gemma2-Q8_0.gguf
+arch/arch-gemma3-Q8_0.gguf arch/arch-llama31-Q8_0.gguf arch/arch-gemma-Q8_0.gguf"
 DROP_ORDER="synth/synth-gqa-Q8_0.gguf synth/synth-tiny-Q5_1.gguf
-synth/synth-tiny-Q4_1.gguf synth/synth-tiny-BF16.gguf"
+synth/synth-tiny-Q4_1.gguf synth/synth-tiny-BF16.gguf synth/synth-gqa-Q4_0.gguf
+arch/arch-gemma-Q8_0.gguf arch/arch-llama31-Q8_0.gguf"
 
 say() { printf '== [%3ds] %s\n' $((SECONDS - T0)) "$*"; }
 left() { echo $((DEADLINE - (SECONDS - T0))); }
@@ -83,7 +86,7 @@ prepare() {
 		return 1
 	}
 	[ -d "$src" ] || { echo "prepare: no fixtures in $src"; return 1; }
-	mkdir -p "$FX_CARRY/synth"
+	mkdir -p "$FX_CARRY/synth" "$FX_CARRY/arch"
 	for f in $FIXTURES; do
 		if [ ! -f "$src/$f" ]; then
 			echo "prepare: $src/$f missing: not carried"
