@@ -43,8 +43,9 @@ struct fwd_att_task {
  *				for each RoPE variant of the model
  *	row_pos, row_entry [T]
  *	logit_rows [S]		row whose logits an entry asked for
- *	mm_scratch [FWD_MAX_MATS]	activations prepared for the
- *				products of one job, mm_scratch_bytes each
+ *	mm_scratch		activations prepared for the products
+ *				of one job: slot i at mm_slot[i], sized
+ *				for the widest i-th product of any job
  *	att_scratch [threads]	attn_rows() scratch of one task each
  */
 struct fwd {
@@ -60,7 +61,7 @@ struct fwd {
 	struct model_rope ropes[MODEL_ROPES];	/* for the cache's context */
 	int *row_pos, *row_entry, *logit_rows;
 	void *mm_scratch;
-	size_t mm_scratch_bytes;	/* one product's, FWD_ALIGN multiple */
+	size_t mm_slot[FWD_MAX_MATS];	/* byte offsets, FWD_ALIGN multiples */
 	unsigned char *att_scratch;
 	size_t att_scratch_bytes;	/* per thread, FWD_ALIGN multiple */
 	int score_cap;		/* attn_args.score_cap of a full tile */
@@ -135,7 +136,7 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	const struct model_hparams *hp = &m->hp;
 	const struct kv_params *kp = kv_params(kv);
 	struct fwd *f;
-	size_t T, S, need = 0, nt;
+	size_t T, S, need[FWD_MAX_MATS] = { 0 }, nt;
 	int il;
 
 	*out = NULL;
@@ -170,19 +171,23 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	S = (size_t)p->max_seqs;
 	nt = (size_t)f->n_threads;
 
+	/* the jobs: (wq, wk, wv), (wo), (gate, up), (down), (output) */
 	for (il = 0; il < hp->n_layer; il++) {
 		const struct model_layer *l = &m->layers[il];
+		const struct model_tensor *jobs[4][FWD_MAX_MATS] = {
+			{ &l->wq, &l->wk, &l->wv }, { &l->wo },
+			{ &l->w_gate, &l->w_up }, { &l->w_down } };
 
-		need = fwd_max(need, fwd_mm_need(&l->wq, (int)T));
-		need = fwd_max(need, fwd_mm_need(&l->wk, (int)T));
-		need = fwd_max(need, fwd_mm_need(&l->wv, (int)T));
-		need = fwd_max(need, fwd_mm_need(&l->wo, (int)T));
-		need = fwd_max(need, fwd_mm_need(&l->w_gate, (int)T));
-		need = fwd_max(need, fwd_mm_need(&l->w_up, (int)T));
-		need = fwd_max(need, fwd_mm_need(&l->w_down, (int)T));
+		for (int jb = 0; jb < 4; jb++)
+			for (int i = 0; i < FWD_MAX_MATS && jobs[jb][i]; i++)
+				need[i] = fwd_max(need[i],
+				    fwd_mm_need(jobs[jb][i], (int)T));
 	}
-	need = fwd_max(need, fwd_mm_need(&m->output, (int)S));
-	f->mm_scratch_bytes = (need + FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
+	need[0] = fwd_max(need[0], fwd_mm_need(&m->output, (int)S));
+	for (il = 0; il < FWD_MAX_MATS; il++)
+		need[il] = (need[il] + FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
+	for (il = 1; il < FWD_MAX_MATS; il++)
+		f->mm_slot[il] = f->mm_slot[il - 1] + need[il - 1];
 	f->max_tasks = hp->n_head_kv *
 	    (p->max_batch_tokens / FWD_ATT_TILE + p->max_seqs + 1);
 
@@ -203,7 +208,8 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->row_entry = fwd_alloc(T * sizeof(int));
 	f->logit_rows = fwd_alloc(S * sizeof(int));
 	f->entry_row0 = fwd_alloc(S * sizeof(int));
-	f->mm_scratch = fwd_alloc(FWD_MAX_MATS * f->mm_scratch_bytes);
+	f->mm_scratch = fwd_alloc(f->mm_slot[FWD_MAX_MATS - 1] +
+	    need[FWD_MAX_MATS - 1]);
 	f->score_cap = kp->n_ctx < FWD_SCORE_CAP ? kp->n_ctx : FWD_SCORE_CAP;
 	f->att_scratch_bytes = (attn_scratch_bytes(hp->head_dim, hp->n_head,
 	    FWD_ATT_TILE, f->bt, f->score_cap) +
@@ -383,7 +389,7 @@ fwd_mm_run(struct fwd *f, struct fwd_mm_job *j)
 		}
 		if (j->scratch[i] == NULL) {
 			j->scratch[i] = (char *)f->mm_scratch +
-			    (size_t)i * f->mm_scratch_bytes;
+			    f->mm_slot[i];
 			pj.prep[pj.n_prep++] = i;
 		}
 	}
