@@ -1,4 +1,5 @@
 #include "kvcache.h"
+#include "kvcache_int.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -6,34 +7,6 @@
 #include <string.h>
 
 #include "ttype.h"
-
-/*
- * Bookkeeping.  free_stack[0..n_free) holds the free block ids; taking and
- * returning a block is a pop or a push.  Sequence slots likewise come from
- * seq_free_stack.  tables is max_seqs x max_blocks_per_seq block ids, one
- * row per sequence slot, so nothing is allocated after kv_new().
- */
-struct kv_seq {
-	bool live;
-	int len;		/* reserved tokens */
-	int written;		/* tokens with computed K/V, <= len */
-	int n_blocks;		/* ceil(len / block_tokens) */
-};
-
-struct kv_cache {
-	struct kv_params p;
-	size_t elem;			/* bytes of one element */
-	size_t row_bytes;		/* kv_dim * elem */
-	size_t slab_bytes;		/* block_tokens * row_bytes */
-	size_t block_bytes;		/* n_layer * 2 * slab_bytes */
-	int max_blocks_per_seq;
-	int32_t *free_stack;		/* n_blocks entries */
-	int n_free;
-	int *seq_free_stack;		/* max_seqs entries */
-	int n_seq_free;
-	struct kv_seq *seqs;		/* max_seqs */
-	int32_t *tables;		/* max_seqs x max_blocks_per_seq */
-};
 
 static size_t
 kv_type_size(uint32_t t)
@@ -140,12 +113,14 @@ kv_new(const struct kv_params *p, struct kv_cache **out, struct cp_err *e)
 	    (uint64_t)p->n_ctx);
 	nt = (size_t)p->max_seqs * (size_t)kv->max_blocks_per_seq;
 	kv->free_stack = calloc((size_t)p->n_blocks, sizeof(*kv->free_stack));
+	kv->blocks = calloc((size_t)p->n_blocks, sizeof(*kv->blocks));
 	kv->seq_free_stack = calloc((size_t)p->max_seqs,
 	    sizeof(*kv->seq_free_stack));
 	kv->seqs = calloc((size_t)p->max_seqs, sizeof(*kv->seqs));
 	kv->tables = calloc(nt, sizeof(*kv->tables));
 	if (kv->free_stack == NULL || kv->seq_free_stack == NULL ||
-	    kv->seqs == NULL || kv->tables == NULL) {
+	    kv->seqs == NULL || kv->tables == NULL || kv->blocks == NULL ||
+	    kv_prefix_init(kv) < 0) {
 		kv_free(kv);
 		return cp_err_set(e, -ENOMEM, "kv cache: out of memory "
 		    "(%d blocks, %d sequences)", p->n_blocks, p->max_seqs);
@@ -166,6 +141,8 @@ kv_free(struct kv_cache *kv)
 {
 	if (kv == NULL)
 		return;
+	kv_prefix_fini(kv);
+	free(kv->blocks);
 	free(kv->tables);
 	free(kv->seqs);
 	free(kv->seq_free_stack);
@@ -214,17 +191,19 @@ kv_blocks_total(const struct kv_cache *kv)
 int
 kv_blocks_free(const struct kv_cache *kv)
 {
-	return kv->n_free;
+	return kv->n_free + kv->n_idle;
 }
 
 int
 kv_free_peek(const struct kv_cache *kv, int32_t *out, int n)
 {
-	int m = n < kv->n_free ? n : kv->n_free;
+	int m = 0, b = kv->lru_head;
 
-	for (int i = 0; i < m; i++)
-		out[i] = kv->free_stack[kv->n_free - 1 - i];
-	return m < 0 ? 0 : m;
+	for (int i = kv->n_free - 1; i >= 0 && m < n; i--)
+		out[m++] = kv->free_stack[i];
+	for (; b >= 0 && m < n; b = kv->blocks[b].lru_next)
+		out[m++] = b;
+	return m;
 }
 
 int
@@ -287,12 +266,12 @@ kv_seq_append(struct kv_cache *kv, int seq, int n)
 
 	if ((need = kv_seq_blocks_needed(kv, seq, n)) < 0)
 		return need;
-	if (need > kv->n_free)
+	if (need > kv_blocks_free(kv))
 		return -ENOSPC;
 	s = &kv->seqs[seq];
 	t = kv_table(kv, seq);
 	while (need-- > 0)
-		t[s->n_blocks++] = kv->free_stack[--kv->n_free];
+		t[s->n_blocks++] = kv_block_take(kv);
 	s->len += n;
 	return 0;
 }
@@ -311,9 +290,15 @@ kv_seq_truncate(struct kv_cache *kv, int seq, int n)
 		return -EINVAL;
 	t = kv_table(kv, seq);
 	keep = kv_blocks_for(kv, n);
+	/* A partly kept shared block would be written again. */
+	if (n % kv->p.block_tokens != 0 && (kv->blocks[t[keep - 1]].ref > 1 ||
+	    kv->blocks[t[keep - 1]].cached))
+		return -EBUSY;
 	/* Push in reverse so a following append takes the same blocks back. */
 	while (s->n_blocks > keep)
-		kv->free_stack[kv->n_free++] = t[--s->n_blocks];
+		kv_block_drop(kv, t[--s->n_blocks]);
+	if (s->n_seen > keep)
+		s->n_seen = 0;
 	s->len = n;
 	if (s->written > n)
 		s->written = n;
@@ -368,20 +353,40 @@ kv_seq_blocks(const struct kv_cache *kv, int seq)
 int
 kv_check(const struct kv_cache *kv, struct cp_err *e)
 {
+	int *held;
 	unsigned char *seen;
-	int rc = 0, i, j, b, live = 0;
+	int rc = 0, i, j, b, live = 0, idle = 0;
 
-	if ((seen = calloc((size_t)kv->p.n_blocks, 1)) == NULL)
-		return cp_err_set(e, -ENOMEM, "kv check: out of memory");
+	held = calloc((size_t)kv->p.n_blocks, sizeof(*held));
+	seen = calloc((size_t)kv->p.n_blocks, 1);
+	if (held == NULL || seen == NULL) {
+		rc = cp_err_set(e, -ENOMEM, "kv check: out of memory");
+		goto out;
+	}
 	for (i = 0; i < kv->n_free; i++) {
 		b = kv->free_stack[i];
-		if (b < 0 || b >= kv->p.n_blocks || seen[b]) {
+		if (b < 0 || b >= kv->p.n_blocks || seen[b] ||
+		    kv->blocks[b].ref != 0 || kv->blocks[b].cached) {
 			rc = cp_err_set(e, -EFAULT,
-			    "kv check: free stack entry %d (block %d) bad or "
-			    "repeated", i, b);
+			    "kv check: free stack entry %d (block %d) bad, "
+			    "repeated, held or cached", i, b);
 			goto out;
 		}
 		seen[b] = 1;
+	}
+	for (b = kv->lru_head; b >= 0; b = kv->blocks[b].lru_next) {
+		if (seen[b] || kv->blocks[b].ref != 0 ||
+		    !kv->blocks[b].cached || ++idle > kv->p.n_blocks) {
+			rc = cp_err_set(e, -EFAULT, "kv check: idle block %d "
+			    "free, held, uncached or listed twice", b);
+			goto out;
+		}
+		seen[b] = 1;
+	}
+	if (idle != kv->n_idle) {
+		rc = cp_err_set(e, -EFAULT, "kv check: %d idle blocks listed, "
+		    "%d counted", idle, kv->n_idle);
+		goto out;
 	}
 	for (i = 0; i < kv->p.max_seqs; i++) {
 		const struct kv_seq *s = &kv->seqs[i];
@@ -400,13 +405,22 @@ kv_check(const struct kv_cache *kv, struct cp_err *e)
 		}
 		for (j = 0; j < s->n_blocks; j++) {
 			b = t[j];
-			if (b < 0 || b >= kv->p.n_blocks || seen[b]) {
+			if (b < 0 || b >= kv->p.n_blocks || seen[b] == 1) {
 				rc = cp_err_set(e, -EFAULT, "kv check: seq %d "
-				    "table entry %d (block %d) bad or shared",
-				    i, j, b);
+				    "table entry %d (block %d) bad, free or "
+				    "idle", i, j, b);
 				goto out;
 			}
-			seen[b] = 1;
+			/* a cached block is full and below written */
+			if (kv->blocks[b].cached &&
+			    (j + 1) * kv->p.block_tokens > s->written) {
+				rc = cp_err_set(e, -EFAULT, "kv check: seq %d "
+				    "holds cached block %d at entry %d past "
+				    "its written %d", i, b, j, s->written);
+				goto out;
+			}
+			seen[b] = 2;
+			held[b]++;
 		}
 	}
 	for (b = 0; b < kv->p.n_blocks; b++) {
@@ -415,11 +429,18 @@ kv_check(const struct kv_cache *kv, struct cp_err *e)
 			    "kv check: block %d leaked", b);
 			goto out;
 		}
+		if (seen[b] == 2 && held[b] != kv->blocks[b].ref) {
+			rc = cp_err_set(e, -EFAULT, "kv check: block %d in %d "
+			    "tables, reference count %d", b, held[b],
+			    kv->blocks[b].ref);
+			goto out;
+		}
 	}
 	if (live != kv->p.max_seqs - kv->n_seq_free)
 		rc = cp_err_set(e, -EFAULT, "kv check: %d live sequences, "
 		    "%d slots taken", live, kv->p.max_seqs - kv->n_seq_free);
 out:
 	free(seen);
+	free(held);
 	return rc;
 }

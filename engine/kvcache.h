@@ -17,14 +17,26 @@
  * K and V of block_tokens positions for every layer, contiguously, so a
  * block is a unit that can be copied or freed on its own.
  *
+ * The prefix cache (kvcache_prefix.c): a full, written block can be
+ * published under its prefix (every token id up to its end, salted by the
+ * caller); it then stays cached after its sequences end and a new
+ * sequence can start by sharing it (kv_prefix_match(), kv_seq_share()).
+ *
  * Invariants (kv_check() verifies them):
- *  1. every block is either on the free stack or in exactly one live
- *     sequence's table, never both;
- *  2. a live sequence of len tokens owns exactly ceil(len / block_tokens)
+ *  1. every block is in exactly one state: free (on the free stack),
+ *     idle (reference count 0, cached, on the idle list), or held (in the
+ *     tables of as many live sequences as its reference count);
+ *  2. a live sequence of len tokens holds exactly ceil(len / block_tokens)
  *     blocks, in table entries 0..n-1;
  *  3. written <= len <= n_ctx for every live sequence: positions below
  *     written hold K/V computed by a step, positions in [written, len)
- *     are reserved but not yet computed.
+ *     are reserved but not yet computed;
+ *  4. a cached block is full and lies below the written count of every
+ *     sequence that holds it, so no step writes it again (the truncation
+ *     that would make it partial is refused);
+ *  5. appends take free blocks before idle ones, and idle ones oldest
+ *     first (evicting them from the cache): kv_blocks_free() counts both,
+ *     so the cache never makes an append fail.
  */
 #ifndef CP_KVCACHE_H
 #define CP_KVCACHE_H
@@ -101,13 +113,17 @@ size_t kv_elem_bytes(const struct kv_cache *kv);
 size_t kv_block_offset(const struct kv_cache *kv, int block, int layer,
     enum kv_kind kind);
 
-/* Blocks in the pool, and blocks on the free stack. */
+/*
+ * Blocks in the pool, and blocks an append can take: free ones and idle
+ * cached ones.
+ */
 int kv_blocks_total(const struct kv_cache *kv);
 int kv_blocks_free(const struct kv_cache *kv);
 
 /*
- * The first n blocks the free stack will give, in the order appends take
- * them, into out; returns how many (at most n and kv_blocks_free()).
+ * The first n blocks appends will take, in that order (free ones, then
+ * idle cached ones oldest first), into out; returns how many (at most n
+ * and kv_blocks_free()).
  */
 int kv_free_peek(const struct kv_cache *kv, int32_t *out, int n);
 
@@ -130,7 +146,9 @@ int kv_seq_append(struct kv_cache *kv, int seq, int n);
 
 /*
  * Shrink seq to its first n tokens (n <= len), returning the blocks past
- * them to the pool; written is clamped to n.  Returns 0 or -EINVAL.
+ * them to the pool; written is clamped to n.  Returns 0, -EINVAL, or
+ * -EBUSY when the block n falls inside is shared or cached (it would be
+ * written again).
  */
 int kv_seq_truncate(struct kv_cache *kv, int seq, int n);
 
@@ -164,7 +182,41 @@ const int32_t *kv_seq_blocks(const struct kv_cache *kv, int seq);
  */
 int kv_seq_blocks_needed(const struct kv_cache *kv, int seq, int n);
 
-/* Verify invariants 1-3 above; 0 or -EFAULT (with e saying which broke). */
+/* ---- the prefix cache ---- */
+
+/*
+ * The longest run of cached blocks that holds ids[0..n_ids) from its start
+ * (whole blocks only) under salt, at most max, into blocks; returns the
+ * count.
+ */
+int kv_prefix_match(const struct kv_cache *kv, uint64_t salt,
+    const int32_t *ids, int n_ids, int32_t *blocks, int max);
+
+/*
+ * Empty sequence seq starts with the n cached blocks (from
+ * kv_prefix_match()): it holds them (reference + 1), len and written
+ * n * block_tokens.  0, or -EINVAL (seq not live and empty, or a block not
+ * cached).
+ */
+int kv_seq_share(struct kv_cache *kv, int seq, const int32_t *blocks, int n);
+
+/*
+ * Publish seq's full written blocks not yet seen, whose tokens are
+ * ids[0..n_ids) from position 0, under salt; a block whose prefix is
+ * already cached stays private.  Returns how many blocks were added, or
+ * -EINVAL.  Call with the same salt and ids for a sequence each time.
+ */
+int kv_seq_publish(struct kv_cache *kv, int seq, uint64_t salt,
+    const int32_t *ids, int n_ids);
+
+/* Idle cached blocks, and blocks evicted from the cache so far. */
+int kv_blocks_cached(const struct kv_cache *kv);
+uint64_t kv_evictions(const struct kv_cache *kv);
+
+/* Free every idle cached block (held ones stay cached). */
+void kv_prefix_clear(struct kv_cache *kv);
+
+/* Verify invariants 1-4 above; 0 or -EFAULT (with e saying which broke). */
 int kv_check(const struct kv_cache *kv, struct cp_err *e);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * check_kvcache.c - paged KV cache bookkeeping: sizing, block accounting,
- * the sequence lifecycle and the storage layout arithmetic.  Expected
- * values are worked out by hand from the layout in kvcache.h.
+ * the sequence lifecycle, the storage layout arithmetic and the prefix
+ * cache (invariants 1-5 of kvcache.h).  Expected values are worked out by
+ * hand from the layout in kvcache.h.
  */
 #include <check.h>
 #include <errno.h>
@@ -359,6 +360,220 @@ START_TEST(test_random_ops)
 }
 END_TEST
 
+/* ---- the prefix cache ------------------------------------------------ */
+
+/* ids[i] = base + i for i < n. */
+static void
+fill_ids(int32_t *ids, int n, int base)
+{
+	for (int i = 0; i < n; i++)
+		ids[i] = base + i;
+}
+
+/* A sequence of n written tokens ids, published under salt; its id. */
+static int
+written_seq(struct kv_cache *kv, const int32_t *ids, int n, uint64_t salt)
+{
+	int seq = kv_seq_new(kv);
+
+	ck_assert_int_ge(seq, 0);
+	ck_assert_int_eq(kv_seq_append(kv, seq, n), 0);
+	ck_assert_int_eq(kv_seq_set_written(kv, seq, n), 0);
+	ck_assert_int_ge(kv_seq_publish(kv, seq, salt, ids, n), 0);
+	return seq;
+}
+
+/*
+ * 40 written tokens leave 2 full blocks cached after their sequence ends;
+ * a prompt with the same first 32 ids under the same salt finds both, a
+ * different id in the second block or another salt finds fewer, and a
+ * shared sequence holds them with len = written = 32.
+ */
+START_TEST(test_prefix_match_share)
+{
+	struct kv_cache *kv = small_cache();
+	int32_t ids[48], other[48], got[4];
+	int seq;
+
+	fill_ids(ids, 48, 100);
+	seq = written_seq(kv, ids, 40, 7);
+	ck_assert_int_eq(kv_blocks_cached(kv), 0);	/* still held */
+	ck_assert_int_eq(kv_seq_free(kv, seq), 0);
+	ck_assert_int_eq(kv_blocks_cached(kv), 2);
+	ck_assert_int_eq(kv_blocks_free(kv), 8);
+	assert_consistent(kv);
+
+	ck_assert_int_eq(kv_prefix_match(kv, 7, ids, 48, got, 4), 2);
+	ck_assert_int_eq(kv_prefix_match(kv, 7, ids, 31, got, 4), 1);
+	ck_assert_int_eq(kv_prefix_match(kv, 7, ids, 48, got, 1), 1);
+	ck_assert_int_eq(kv_prefix_match(kv, 8, ids, 48, got, 4), 0);
+	memcpy(other, ids, sizeof(ids));
+	other[20] = 5;
+	ck_assert_int_eq(kv_prefix_match(kv, 7, other, 48, got, 4), 1);
+	other[20] = ids[20];
+	other[3] = 5;
+	ck_assert_int_eq(kv_prefix_match(kv, 7, other, 48, got, 4), 0);
+
+	ck_assert_int_eq(kv_prefix_match(kv, 7, ids, 48, got, 4), 2);
+	seq = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_share(kv, seq, got, 2), 0);
+	ck_assert_int_eq(kv_seq_len(kv, seq), 32);
+	ck_assert_int_eq(kv_seq_written(kv, seq), 32);
+	ck_assert_int_eq(kv_blocks_cached(kv), 0);
+	ck_assert_int_eq(memcmp(kv_seq_blocks(kv, seq), got,
+	    2 * sizeof(int32_t)), 0);
+	/* a second sequence shares them too; no shared block is cut */
+	{
+		int s2 = kv_seq_new(kv);
+
+		ck_assert_int_eq(kv_seq_share(kv, s2, got, 2), 0);
+		ck_assert_int_eq(kv_seq_truncate(kv, s2, 20), -EBUSY);
+		ck_assert_int_eq(kv_seq_truncate(kv, s2, 16), 0);
+		assert_consistent(kv);
+		ck_assert_int_eq(kv_seq_free(kv, s2), 0);
+	}
+	/* the sequence goes on past its shared blocks: fresh ones */
+	ck_assert_int_eq(kv_seq_append(kv, seq, 10), 0);
+	ck_assert_int_eq(kv_seq_blocks(kv, seq)[2] != got[0] &&
+	    kv_seq_blocks(kv, seq)[2] != got[1], 1);
+	ck_assert_int_eq(kv_seq_share(kv, seq, got, 1), -EINVAL);
+	assert_consistent(kv);
+	ck_assert_int_eq(kv_seq_free(kv, seq), 0);
+	ck_assert_int_eq(kv_blocks_cached(kv), 2);
+	ck_assert_int_eq(kv_blocks_free(kv), 8);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+
+/*
+ * Appends take free blocks first, then idle cached ones oldest first:
+ * the cache never makes an append fail, and an evicted prefix is no
+ * longer found.
+ */
+START_TEST(test_prefix_eviction)
+{
+	struct kv_params p = small_params();
+	struct kv_cache *kv;
+	int32_t a[32], b[32], got[2], peek[4];
+	int s1, s2;
+
+	p.n_blocks = 4;
+	ck_assert_int_eq(kv_new(&p, &kv, NULL), 0);
+	fill_ids(a, 32, 1000);
+	fill_ids(b, 32, 2000);
+	s1 = written_seq(kv, a, 16, 1);	/* cached first: the oldest */
+	s2 = written_seq(kv, b, 16, 1);
+	ck_assert_int_eq(kv_seq_free(kv, s1), 0);
+	ck_assert_int_eq(kv_seq_free(kv, s2), 0);
+	ck_assert_int_eq(kv_blocks_cached(kv), 2);
+	ck_assert_int_eq(kv_blocks_free(kv), 4);
+	/* the order appends will take them: 2 free, then a's, then b's */
+	ck_assert_int_eq(kv_free_peek(kv, peek, 4), 4);
+	ck_assert_int_eq(kv_prefix_match(kv, 1, a, 16, got, 1), 1);
+	ck_assert_int_eq(peek[2], got[0]);
+
+	s1 = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_append(kv, s1, 48), 0);	/* 3 blocks */
+	ck_assert_int_eq(kv_evictions(kv), 1);
+	ck_assert_int_eq(kv_prefix_match(kv, 1, a, 16, got, 1), 0);
+	ck_assert_int_eq(kv_prefix_match(kv, 1, b, 16, got, 1), 1);
+	ck_assert_int_eq(kv_seq_append(kv, s1, 16), 0);	/* all 4 */
+	ck_assert_int_eq(kv_evictions(kv), 2);
+	ck_assert_int_eq(kv_prefix_match(kv, 1, b, 16, got, 1), 0);
+	ck_assert_int_eq(kv_seq_append(kv, s1, 1), -ENOSPC);
+	assert_consistent(kv);
+	ck_assert_int_eq(kv_seq_free(kv, s1), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 4);
+	ck_assert_int_eq(kv_blocks_cached(kv), 0);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+
+/*
+ * Random appends, writes, publishes, shares, truncations and frees over a
+ * few token streams that share prefixes: the invariants hold after every
+ * operation, every pool count balances, and a shared prefix's blocks are
+ * the ones the match found.
+ */
+START_TEST(test_prefix_random)
+{
+	struct kv_params p = small_params();
+	struct kv_cache *kv;
+	int32_t ids[3][96], got[16];
+	int len[5], which[5], i, s, n, rc;
+	unsigned r = 777;
+
+	p.n_blocks = 18;
+	p.max_seqs = 5;
+	p.n_ctx = 96;
+	p.block_tokens = 8;
+	ck_assert_int_eq(kv_new(&p, &kv, NULL), 0);
+	/* streams 1 and 2 share their first 40 ids with stream 0 */
+	for (i = 0; i < 96; i++) {
+		ids[0][i] = i;
+		ids[1][i] = i < 40 ? i : 500 + i;
+		ids[2][i] = i < 40 ? i : 900 + i;
+	}
+	for (s = 0; s < 5; s++)
+		len[s] = -1;
+	for (i = 0; i < 4000; i++) {
+		r = r * 1103515245u + 12345u;
+		s = (int)((r >> 8) % 5);
+		n = (int)((r >> 20) % 30);
+		if (len[s] < 0) {
+			int m;
+
+			if ((rc = kv_seq_new(kv)) < 0)
+				continue;
+			which[rc] = (int)((r >> 12) % 3);
+			m = kv_prefix_match(kv, 3, ids[which[rc]], 96, got, 16);
+			ck_assert_int_eq(kv_seq_share(kv, rc, got, m), 0);
+			len[rc] = m * 8;
+			continue;
+		}
+		switch ((r >> 16) % 4) {
+		case 0:
+			rc = kv_seq_append(kv, s, n);
+			ck_assert(rc == 0 || rc == -ENOSPC || rc == -E2BIG);
+			if (rc == 0) {
+				len[s] += n;
+				ck_assert_int_eq(kv_seq_set_written(kv, s,
+				    len[s]), 0);
+				ck_assert_int_ge(kv_seq_publish(kv, s, 3,
+				    ids[which[s]], len[s]), 0);
+			}
+			break;
+		case 1:
+			rc = kv_seq_truncate(kv, s, n < len[s] ? n : len[s]);
+			ck_assert(rc == 0 || rc == -EBUSY);
+			if (rc == 0 && n < len[s])
+				len[s] = n;
+			break;
+		default:
+			ck_assert_int_eq(kv_seq_free(kv, s), 0);
+			len[s] = -1;
+			break;
+		}
+		for (int q = 0; q < 5; q++)
+			if (len[q] >= 0)
+				ck_assert_int_eq(kv_seq_len(kv, q), len[q]);
+		assert_consistent(kv);
+	}
+	for (s = 0; s < 5; s++)
+		if (len[s] >= 0)
+			ck_assert_int_eq(kv_seq_free(kv, s), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 18);
+	assert_consistent(kv);
+	kv_prefix_clear(kv);
+	ck_assert_int_eq(kv_blocks_cached(kv), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 18);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+
 Suite *
 kvcache_suite(void)
 {
@@ -374,6 +589,9 @@ kvcache_suite(void)
 	tcase_add_test(tc, test_truncate);
 	tcase_add_test(tc, test_seq_lifecycle);
 	tcase_add_test(tc, test_random_ops);
+	tcase_add_test(tc, test_prefix_match_share);
+	tcase_add_test(tc, test_prefix_eviction);
+	tcase_add_test(tc, test_prefix_random);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 	return s;
