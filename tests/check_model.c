@@ -446,6 +446,7 @@ struct mini {
 	uint32_t experts;		/* llama.expert_count when nonzero */
 	uint32_t key_len, value_len;	/* attention.key/value_length if set */
 	uint32_t vocab_size;		/* llama.vocab_size when nonzero */
+	const char *extra;		/* one more [MINI_EMBD] F32 tensor */
 };
 
 #define MINI_EMBD 64
@@ -469,34 +470,39 @@ mini_load(const struct mini *mm, struct model **out, struct cp_err *e)
 	static unsigned char zeros[MINI_FF * MINI_EMBD * 4];
 	struct gguf_writer *w = gguf_writer_new();
 	const char *tmp = tmp_dir();
-	char path[512];
+	const char *arch = mm->arch != NULL ? mm->arch : "llama";
+	char path[512], key[96];
 	int rc;
+
+#define KEY(k) (snprintf(key, sizeof(key), "%s." k, arch), key)
 
 	ck_assert_ptr_nonnull(w);
 	snprintf(path, sizeof(path), "%s/check_model-%ld-mini.gguf",
 	    tmp, (long)getpid());
-	gguf_writer_set_str(w, "general.architecture",
-	    mm->arch != NULL ? mm->arch : "llama");
-	gguf_writer_set_u32(w, "llama.context_length", 32);
-	gguf_writer_set_u32(w, "llama.embedding_length", MINI_EMBD);
-	gguf_writer_set_u32(w, "llama.block_count", 1);
-	gguf_writer_set_u32(w, "llama.feed_forward_length", MINI_FF);
-	gguf_writer_set_u32(w, "llama.attention.head_count", 2);
-	gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon",
+	gguf_writer_set_str(w, "general.architecture", arch);
+	gguf_writer_set_u32(w, KEY("context_length"), 32);
+	gguf_writer_set_u32(w, KEY("embedding_length"), MINI_EMBD);
+	gguf_writer_set_u32(w, KEY("block_count"), 1);
+	gguf_writer_set_u32(w, KEY("feed_forward_length"), MINI_FF);
+	gguf_writer_set_u32(w, KEY("attention.head_count"), 2);
+	gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"),
 	    1e-6f);
 	if (mm->rope_scaling != NULL)
-		gguf_writer_set_str(w, "llama.rope.scaling.type",
+		gguf_writer_set_str(w, KEY("rope.scaling.type"),
 		    mm->rope_scaling);
 	if (mm->experts != 0)
-		gguf_writer_set_u32(w, "llama.expert_count", mm->experts);
+		gguf_writer_set_u32(w, KEY("expert_count"), mm->experts);
 	if (mm->key_len != 0)
-		gguf_writer_set_u32(w, "llama.attention.key_length",
+		gguf_writer_set_u32(w, KEY("attention.key_length"),
 		    mm->key_len);
 	if (mm->value_len != 0)
-		gguf_writer_set_u32(w, "llama.attention.value_length",
+		gguf_writer_set_u32(w, KEY("attention.value_length"),
 		    mm->value_len);
 	if (mm->vocab_size != 0)
-		gguf_writer_set_u32(w, "llama.vocab_size", mm->vocab_size);
+		gguf_writer_set_u32(w, KEY("vocab_size"), mm->vocab_size);
+#undef KEY
+	if (mm->extra != NULL)
+		mini_tensor(w, mm->extra, CP_T_F32, MINI_EMBD, 0, zeros);
 	mini_tensor(w, "token_embd.weight", mm->embd_type, MINI_EMBD,
 	    MINI_VOCAB, zeros);
 	mini_tensor(w, "blk.0.attn_norm.weight", CP_T_F32, MINI_EMBD, 0,
@@ -538,6 +544,42 @@ mini_default(void)
 	mm.embd_type = CP_T_F32;
 	return mm;
 }
+
+/*
+ * A family's file without a tensor the family has says which; a tensor
+ * the family does not have is refused naming the family.
+ */
+START_TEST(test_family_refusals)
+{
+	static const struct {
+		const char *arch, *extra, *msg;
+	} cases[] = {
+		{ "qwen2", NULL, "tensor 'blk.0.attn_q.bias' missing" },
+		{ "qwen3", NULL, "tensor 'blk.0.attn_q_norm.weight' missing" },
+		{ "phi3", NULL, "tensor 'blk.0.attn_qkv.weight' missing" },
+		{ "gemma2", NULL,
+		    "tensor 'blk.0.post_attention_norm.weight' missing" },
+		{ "llama", "blk.0.attn_q_norm.weight", "unexpected tensor "
+		    "'blk.0.attn_q_norm.weight' (not part of a llama model)" },
+		{ "gemma", "blk.0.post_ffw_norm.weight", "unexpected tensor "
+		    "'blk.0.post_ffw_norm.weight' (not part of a gemma model)" },
+	};
+	struct cp_err e;
+	struct model *m;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct mini mm = mini_default();
+		int rc;
+
+		mm.arch = cases[i].arch;
+		mm.extra = cases[i].extra;
+		rc = mini_load(&mm, &m, &e);
+		ck_assert_msg(rc < 0 && strstr(e.msg, cases[i].msg) != NULL,
+		    "%s: %d %s", cases[i].arch, rc, e.msg);
+		ck_assert_ptr_null(m);
+	}
+}
+END_TEST
 
 START_TEST(test_mini_variants)
 {
@@ -639,6 +681,7 @@ model_suite(void)
 	tcase_add_test(tc, test_err_vocab_mismatch);
 	tcase_add_test(tc, test_err_file);
 	tcase_add_test(tc, test_mini_variants);
+	tcase_add_test(tc, test_family_refusals);
 	tcase_add_test(tc, test_mini_errors);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
