@@ -447,6 +447,8 @@ struct mini {
 	uint32_t key_len, value_len;	/* attention.key/value_length if set */
 	uint32_t vocab_size;		/* llama.vocab_size when nonzero */
 	const char *extra;		/* one more [MINI_EMBD] F32 tensor */
+	float rope_factor;		/* rope.scaling.factor if set */
+	uint32_t rope_orig_ctx;		/* ...original_context_length */
 };
 
 #define MINI_EMBD 64
@@ -492,6 +494,12 @@ mini_load(const struct mini *mm, struct model **out, struct cp_err *e)
 		    mm->rope_scaling);
 	if (mm->experts != 0)
 		gguf_writer_set_u32(w, KEY("expert_count"), mm->experts);
+	if (mm->rope_factor != 0)
+		gguf_writer_set_f32(w, KEY("rope.scaling.factor"),
+		    mm->rope_factor);
+	if (mm->rope_orig_ctx != 0)
+		gguf_writer_set_u32(w, KEY("rope.scaling.original_context_"
+		    "length"), mm->rope_orig_ctx);
 	if (mm->key_len != 0)
 		gguf_writer_set_u32(w, KEY("attention.key_length"),
 		    mm->key_len);
@@ -578,6 +586,70 @@ START_TEST(test_family_refusals)
 		    "%s: %d %s", cases[i].arch, rc, e.msg);
 		ck_assert_ptr_null(m);
 	}
+}
+END_TEST
+
+/*
+ * YaRN (rope.scaling.type yarn, factor 4, original context 4096, base
+ * 10000, 32 rotated dims): the cos and sin pairs of three positions as
+ * llama.cpp c392e509's ggml_rope_ext() gives them (ext_factor 1,
+ * attn_factor 1, beta_fast 32, beta_slow 1: its defaults for such a file),
+ * read off its rotation of (1, 0) pairs by a small program against that
+ * build's libggml.
+ */
+START_TEST(test_rope_yarn)
+{
+	static const int pos[3] = { 1, 100, 30000 };
+	static const float want[3][32] = {
+	    {
+		0.615204096f, 0.958123624f, 0.96329093f, 0.607081294f,
+		1.08217084f, 0.354095072f, 1.12067354f, 0.20141466f,
+		1.13294101f, 0.11367327f, 1.13682961f, 0.0639960989f,
+		1.13817561f, 0.0321445018f, 1.13851821f, 0.0159086362f,
+		1.13860321f, 0.00772635546f, 1.13862348f, 0.00365884183f,
+		1.13862824f, 0.00167173578f, 1.1386292f, 0.000723143341f,
+		1.13862932f, 0.000284657406f, 1.13862944f, 0.000160074618f,
+		1.13862944f, 9.0016576e-05f, 1.13862944f, 5.06200413e-05f
+	    },
+	    {
+		0.981861651f, -0.576562822f, 1.08276927f, -0.352260649f,
+		1.11435664f, 0.233851075f, 0.54991591f, -0.997030318f,
+		-0.95539099f, -0.619439363f, 0.899668097f, -0.69790715f,
+		-1.08149529f, 0.35615316f, 0.1966483f, 1.12151968f,
+		0.886389017f, 0.714696765f, 1.08034718f, 0.359620541f,
+		1.12637925f, 0.166573703f, 1.13633382f, 0.0722657517f,
+		1.1382736f, 0.0284627806f, 1.1385169f, 0.0160069373f,
+		1.13859391f, 0.00900156517f, 1.13861811f, 0.00506198825f
+	    },
+	    {
+		-0.679112196f, -0.913938463f, 1.13145518f, -0.127616912f,
+		0.8120206f, -0.79818517f, 1.04241264f, 0.4580971f,
+		-1.11100137f, 0.24930492f, -1.13855946f, 0.0126215117f,
+		0.421851546f, -1.05760026f, -0.266998619f, -1.10688245f,
+		-0.918646038f, 0.672730565f, -0.626666725f, 0.950665951f,
+		1.13631868f, 0.0725038573f, 1.11514747f, 0.230050072f,
+		0.394687653f, 1.06803501f, -0.540712893f, -1.00205123f,
+		-0.817526162f, 0.792545259f, 0.267431736f, 1.10677791f
+	    },
+	};
+	struct mini mm = mini_default();
+	struct cp_err e;
+	struct model *m;
+	float cs[32];
+
+	mm.rope_scaling = "yarn";
+	mm.rope_factor = 4.0f;
+	mm.rope_orig_ctx = 4096;
+	ck_assert_msg(mini_load(&mm, &m, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(m->hp.n_rot, 32);
+	for (int k = 0; k < 3; k++) {
+		model_rope_row(cs, pos[k], &m->hp);
+		for (int i = 0; i < 32; i++)
+			ck_assert_msg(fabsf(cs[i] - want[k][i]) <= 2e-6f,
+			    "position %d, value %d: %.9g, llama.cpp %.9g",
+			    pos[k], i, (double)cs[i], (double)want[k][i]);
+	}
+	model_free(m);
 }
 END_TEST
 
@@ -682,6 +754,7 @@ model_suite(void)
 	tcase_add_test(tc, test_err_file);
 	tcase_add_test(tc, test_mini_variants);
 	tcase_add_test(tc, test_family_refusals);
+	tcase_add_test(tc, test_rope_yarn);
 	tcase_add_test(tc, test_mini_errors);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
