@@ -90,6 +90,7 @@ struct rec {
 	uint32_t n_prompt, n_gen;
 	uint64_t steps[MAX_IDS];	/* step of each token */
 	uint64_t end_step;	/* of the terminal event */
+	uint64_t end_bound;	/* step boundaries taken with it */
 	int end_order;		/* 1 + terminal events taken before it */
 	int after;		/* events after the terminal one */
 	int n_prog;		/* PROGRESS events */
@@ -242,6 +243,7 @@ tw_take(struct tw *t)
 			r->n_prompt = ev->n_prompt;
 			r->n_gen = ev->n_gen;
 			r->end_step = ev->step;
+			r->end_bound = t->boundaries;
 			if (r->n_ids > 0 && ev->step != 0)
 				ck_assert_uint_ge(ev->step,
 				    r->steps[r->n_ids - 1]);
@@ -990,6 +992,34 @@ START_TEST(test_length_and_errors)
 END_TEST
 
 /*
+ * A worker (KV pool kv_tokens, 0: the default) running request 0 (client
+ * 0, the reference prompt, max_tokens n_a) for 2 steps, then given request
+ * 1 (client 1): big, size bytes, filled with a story's opening over and
+ * over, and request 2 (client 2, the reference ids, max_tokens n_c).
+ */
+static void
+big_behind_stream(struct tw *t, struct rec *recs, int n_recs, char *big,
+    size_t size, int kv_tokens, uint32_t n_a, uint32_t n_c)
+{
+	const char piece[] = "Once upon a time, ";
+	struct ep_params p;
+	size_t i;
+
+	for (i = 0; i + 1 < size; i++)
+		big[i] = piece[i % (sizeof(piece) - 1)];
+	big[size - 1] = '\0';
+	tw_open(t, recs, n_recs, 0, 0, 0, kv_tokens);
+	p = greedy(n_a);
+	tw_text(t, 0, ref_prompt, &p);
+	tw_wait_steps(t, 2);
+	p = greedy(4);
+	tw_submit(t, 1, 101, 1, big, NULL, 0, &p, 0, NULL, 0);
+	p = greedy(n_c);
+	tw_submit(t, 2, 102, 2, NULL, ref_prompt_ids, REF_N_PROMPT, &p, 0,
+	    NULL, 0);
+}
+
+/*
  * A text prompt is tokenized off the engine thread (prep.h).  While a
  * prompt of 6 MiB is tokenized (long enough to notice), a stream already
  * running and a request of another client submitted after it run to their
@@ -1000,24 +1030,11 @@ END_TEST
 START_TEST(test_tokenize_off_thread)
 {
 	static char big[6 << 20];
-	const char piece[] = "Once upon a time, ";
 	struct rec recs[4];
 	struct ep_params p;
 	struct tw t;
-	size_t i;
 
-	for (i = 0; i + 1 < sizeof(big); i++)
-		big[i] = piece[i % (sizeof(piece) - 1)];
-	big[sizeof(big) - 1] = '\0';
-	tw_open(&t, recs, 4, 0, 0, 0, 0);
-	p = greedy(60);
-	tw_text(&t, 0, ref_prompt, &p);
-	tw_wait_steps(&t, 2);
-	p = greedy(4);
-	tw_submit(&t, 1, 101, 1, big, NULL, 0, &p, 0, NULL, 0);
-	p = greedy(10);
-	tw_submit(&t, 2, 102, 2, NULL, ref_prompt_ids, REF_N_PROMPT, &p, 0,
-	    NULL, 0);
+	big_behind_stream(&t, recs, 4, big, sizeof(big), 0, 60, 10);
 	p = greedy(50);
 	tw_submit(&t, 3, 103, 1, NULL, ref_prompt_ids, REF_N_PROMPT, &p, 0,
 	    NULL, 0);
@@ -1036,6 +1053,54 @@ START_TEST(test_tokenize_off_thread)
 	    "other client's request (%d) waited for the tokenization (%d)",
 	    recs[0].end_order, recs[2].end_order, recs[1].end_order);
 	ck_assert_int_gt(recs[3].end_order, recs[1].end_order);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
+/*
+ * The step numbers of two streams while a 4 MiB prompt is tokenized: a
+ * stream running before it (A) and one of another client submitted after
+ * it (C) each get a token in every step from their first to their last,
+ * and both end, A at the end of the context (115 steps), before the big
+ * prompt (B) is answered: the step boundaries posted by then cover A's
+ * last step.  With tokenization between steps B's answer comes with the
+ * first step after its SUBMIT: A, submitted 2 steps earlier, runs at
+ * most EP_MAX_LAG steps ahead of the events taken, so B's answer came
+ * before A's end.
+ */
+START_TEST(test_tokenize_streams_every_step)
+{
+	static char big[4 << 20];
+	struct rec recs[3];
+	struct tw t;
+	int k, n_a = N_CTX - REF_N_PROMPT;
+
+	_Static_assert(EP_MAX_LAG + 2 < N_CTX - REF_N_PROMPT,
+	    "A must outlast the steps tokenization on the engine thread "
+	    "could leave it");
+	/* A pool for both streams: no preemption. */
+	big_behind_stream(&t, recs, 3, big, sizeof(big), 4 * N_CTX, 0, 40);
+	tw_drain(&t, -1, 60000);
+
+	assert_error(&recs[1], -E2BIG, "context");
+	assert_done(&recs[0], CP_FINISH_CONTEXT);
+	ck_assert_int_eq(recs[0].n_ids, n_a);
+	for (k = 0; k < 64; k++)
+		ck_assert_int_eq(recs[0].ids[k], ref_ids[k]);
+	assert_done(&recs[2], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[2], ref_ids, 40);
+	for (k = 0; k < n_a; k++)
+		ck_assert_uint_eq(recs[0].steps[k], (uint64_t)k + 1);
+	for (k = 1; k < 40; k++)
+		ck_assert_uint_eq(recs[2].steps[k], recs[2].steps[0] +
+		    (uint64_t)k);
+	ck_assert_msg(recs[1].end_order > recs[0].end_order &&
+	    recs[1].end_order > recs[2].end_order, "the 4 MiB prompt was "
+	    "answered (%d) before the streams ended (%d, %d)",
+	    recs[1].end_order, recs[0].end_order, recs[2].end_order);
+	ck_assert_uint_ge(recs[1].end_bound, recs[0].steps[n_a - 1]);
+	ck_assert_uint_ge(recs[1].end_bound, recs[2].steps[39]);
 	tw_check_clean(&t);
 	tw_close(&t);
 }
@@ -1509,6 +1574,7 @@ worker_suite(void)
 	tcase_add_test(tc, test_progress_chunks);
 	tcase_add_test(tc, test_pause_resume);
 	tcase_add_test(tc, test_tokenize_off_thread);
+	tcase_add_test(tc, test_tokenize_streams_every_step);
 	tcase_add_test(tc, test_shutdown_in_flight);
 	tcase_add_test(tc, test_step_error);
 	suite_add_tcase(s, tc);
