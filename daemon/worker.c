@@ -938,23 +938,17 @@ worker_backend(struct worker *w)
 /* ---- set-up ------------------------------------------------------------ */
 
 /*
- * The end-of-generation ids of the vocabulary, set once in the samplers'
- * shared workspace (every request's sampler reads them there).
+ * The tokenizer's end-of-generation ids, set once in the samplers' shared
+ * workspace (every request's sampler reads them there).
  */
 static int
-find_eog(struct worker *w)
+set_eog(struct worker *w)
 {
-	int32_t id, *eog;
-	int n = 0, rc;
+	const int32_t *eog;
+	int n;
 
-	if ((eog = calloc((size_t)w->n_vocab, sizeof(*eog))) == NULL)
-		return -ENOMEM;
-	for (id = 0; id < w->n_vocab; id++)
-		if (tok_is_eog(w->tok, id))
-			eog[n++] = id;
-	rc = sampler_ws_set_eog(w->smp_ws, eog, n);
-	free(eog);
-	return rc;
+	eog = tok_eog_ids(w->tok, &n);
+	return sampler_ws_set_eog(w->smp_ws, eog, n);
 }
 
 static int
@@ -1076,7 +1070,7 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	    w->prep == NULL || w->btok == NULL || w->bseq == NULL ||
 	    w->bitem == NULL ||
 	    w->dbuf == NULL || w->sbuf == NULL || w->smp_ws == NULL ||
-	    w->id_head == NULL || w->id_next == NULL || find_eog(w) < 0) {
+	    w->id_head == NULL || w->id_next == NULL || set_eog(w) < 0) {
 		cp_err_set(e, rc, "worker: out of memory");
 		goto err;
 	}
