@@ -302,6 +302,7 @@ static void
 tw_check_clean(struct tw *t)
 {
 	struct worker_stats st;
+	struct ep_stats es;
 	int i;
 
 	tw_quiet(t, 20);
@@ -314,10 +315,11 @@ tw_check_clean(struct tw *t)
 	worker_stats(t->w, &st);
 	ck_assert_int_eq(st.requests_live, 0);
 	ck_assert_int_eq(st.kv_seqs_live, 0);
-	ck_assert_int_eq(st.kv_blocks_used, 0);
-	ck_assert_int_gt(st.kv_blocks_total, 0);
+	ep_stats_get(t->port, &es);
+	ck_assert_uint_eq(es.kv_blocks_used, 0);
+	ck_assert_uint_gt(es.kv_blocks_total, 0);
 	/* engine_port.h promise 4: one boundary per step. */
-	ck_assert_uint_eq(t->boundaries, st.steps);
+	ck_assert_uint_eq(t->boundaries, es.steps);
 }
 
 /* SHUTDOWN, join, then the cache's own invariants; frees everything. */
@@ -421,19 +423,26 @@ tw_text(struct tw *t, int i, const char *text, const struct ep_params *p)
 	    NULL, 0);
 }
 
+/* Steps run so far, as the port counts them. */
+static uint64_t
+tw_steps(struct tw *t)
+{
+	struct ep_stats es;
+
+	ep_stats_get(t->port, &es);
+	return es.steps;
+}
+
 /* Waits until the worker has run at least n steps. */
 static void
 tw_wait_steps(struct tw *t, uint64_t n)
 {
-	struct worker_stats st;
 	double end = clock_ms_f() + 20000;
+	uint64_t k;
 
-	for (;;) {
-		worker_stats(t->w, &st);
-		if (st.steps >= n)
-			return;
+	while ((k = tw_steps(t)) < n) {
 		ck_assert_msg(clock_ms_f() < end, "worker stuck at %llu steps",
-		    (unsigned long long)st.steps);
+		    (unsigned long long)k);
 		usleep(1000);
 	}
 }
@@ -645,6 +654,7 @@ START_TEST(test_batched_equals_alone)
 	static struct rec recs[16], alone[8], together[8];
 	struct ep_params ps[8];
 	struct worker_stats st0;
+	struct ep_stats es;
 	struct tw t;
 	int i;
 
@@ -658,7 +668,8 @@ START_TEST(test_batched_equals_alone)
 	assert_ids_eq(&alone[0], ref_ids, 40);
 	tw_check_clean(&t);
 	worker_stats(t.w, &st0);
-	ck_assert_uint_eq(st0.preempted, 0);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_eq(es.preemptions, 0);
 	ck_assert_uint_eq(st0.submitted, 16);
 	tw_close(&t);
 }
@@ -668,7 +679,7 @@ START_TEST(test_preempt_recompute)
 {
 	static struct rec recs[12], alone[6], together[6];
 	struct ep_params ps[6];
-	struct worker_stats st;
+	struct ep_stats es;
 	struct tw t;
 	int i;
 
@@ -683,9 +694,9 @@ START_TEST(test_preempt_recompute)
 	tw_open(&t, recs, 12, 32, 16, 6, 96);
 	alone_vs_together(&t, 6, ps, alone, together);
 	tw_check_clean(&t);
-	worker_stats(t.w, &st);
-	ck_assert_uint_gt(st.preempted, 0);
-	ck_assert_int_eq(st.kv_blocks_total, 6);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_gt(es.preemptions, 0);
+	ck_assert_uint_eq(es.kv_blocks_total, 6);
 	tw_close(&t);
 }
 END_TEST
@@ -754,6 +765,7 @@ START_TEST(test_cancel_mid_prefill)
 	struct rec recs[4];
 	struct ep_params p = greedy(8);
 	struct worker_stats st;
+	struct ep_stats es;
 	int32_t toks[120];
 	struct tw t;
 	int i;
@@ -780,18 +792,18 @@ START_TEST(test_cancel_mid_prefill)
 	ck_assert_uint_eq(recs[0].n_prompt, 120);
 	worker_stats(t.w, &st);
 	ck_assert_uint_eq(st.cancelled, 1);
-	ck_assert_uint_lt(st.tokens_prompt, 120);
-	ck_assert_uint_gt(st.tokens_prompt, 0);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_lt(es.tokens_prompt, 120);
+	ck_assert_uint_gt(es.tokens_prompt, 0);
 
 	/*
 	 * A request cancelled before it ever ran, beside one that runs: the
 	 * worker is held in ep_post() while both commands are queued, so
 	 * it takes them in one go.
 	 */
-	worker_stats(t.w, &st);
 	p = greedy(100);
 	tw_text(&t, 1, ref_prompt, &p);
-	tw_wait_steps(&t, st.steps + EP_MAX_LAG);
+	tw_wait_steps(&t, es.steps + EP_MAX_LAG);
 	p = greedy(20);
 	tw_text(&t, 2, "Pixels", &p);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 2, 102), 0);
@@ -815,6 +827,7 @@ START_TEST(test_pause_resume)
 	struct ep_params p = greedy(100);
 	struct worker_stats st;
 	struct tw t;
+	uint64_t steps;
 	int n_before;
 
 	tw_open(&t, recs, 4, 32, 32, 4, 4 * N_CTX);
@@ -823,7 +836,7 @@ START_TEST(test_pause_resume)
 	alone = recs[0];
 	assert_done(&alone, CP_FINISH_LENGTH);
 
-	worker_stats(t.w, &st);
+	steps = tw_steps(&t);
 	tw_text(&t, 1, ref_prompt, &p);
 	tw_text(&t, 2, "Whispers of data", &p);
 	tw_text(&t, 3, "Pixels", &p);
@@ -834,7 +847,7 @@ START_TEST(test_pause_resume)
 	 * before the worker's next step: every event of request 1 is in the
 	 * first take.
 	 */
-	tw_wait_steps(&t, st.steps + EP_MAX_LAG);
+	tw_wait_steps(&t, steps + EP_MAX_LAG);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_PAUSE, 1, 101), 0);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_PAUSE, 3, 103), 0);
 	ck_assert_uint_gt(tw_take(&t), 0);
@@ -1113,6 +1126,7 @@ START_TEST(test_shutdown_in_flight)
 	struct rec recs[8];
 	struct ep_params p = greedy(0);
 	struct worker_stats st;
+	struct ep_stats es;
 	struct tw t;
 	double t0;
 	int i;
@@ -1142,7 +1156,8 @@ START_TEST(test_shutdown_in_flight)
 	worker_stats(t.w, &st);
 	ck_assert_int_eq(st.requests_live, 0);
 	ck_assert_int_eq(st.kv_seqs_live, 0);
-	ck_assert_int_eq(st.kv_blocks_used, 0);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_eq(es.kv_blocks_used, 0);
 	/* Dropped without terminal events. */
 	tw_take(&t);
 	for (i = 0; i < 8; i++)
@@ -1353,6 +1368,7 @@ START_TEST(test_lane_move)
 	struct rec recs[2], ref[1];
 	struct ep_params p = greedy(8);
 	struct worker_stats st;
+	struct ep_stats es;
 	int32_t toks[110];
 	struct tw t;
 
@@ -1370,8 +1386,9 @@ START_TEST(test_lane_move)
 	worker_stats(t.w, &st);
 	ck_assert_uint_eq(st.lane_prompts, 1);
 	/* 110, and the holder's few prompt tokens if it ran before its PAUSE */
-	ck_assert_uint_ge(st.tokens_prompt, 110);
-	ck_assert_uint_le(st.tokens_prompt, 110 + 8);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_ge(es.tokens_prompt, 110);
+	ck_assert_uint_le(es.tokens_prompt, 110 + 8);
 	tw_unhold(&t, 1);
 	tw_check_clean(&t);
 	tw_close(&t);
