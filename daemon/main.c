@@ -346,6 +346,7 @@ main(int argc, char **argv)
 	struct worker *w = NULL;
 	struct worker_params wp;
 	struct worker_stats ws;
+	struct ep_stats es;
 	struct server *srv = NULL;
 	struct srv_config sc;
 	struct sigaction sa;
@@ -413,6 +414,7 @@ main(int argc, char **argv)
 		goto out;
 	}
 	worker_stats(w, &ws);
+	ep_stats_get(port, &es);
 	if (server_config(&cfg, m, tok, be_name(worker_backend(w)), ws.n_ctx,
 	    &sc) < 0)
 		goto out;
@@ -437,7 +439,8 @@ main(int argc, char **argv)
 	log_info("serving %s (%s backend, %d threads, context %d, "
 	    "%d KV blocks of %d tokens) on %s", sc.model.name,
 	    be_name(worker_backend(w)), be_params(worker_backend(w))->n_threads,
-	    ws.n_ctx, ws.kv_blocks_total, ws.kv_block_tokens, srv_path(srv));
+	    ws.n_ctx, (int)es.kv_blocks_total, ws.kv_block_tokens,
+	    srv_path(srv));
 	if ((rc = srv_run(srv)) < 0) {
 		errno = -rc;
 		log_warn("io loop");

@@ -184,7 +184,6 @@ struct sreq {
 	int n_blocks;
 	int n_preempt;
 	int prev, next;		/* waiting queue, running list or free list */
-	int cprev, cnext;	/* the client's list of live requests */
 	int item;		/* index in the open plan's items, or NIL */
 	int cost;		/* budget its planned item took */
 	int gen;		/* handle generation, 0..GEN_MASK */
@@ -196,8 +195,6 @@ struct sreq {
 struct sclient {
 	int wait_head, wait_tail;	/* waiting queue, by arrival */
 	int n_wait;
-	int live_head;			/* all live requests, any order */
-	int n_live;
 	int ring_prev, ring_next;	/* round-robin ring, NIL when off it */
 };
 
@@ -356,7 +353,6 @@ sched_new(const struct sched_config *cfg, struct sched **out,
 	}
 	for (i = 0; i < c.max_clients; i++) {
 		s->cl[i].wait_head = s->cl[i].wait_tail = NIL;
-		s->cl[i].live_head = NIL;
 		s->cl[i].ring_prev = s->cl[i].ring_next = NIL;
 	}
 	s->free_head = 0;
@@ -517,7 +513,6 @@ static void
 req_end(struct sched *s, int i)
 {
 	struct sreq *r = &s->req[i];
-	struct sclient *c = &s->cl[r->client];
 
 	if (r->state == SCHED_WAITING)
 		wait_pop(s, i);
@@ -526,13 +521,6 @@ req_end(struct sched *s, int i)
 	s->kv_free += r->n_blocks;
 	if (r->cancel)
 		s->n_cancel--;
-	if (r->cprev == NIL)
-		c->live_head = r->cnext;
-	else
-		s->req[r->cprev].cnext = r->cnext;
-	if (r->cnext != NIL)
-		s->req[r->cnext].cprev = r->cprev;
-	c->n_live--;
 	s->n_live--;
 	r->state = 0;
 	r->n_blocks = 0;
@@ -550,7 +538,6 @@ int
 sched_add(struct sched *s, const struct sched_request *q, struct cp_err *e)
 {
 	const struct sched_config *c = &s->cfg;
-	struct sclient *cl;
 	struct sreq *r;
 	int i;
 
@@ -593,13 +580,6 @@ sched_add(struct sched *s, const struct sched_request *q, struct cp_err *e)
 	r->paused = false;
 	r->cancel = false;
 	r->item = NIL;
-	cl = &s->cl[q->client];
-	r->cprev = NIL;
-	r->cnext = cl->live_head;
-	if (cl->live_head != NIL)
-		s->req[cl->live_head].cprev = i;
-	cl->live_head = i;
-	cl->n_live++;
 	s->n_live++;
 	wait_push(s, i);
 	return handle_of(s, i);
@@ -617,23 +597,6 @@ sched_cancel(struct sched *s, int req)
 		s->n_cancel++;
 	}
 	return 0;
-}
-
-int
-sched_cancel_client(struct sched *s, int client)
-{
-	int i, n = 0;
-
-	if (client < 0 || client >= s->cfg.max_clients)
-		return -EINVAL;
-	for (i = s->cl[client].live_head; i != NIL; i = s->req[i].cnext) {
-		if (!s->req[i].cancel) {
-			s->req[i].cancel = true;
-			s->n_cancel++;
-		}
-		n++;
-	}
-	return n;
 }
 
 int
@@ -681,20 +644,6 @@ sched_pause(struct sched *s, int req, bool on)
 		return -ENOENT;
 	r->paused = on;
 	return 0;
-}
-
-int
-sched_pause_client(struct sched *s, int client, bool on)
-{
-	int i, n = 0;
-
-	if (client < 0 || client >= s->cfg.max_clients)
-		return -EINVAL;
-	for (i = s->cl[client].live_head; i != NIL; i = s->req[i].cnext) {
-		s->req[i].paused = on;
-		n++;
-	}
-	return n;
 }
 
 /* ---- planning ------------------------------------------------------------ */

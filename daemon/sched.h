@@ -195,9 +195,6 @@ int sched_add(struct sched *s, const struct sched_request *r,
  */
 int sched_cancel(struct sched *s, int req);
 
-/* sched_cancel() every live request of client; returns how many, or -EINVAL. */
-int sched_cancel_client(struct sched *s, int client);
-
 /*
  * Clear req's hold: from the next step it may be admitted (once resumed,
  * if also paused).  The caller holds computed KV for the first n_cached
@@ -232,9 +229,6 @@ int sched_hold(struct sched *s, int req);
  * -ENOENT.
  */
 int sched_pause(struct sched *s, int req, bool on);
-
-/* sched_pause() every live request of client; returns how many, or -EINVAL. */
-int sched_pause_client(struct sched *s, int client, bool on);
 
 /*
  * Plan the next step into *plan (arrays owned by s).  Returns 0, or

@@ -30,18 +30,21 @@
  *      and has no token yet; then, for an entry with a logits row: sample,
  *      accept, detokenize (streaming), match stop strings, TOKEN event
  *      with the text that is safe to send.  Steps are numbered from 1
- *      (the count of steps run, st.steps, after them); every event
+ *      (the count of steps run, es.steps, after them); every event
  *      emitted during a step carries its number, other events (a refused
  *      SUBMIT) 0.
  *   6. Commit: sched_commit(); each item that ended its request gets its
  *      terminal event (DONE with the held-back text; an ERROR was sent
  *      when the failure was found), its KV freed and its slot freed.
- *   7. Publish the counters, then ep_post() the turn's events.  Besides
- *      counts, the port's ep_stats holds histograms (stats.h): prompt
- *      and decode tokens and sequences of each step that ran a batch,
- *      time to first token from the io loop's receipt of the SUBMIT
- *      (ep_cmd.t_recv_ns) to the step that sampled it, and the time
- *      between the steps that sampled a request's consecutive tokens.
+ *   7. Publish the counters, then ep_post() the turn's events.  Each
+ *      counter lives in one place: steps, prompt and generated tokens,
+ *      preemptions and KV blocks in the port's ep_stats (w->es), the
+ *      rest in worker_stats (w->st).  Besides counts, ep_stats holds
+ *      histograms (stats.h): prompt and decode tokens and sequences of
+ *      each step that ran a batch, time to first token from the io
+ *      loop's receipt of the SUBMIT (ep_cmd.t_recv_ns) to the step that
+ *      sampled it, and the time between the steps that sampled a
+ *      request's consecutive tokens.
  *
  * A request lives in a slot of w->req from its SUBMIT to its terminal
  * event; its slot number is the req_id the scheduler carries, so plans
@@ -549,7 +552,7 @@ rel_apply(struct worker *w, const struct sched_release *rel)
 		req_end(w, r);
 		w->st.cancelled++;
 	} else {
-		w->st.preempted++;
+		w->es.preemptions++;
 	}
 }
 
@@ -654,7 +657,7 @@ item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
 	ev.token = so.id;
 	ev.logprob = r->logprob ? so.logprob : 0;
 	emit(w, &ev, text, len);
-	w->st.tokens_generated++;
+	w->es.tokens_generated++;
 	token_times(w, r);
 }
 
@@ -725,7 +728,7 @@ step_run(struct worker *w, struct sched_plan *plan, int n_ent, int n_tok)
 		if (it->pos < r->n_prompt) {
 			end = it->pos + it->n < r->n_prompt ? it->pos + it->n :
 			    r->n_prompt;
-			w->st.tokens_prompt += (uint64_t)(end - it->pos);
+			w->es.tokens_prompt += (uint64_t)(end - it->pos);
 			if (r->progress && r->n_gen == 0)
 				wk_emit_progress(w, r, end);
 		}
@@ -747,7 +750,7 @@ step(struct worker *w)
 	bool sent;
 
 	/* Events of this step carry its number (emit()). */
-	w->cur_step = w->st.steps + 1;
+	w->cur_step = w->es.steps + 1;
 	sent = wk_lane_poll(w);
 	if ((rc = sched_step(w->sched, &plan)) < 0)
 		fatalx("worker: sched_step: %s", strerror(-rc));
@@ -807,11 +810,11 @@ step(struct worker *w)
 	w->cur_step = 0;
 	if (plan.n_items == 0 && plan.n_rel == 0 && !sent)
 		return 0;
-	w->st.steps++;
+	w->es.steps++;
 	return 1;
 }
 
-/* Publishes the counters to worker_stats() and the port. */
+/* Publishes w->st to worker_stats() and w->es to the port. */
 static void
 publish(struct worker *w)
 {
@@ -820,21 +823,16 @@ publish(struct worker *w)
 
 	w->st.requests_live = w->max_requests - w->n_free;
 	w->st.kv_seqs_live = kv_seqs_live(w->kv);
-	w->st.kv_blocks_total = kv_blocks_total(w->kv);
-	w->st.kv_blocks_used = w->st.kv_blocks_total - kv_blocks_free(w->kv);
 	pthread_mutex_lock(&w->pub_lock);
 	w->pub = w->st;
 	pthread_mutex_unlock(&w->pub_lock);
 	sched_stats(w->sched, &ss);
-	es->steps = w->st.steps;
-	es->tokens_prompt = w->st.tokens_prompt;
-	es->tokens_generated = w->st.tokens_generated;
-	es->kv_blocks_used = (uint64_t)w->st.kv_blocks_used;
-	es->kv_blocks_total = (uint64_t)w->st.kv_blocks_total;
+	es->kv_blocks_total = (uint64_t)kv_blocks_total(w->kv);
+	es->kv_blocks_used = es->kv_blocks_total -
+	    (uint64_t)kv_blocks_free(w->kv);
 	es->requests_waiting = (uint64_t)ss.n_waiting;
 	es->requests_running = (uint64_t)ss.n_running;
 	es->requests_paused = (uint64_t)w->n_paused;
-	es->preemptions = w->st.preempted;
 	ep_stats_set(w->port, es);
 }
 
@@ -938,23 +936,17 @@ worker_backend(struct worker *w)
 /* ---- set-up ------------------------------------------------------------ */
 
 /*
- * The end-of-generation ids of the vocabulary, set once in the samplers'
- * shared workspace (every request's sampler reads them there).
+ * The tokenizer's end-of-generation ids, set once in the samplers' shared
+ * workspace (every request's sampler reads them there).
  */
 static int
-find_eog(struct worker *w)
+set_eog(struct worker *w)
 {
-	int32_t id, *eog;
-	int n = 0, rc;
+	const int32_t *eog;
+	int n;
 
-	if ((eog = calloc((size_t)w->n_vocab, sizeof(*eog))) == NULL)
-		return -ENOMEM;
-	for (id = 0; id < w->n_vocab; id++)
-		if (tok_is_eog(w->tok, id))
-			eog[n++] = id;
-	rc = sampler_ws_set_eog(w->smp_ws, eog, n);
-	free(eog);
-	return rc;
+	eog = tok_eog_ids(w->tok, &n);
+	return sampler_ws_set_eog(w->smp_ws, eog, n);
 }
 
 static int
@@ -1076,7 +1068,7 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	    w->prep == NULL || w->btok == NULL || w->bseq == NULL ||
 	    w->bitem == NULL ||
 	    w->dbuf == NULL || w->sbuf == NULL || w->smp_ws == NULL ||
-	    w->id_head == NULL || w->id_next == NULL || find_eog(w) < 0) {
+	    w->id_head == NULL || w->id_next == NULL || set_eog(w) < 0) {
 		cp_err_set(e, rc, "worker: out of memory");
 		goto err;
 	}

@@ -52,22 +52,22 @@ struct worker_params {
 	bool no_warmup;			/* skip warm_up() (worker.c) */
 };
 
-/* Counters and occupancy, for tests and logs; see worker_stats(). */
+/*
+ * Counters and occupancy the port's ep_stats (ep_stats_get()) does not
+ * hold, for tests and logs; see worker_stats().  Steps, prompt and
+ * generated tokens, preemptions and KV blocks are counted there only:
+ * steps that ran a batch, released KV or reported the prefill lane's
+ * progress; prompt positions computed, recomputes too; tokens sent in
+ * TOKEN events.
+ */
 struct worker_stats {
-	uint64_t steps;		/* steps that ran a batch, released KV or
-				   reported the prefill lane's progress */
 	uint64_t step_errors;	/* steps whose batch the backend failed */
 	uint64_t submitted;	/* SUBMITs accepted into the scheduler */
 	uint64_t rejected;	/* SUBMITs answered with ERROR at once */
-	uint64_t preempted;	/* preemptions by recompute */
 	uint64_t cancelled;	/* requests ended by CANCEL */
-	uint64_t tokens_prompt;	/* prompt positions computed, recomputes too */
-	uint64_t tokens_generated; /* tokens sent in TOKEN events */
 	uint64_t lane_prompts;	/* prompts handed to the prefill lane */
 	int requests_live;	/* requests queued or running */
 	int kv_seqs_live;	/* KV sequences alive in the backend */
-	int kv_blocks_used;
-	int kv_blocks_total;
 	int kv_block_tokens;
 	int n_ctx;		/* positions per sequence */
 	int max_batch_tokens;
@@ -100,7 +100,10 @@ int worker_start(struct worker *w);
 /* Waits for worker_start()'s thread (after SHUTDOWN); worker_run()'s result. */
 int worker_join(struct worker *w);
 
-/* Latest counters, published after every step; callable from any thread. */
+/*
+ * Latest counters, published after every step with the port's
+ * (ep_stats_set()); callable from any thread.
+ */
 void worker_stats(struct worker *w, struct worker_stats *out);
 
 /*

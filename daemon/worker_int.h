@@ -92,10 +92,11 @@ struct worker {
 	struct ep_batch out;		/* events of the turn being built */
 	uint64_t cur_step;		/* number of the step running, else 0 */
 	uint64_t t_step_ns;		/* when its batch came back */
-	struct ep_stats es;		/* histograms, the worker thread's */
+	struct ep_stats es;		/* the port's counters and histograms,
+					   counted here (ep_stats_set()) */
 	int n_paused;			/* live requests with paused set */
 	bool dirty;			/* publish(): commands changed it */
-	struct worker_stats st;		/* the worker thread's counters */
+	struct worker_stats st;		/* the worker's other counters */
 	pthread_mutex_t pub_lock;
 	struct worker_stats pub;	/* published copy, pub_lock */
 	pthread_t th;

@@ -207,7 +207,7 @@ wk_lane_take(struct worker *w, struct wreq *r, int pos)
 		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
 		return rc;
 	}
-	w->st.tokens_prompt += (uint64_t)(pos - r->lane_from);
+	w->es.tokens_prompt += (uint64_t)(pos - r->lane_from);
 	r->lane_ready = false;
 	w->lane_slot = -1;
 	return 0;

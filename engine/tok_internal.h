@@ -68,6 +68,8 @@ struct tokenizer {
 
 	int32_t *special;		/* control, unknown, user-defined: longest text first */
 	int32_t n_special;
+	int32_t *eog;			/* the ids flagged TOKF_EOG, ascending */
+	int n_eog;
 
 	int32_t bos, eos, eot, eom, unk, pad;
 	bool add_bos, add_eos, add_space_prefix, ignore_merges;

@@ -475,6 +475,14 @@ load_specials(struct load *ld)
 		t->tok[t->eot].flags |= TOKF_EOG;
 	if (t->eom != TOK_NONE)
 		t->tok[t->eom].flags |= TOKF_EOG;
+	for (i = 0; i < t->n_vocab; i++)
+		t->n_eog += (t->tok[i].flags & TOKF_EOG) != 0;
+	if ((t->eog = malloc((size_t)(t->n_eog > 0 ? t->n_eog : 1) *
+	    sizeof(*t->eog))) == NULL)
+		return cp_err_set(ld->e, -ENOMEM, "%s: out of memory", ld->path);
+	for (i = 0, j = 0; i < t->n_vocab; i++)
+		if (t->tok[i].flags & TOKF_EOG)
+			t->eog[j++] = i;
 
 	/* Tokens matched literally in text: longest first, then by id. */
 	t->special = malloc((size_t)t->n_vocab * sizeof(*t->special));
@@ -697,6 +705,7 @@ tok_free(struct tokenizer *t)
 {
 	if (t == NULL)
 		return;
+	free(t->eog);
 	free(t->special);
 	free(t->mmap);
 	free(t->mtext);
@@ -922,6 +931,13 @@ bool
 tok_is_eog(const struct tokenizer *t, int32_t id)
 {
 	return id >= 0 && id < t->n_vocab && (t->tok[id].flags & TOKF_EOG);
+}
+
+const int32_t *
+tok_eog_ids(const struct tokenizer *t, int *n)
+{
+	*n = t->n_eog;
+	return t->eog;
 }
 
 int

@@ -92,6 +92,11 @@ bool tok_add_space_prefix(const struct tokenizer *t);
 
 /* Whether id ends generation (EOS, EOT, EOM, <|im_end|>-like); false if out of range. */
 bool tok_is_eog(const struct tokenizer *t, int32_t id);
+/*
+ * Every id that ends generation, ascending, *n of them (built at load, for
+ * sampler_ws_set_eog()); borrowed, valid until tok_free().
+ */
+const int32_t *tok_eog_ids(const struct tokenizer *t, int *n);
 /* Token type of id (after the fix-ups llama.cpp applies), or -EINVAL. */
 int tok_type(const struct tokenizer *t, int32_t id);
 

@@ -372,9 +372,7 @@ parse_args(int argc, char **argv, struct opts *o)
 			o->prometheus = 1;
 			break;
 		case OPT_SOCKET:
-			if (*a == '\0')
-				return bad_arg("--socket", "a path", a);
-			o->socket = a;
+			o->socket = a;	/* "": as if not given (cp_socket_path) */
 			break;
 		case 'h':
 			return 1;
@@ -1289,14 +1287,15 @@ generate(struct cp_client *c, const struct opts *o, const char *prompt,
 
 /* ---- main ------------------------------------------------------------ */
 
+/* Connects to the socket at path, cp_socket_path()'s answer for --socket. */
 static int
-connect_daemon(const struct opts *o, const char *path, struct cp_client **c)
+connect_daemon(const char *path, struct cp_client **c)
 {
 	struct cp_connect_opts co;
 	int r;
 
 	cp_connect_opts_init(&co);
-	co.socket_path = o->socket;
+	co.socket_path = path;
 	r = cp_connect(&co, c);
 	if (r == 0)
 		return 0;
@@ -1341,11 +1340,12 @@ main(int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 
 	if (cp_socket_path(o.socket, path, sizeof(path)) < 0) {
-		fprintf(stderr, "cpq: socket path too long: %s\n", o.socket ?
-		    o.socket : "(from the environment)");
+		fprintf(stderr, "cpq: socket path too long: %s\n",
+		    o.socket != NULL && *o.socket != '\0' ? o.socket :
+		    "(from the environment)");
 		return EXIT_USAGE;
 	}
-	if ((rc = connect_daemon(&o, path, &c)) != 0)
+	if ((rc = connect_daemon(path, &c)) != 0)
 		return rc;
 	cp_model_info(c, &mi);
 	if (o.info || o.stats) {

@@ -303,8 +303,6 @@ START_TEST(test_dead_handles)
 	ck_assert_int_eq(sched_req_info(s, -1, &ri), -ENOENT);
 	ck_assert_int_eq(sched_req_info(s, 0x7fffffff, &ri), -ENOENT);
 	ck_assert_int_eq(sched_cancel(s, 5), -ENOENT);
-	ck_assert_int_eq(sched_cancel_client(s, 256), -EINVAL);
-	ck_assert_int_eq(sched_pause_client(s, -1, true), -EINVAL);
 	step(s, &p);
 	commit(s, &p);
 	ck_assert_int_eq(p.items[0].finish, SCHED_FIN_LENGTH);
@@ -779,7 +777,8 @@ END_TEST
 /*
  * Cancels asked between sched_step and sched_commit wait for the next
  * step; one whose request finishes at that commit simply vanishes.
- * sched_cancel_client takes all of a client's requests.
+ * A dead client's requests, cancelled one by one as the worker does, go
+ * in one step.
  */
 START_TEST(test_cancel_during_step)
 {
@@ -816,8 +815,8 @@ START_TEST(test_cancel_during_step)
 	w = add(s, 1, 4, 5);
 	step(s, &p);
 	commit(s, &p);
-	ck_assert_int_eq(sched_cancel_client(s, 0), 2);
-	ck_assert_int_eq(sched_cancel_client(s, 2), 0);
+	ck_assert_int_eq(sched_cancel(s, a), 0);
+	ck_assert_int_eq(sched_cancel(s, b), 0);
 	step(s, &p);
 	plan_is(&p, 2, 1, (struct want[]){ { w, 4, 1, 1 } });
 	rel_is(&p, find(&p, a, true), a, SCHED_REL_CANCEL, 1);
@@ -855,8 +854,8 @@ START_TEST(test_pause)
 	commit(s, &p);
 	ck_assert(info(s, a).paused);
 	ck_assert_int_eq(info(s, w1).state, SCHED_WAITING);
-	ck_assert_int_eq(sched_pause_client(s, 0, false), 1);
-	ck_assert_int_eq(sched_pause_client(s, 1, false), 1);
+	ck_assert_int_eq(sched_pause(s, a, false), 0);
+	ck_assert_int_eq(sched_pause(s, w1, false), 0);
 	step(s, &p);
 	plan_is(&p, 0, 2, (struct want[]){ { a, 4, 1, 1 }, { w1, 0, 4, 1 } });
 	commit(s, &p);
@@ -1123,7 +1122,7 @@ START_TEST(test_held_paused)
 	commit(s, &p);
 	ck_assert(info(s, h).held && !info(s, h).paused);
 	/* unheld but paused again */
-	ck_assert_int_eq(sched_pause_client(s, 0, true), 1);
+	ck_assert_int_eq(sched_pause(s, h, true), 0);
 	ck_assert_int_eq(sched_unhold(s, h, 2), 0);
 	step(s, &p);
 	plan_is(&p, 0, 0, NULL);
@@ -1180,8 +1179,8 @@ START_TEST(test_unhold_errors)
 END_TEST
 
 /*
- * A held request is cancelled like any waiting one, at the next step;
- * sched_cancel_client takes held requests too, unheld or not.
+ * A held request is cancelled like any waiting one, at the next step,
+ * unheld or not.
  */
 START_TEST(test_cancel_held)
 {
@@ -1212,7 +1211,8 @@ START_TEST(test_cancel_held)
 	h3 = add_held(s, 2, 8, 2);
 	ck_assert_int_eq(sched_unhold(s, h3, 4), 0);
 	x = add(s, 3, 4, 1);
-	ck_assert_int_eq(sched_cancel_client(s, 2), 2);
+	ck_assert_int_eq(sched_cancel(s, h2), 0);
+	ck_assert_int_eq(sched_cancel(s, h3), 0);
 	step(s, &p);
 	plan_is(&p, 2, 1, (struct want[]){ { x, 0, 4, 1 } });
 	rel_is(&p, find(&p, h2, true), h2, SCHED_REL_CANCEL, 0);
@@ -1659,7 +1659,7 @@ sim_events(struct sim *m)
 {
 	const struct workload *w = m->w;
 	struct sim_req *x;
-	int i, cl, n = 0;
+	int i, cl;
 
 	for (x = m->r; x < m->r + m->n; x++) {
 		if (!x->live)
@@ -1676,13 +1676,11 @@ sim_events(struct sim *m)
 			sim_hold(m, x);
 	}
 	if (chance(m, w->p_cancel_client)) {
+		/* a client gone: each of its requests cancelled */
 		cl = (int)rnd(m, (uint64_t)w->n_clients);
 		for (i = 0; i < m->n; i++)
-			if (m->r[i].live && m->r[i].client == cl) {
-				n++;
+			if (m->r[i].live && m->r[i].client == cl)
 				sim_cancel(m, &m->r[i]);
-			}
-		SIM_INT(sched_cancel_client(m->s, cl), ==, n);
 	}
 	for (cl = 0; cl < w->n_clients && m->n < m->cap; cl++)
 		if (chance(m, w->p_arrive))

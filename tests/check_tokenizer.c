@@ -515,6 +515,31 @@ START_TEST(test_synth_reference)
 }
 END_TEST
 
+/*
+ * tok_eog_ids() lists, ascending, exactly the ids tok_is_eog() accepts;
+ * want is one of them.
+ */
+static void
+check_eog_ids(const struct tokenizer *t, int32_t want)
+{
+	const int32_t *eog;
+	int32_t id;
+	int n, k = 0;
+	bool seen = false;
+
+	eog = tok_eog_ids(t, &n);
+	ck_assert_int_gt(n, 0);
+	for (id = 0; id < tok_n_vocab(t); id++) {
+		if (!tok_is_eog(t, id))
+			continue;
+		ck_assert_int_lt(k, n);
+		ck_assert_int_eq(eog[k++], id);
+		seen |= id == want;
+	}
+	ck_assert_int_eq(k, n);
+	ck_assert(seen);
+}
+
 /* Special tokens in the text: matched only when asked (ids from the vectors). */
 START_TEST(test_parse_special)
 {
@@ -547,6 +572,7 @@ START_TEST(test_parse_special)
 	ck_assert(tok_is_eog(l.t, 2));
 	ck_assert(!tok_is_eog(l.t, 1));
 	ck_assert(!tok_is_eog(l.t, 99999));
+	check_eog_ids(l.t, 2);
 	ck_assert_int_eq(tok_type(l.t, 0), TOK_TYPE_UNKNOWN);
 	ck_assert_int_eq(tok_type(l.t, 1), TOK_TYPE_CONTROL);
 	ck_assert_int_eq(tok_type(l.t, 3), TOK_TYPE_BYTE);
@@ -559,6 +585,7 @@ START_TEST(test_parse_special)
 	ck_assert_int_eq(n, 3);	/* gpt-2 adds no BOS */
 	ck_assert_int_eq(ids[1], 50256);
 	ck_assert(tok_is_eog(l.t, 50256));
+	check_eog_ids(l.t, 50256);
 	ck_assert(!tok_add_bos(l.t));
 	ck_assert_str_eq(tok_pre_name(l.t), "gpt-2");
 	unload(&l);

@@ -90,6 +90,7 @@ struct rec {
 	uint32_t n_prompt, n_gen;
 	uint64_t steps[MAX_IDS];	/* step of each token */
 	uint64_t end_step;	/* of the terminal event */
+	uint64_t end_bound;	/* step boundaries taken with it */
 	int end_order;		/* 1 + terminal events taken before it */
 	int after;		/* events after the terminal one */
 	int n_prog;		/* PROGRESS events */
@@ -242,6 +243,7 @@ tw_take(struct tw *t)
 			r->n_prompt = ev->n_prompt;
 			r->n_gen = ev->n_gen;
 			r->end_step = ev->step;
+			r->end_bound = t->boundaries;
 			if (r->n_ids > 0 && ev->step != 0)
 				ck_assert_uint_ge(ev->step,
 				    r->steps[r->n_ids - 1]);
@@ -300,6 +302,7 @@ static void
 tw_check_clean(struct tw *t)
 {
 	struct worker_stats st;
+	struct ep_stats es;
 	int i;
 
 	tw_quiet(t, 20);
@@ -312,10 +315,11 @@ tw_check_clean(struct tw *t)
 	worker_stats(t->w, &st);
 	ck_assert_int_eq(st.requests_live, 0);
 	ck_assert_int_eq(st.kv_seqs_live, 0);
-	ck_assert_int_eq(st.kv_blocks_used, 0);
-	ck_assert_int_gt(st.kv_blocks_total, 0);
+	ep_stats_get(t->port, &es);
+	ck_assert_uint_eq(es.kv_blocks_used, 0);
+	ck_assert_uint_gt(es.kv_blocks_total, 0);
 	/* engine_port.h promise 4: one boundary per step. */
-	ck_assert_uint_eq(t->boundaries, st.steps);
+	ck_assert_uint_eq(t->boundaries, es.steps);
 }
 
 /* SHUTDOWN, join, then the cache's own invariants; frees everything. */
@@ -419,19 +423,26 @@ tw_text(struct tw *t, int i, const char *text, const struct ep_params *p)
 	    NULL, 0);
 }
 
+/* Steps run so far, as the port counts them. */
+static uint64_t
+tw_steps(struct tw *t)
+{
+	struct ep_stats es;
+
+	ep_stats_get(t->port, &es);
+	return es.steps;
+}
+
 /* Waits until the worker has run at least n steps. */
 static void
 tw_wait_steps(struct tw *t, uint64_t n)
 {
-	struct worker_stats st;
 	double end = clock_ms_f() + 20000;
+	uint64_t k;
 
-	for (;;) {
-		worker_stats(t->w, &st);
-		if (st.steps >= n)
-			return;
+	while ((k = tw_steps(t)) < n) {
 		ck_assert_msg(clock_ms_f() < end, "worker stuck at %llu steps",
-		    (unsigned long long)st.steps);
+		    (unsigned long long)k);
 		usleep(1000);
 	}
 }
@@ -643,6 +654,7 @@ START_TEST(test_batched_equals_alone)
 	static struct rec recs[16], alone[8], together[8];
 	struct ep_params ps[8];
 	struct worker_stats st0;
+	struct ep_stats es;
 	struct tw t;
 	int i;
 
@@ -656,7 +668,8 @@ START_TEST(test_batched_equals_alone)
 	assert_ids_eq(&alone[0], ref_ids, 40);
 	tw_check_clean(&t);
 	worker_stats(t.w, &st0);
-	ck_assert_uint_eq(st0.preempted, 0);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_eq(es.preemptions, 0);
 	ck_assert_uint_eq(st0.submitted, 16);
 	tw_close(&t);
 }
@@ -666,7 +679,7 @@ START_TEST(test_preempt_recompute)
 {
 	static struct rec recs[12], alone[6], together[6];
 	struct ep_params ps[6];
-	struct worker_stats st;
+	struct ep_stats es;
 	struct tw t;
 	int i;
 
@@ -681,9 +694,9 @@ START_TEST(test_preempt_recompute)
 	tw_open(&t, recs, 12, 32, 16, 6, 96);
 	alone_vs_together(&t, 6, ps, alone, together);
 	tw_check_clean(&t);
-	worker_stats(t.w, &st);
-	ck_assert_uint_gt(st.preempted, 0);
-	ck_assert_int_eq(st.kv_blocks_total, 6);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_gt(es.preemptions, 0);
+	ck_assert_uint_eq(es.kv_blocks_total, 6);
 	tw_close(&t);
 }
 END_TEST
@@ -752,6 +765,7 @@ START_TEST(test_cancel_mid_prefill)
 	struct rec recs[4];
 	struct ep_params p = greedy(8);
 	struct worker_stats st;
+	struct ep_stats es;
 	int32_t toks[120];
 	struct tw t;
 	int i;
@@ -778,18 +792,18 @@ START_TEST(test_cancel_mid_prefill)
 	ck_assert_uint_eq(recs[0].n_prompt, 120);
 	worker_stats(t.w, &st);
 	ck_assert_uint_eq(st.cancelled, 1);
-	ck_assert_uint_lt(st.tokens_prompt, 120);
-	ck_assert_uint_gt(st.tokens_prompt, 0);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_lt(es.tokens_prompt, 120);
+	ck_assert_uint_gt(es.tokens_prompt, 0);
 
 	/*
 	 * A request cancelled before it ever ran, beside one that runs: the
 	 * worker is held in ep_post() while both commands are queued, so
 	 * it takes them in one go.
 	 */
-	worker_stats(t.w, &st);
 	p = greedy(100);
 	tw_text(&t, 1, ref_prompt, &p);
-	tw_wait_steps(&t, st.steps + EP_MAX_LAG);
+	tw_wait_steps(&t, es.steps + EP_MAX_LAG);
 	p = greedy(20);
 	tw_text(&t, 2, "Pixels", &p);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_CANCEL, 2, 102), 0);
@@ -813,6 +827,7 @@ START_TEST(test_pause_resume)
 	struct ep_params p = greedy(100);
 	struct worker_stats st;
 	struct tw t;
+	uint64_t steps;
 	int n_before;
 
 	tw_open(&t, recs, 4, 32, 32, 4, 4 * N_CTX);
@@ -821,7 +836,7 @@ START_TEST(test_pause_resume)
 	alone = recs[0];
 	assert_done(&alone, CP_FINISH_LENGTH);
 
-	worker_stats(t.w, &st);
+	steps = tw_steps(&t);
 	tw_text(&t, 1, ref_prompt, &p);
 	tw_text(&t, 2, "Whispers of data", &p);
 	tw_text(&t, 3, "Pixels", &p);
@@ -832,7 +847,7 @@ START_TEST(test_pause_resume)
 	 * before the worker's next step: every event of request 1 is in the
 	 * first take.
 	 */
-	tw_wait_steps(&t, st.steps + EP_MAX_LAG);
+	tw_wait_steps(&t, steps + EP_MAX_LAG);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_PAUSE, 1, 101), 0);
 	ck_assert_int_eq(ep_push_simple(t.port, EP_CMD_PAUSE, 3, 103), 0);
 	ck_assert_uint_gt(tw_take(&t), 0);
@@ -990,6 +1005,34 @@ START_TEST(test_length_and_errors)
 END_TEST
 
 /*
+ * A worker (KV pool kv_tokens, 0: the default) running request 0 (client
+ * 0, the reference prompt, max_tokens n_a) for 2 steps, then given request
+ * 1 (client 1): big, size bytes, filled with a story's opening over and
+ * over, and request 2 (client 2, the reference ids, max_tokens n_c).
+ */
+static void
+big_behind_stream(struct tw *t, struct rec *recs, int n_recs, char *big,
+    size_t size, int kv_tokens, uint32_t n_a, uint32_t n_c)
+{
+	const char piece[] = "Once upon a time, ";
+	struct ep_params p;
+	size_t i;
+
+	for (i = 0; i + 1 < size; i++)
+		big[i] = piece[i % (sizeof(piece) - 1)];
+	big[size - 1] = '\0';
+	tw_open(t, recs, n_recs, 0, 0, 0, kv_tokens);
+	p = greedy(n_a);
+	tw_text(t, 0, ref_prompt, &p);
+	tw_wait_steps(t, 2);
+	p = greedy(4);
+	tw_submit(t, 1, 101, 1, big, NULL, 0, &p, 0, NULL, 0);
+	p = greedy(n_c);
+	tw_submit(t, 2, 102, 2, NULL, ref_prompt_ids, REF_N_PROMPT, &p, 0,
+	    NULL, 0);
+}
+
+/*
  * A text prompt is tokenized off the engine thread (prep.h).  While a
  * prompt of 6 MiB is tokenized (long enough to notice), a stream already
  * running and a request of another client submitted after it run to their
@@ -1000,24 +1043,11 @@ END_TEST
 START_TEST(test_tokenize_off_thread)
 {
 	static char big[6 << 20];
-	const char piece[] = "Once upon a time, ";
 	struct rec recs[4];
 	struct ep_params p;
 	struct tw t;
-	size_t i;
 
-	for (i = 0; i + 1 < sizeof(big); i++)
-		big[i] = piece[i % (sizeof(piece) - 1)];
-	big[sizeof(big) - 1] = '\0';
-	tw_open(&t, recs, 4, 0, 0, 0, 0);
-	p = greedy(60);
-	tw_text(&t, 0, ref_prompt, &p);
-	tw_wait_steps(&t, 2);
-	p = greedy(4);
-	tw_submit(&t, 1, 101, 1, big, NULL, 0, &p, 0, NULL, 0);
-	p = greedy(10);
-	tw_submit(&t, 2, 102, 2, NULL, ref_prompt_ids, REF_N_PROMPT, &p, 0,
-	    NULL, 0);
+	big_behind_stream(&t, recs, 4, big, sizeof(big), 0, 60, 10);
 	p = greedy(50);
 	tw_submit(&t, 3, 103, 1, NULL, ref_prompt_ids, REF_N_PROMPT, &p, 0,
 	    NULL, 0);
@@ -1041,6 +1071,54 @@ START_TEST(test_tokenize_off_thread)
 }
 END_TEST
 
+/*
+ * The step numbers of two streams while a 4 MiB prompt is tokenized: a
+ * stream running before it (A) and one of another client submitted after
+ * it (C) each get a token in every step from their first to their last,
+ * and both end, A at the end of the context (115 steps), before the big
+ * prompt (B) is answered: the step boundaries posted by then cover A's
+ * last step.  With tokenization between steps B's answer comes with the
+ * first step after its SUBMIT: A, submitted 2 steps earlier, runs at
+ * most EP_MAX_LAG steps ahead of the events taken, so B's answer came
+ * before A's end.
+ */
+START_TEST(test_tokenize_streams_every_step)
+{
+	static char big[4 << 20];
+	struct rec recs[3];
+	struct tw t;
+	int k, n_a = N_CTX - REF_N_PROMPT;
+
+	_Static_assert(EP_MAX_LAG + 2 < N_CTX - REF_N_PROMPT,
+	    "A must outlast the steps tokenization on the engine thread "
+	    "could leave it");
+	/* A pool for both streams: no preemption. */
+	big_behind_stream(&t, recs, 3, big, sizeof(big), 4 * N_CTX, 0, 40);
+	tw_drain(&t, -1, 60000);
+
+	assert_error(&recs[1], -E2BIG, "context");
+	assert_done(&recs[0], CP_FINISH_CONTEXT);
+	ck_assert_int_eq(recs[0].n_ids, n_a);
+	for (k = 0; k < 64; k++)
+		ck_assert_int_eq(recs[0].ids[k], ref_ids[k]);
+	assert_done(&recs[2], CP_FINISH_LENGTH);
+	assert_ids_eq(&recs[2], ref_ids, 40);
+	for (k = 0; k < n_a; k++)
+		ck_assert_uint_eq(recs[0].steps[k], (uint64_t)k + 1);
+	for (k = 1; k < 40; k++)
+		ck_assert_uint_eq(recs[2].steps[k], recs[2].steps[0] +
+		    (uint64_t)k);
+	ck_assert_msg(recs[1].end_order > recs[0].end_order &&
+	    recs[1].end_order > recs[2].end_order, "the 4 MiB prompt was "
+	    "answered (%d) before the streams ended (%d, %d)",
+	    recs[1].end_order, recs[0].end_order, recs[2].end_order);
+	ck_assert_uint_ge(recs[1].end_bound, recs[0].steps[n_a - 1]);
+	ck_assert_uint_ge(recs[1].end_bound, recs[2].steps[39]);
+	tw_check_clean(&t);
+	tw_close(&t);
+}
+END_TEST
+
 START_TEST(test_shutdown_in_flight)
 {
 	/* Prompts of at most 23 tokens: over 100 steps each to the end. */
@@ -1048,6 +1126,7 @@ START_TEST(test_shutdown_in_flight)
 	struct rec recs[8];
 	struct ep_params p = greedy(0);
 	struct worker_stats st;
+	struct ep_stats es;
 	struct tw t;
 	double t0;
 	int i;
@@ -1077,7 +1156,8 @@ START_TEST(test_shutdown_in_flight)
 	worker_stats(t.w, &st);
 	ck_assert_int_eq(st.requests_live, 0);
 	ck_assert_int_eq(st.kv_seqs_live, 0);
-	ck_assert_int_eq(st.kv_blocks_used, 0);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_eq(es.kv_blocks_used, 0);
 	/* Dropped without terminal events. */
 	tw_take(&t);
 	for (i = 0; i < 8; i++)
@@ -1288,6 +1368,7 @@ START_TEST(test_lane_move)
 	struct rec recs[2], ref[1];
 	struct ep_params p = greedy(8);
 	struct worker_stats st;
+	struct ep_stats es;
 	int32_t toks[110];
 	struct tw t;
 
@@ -1305,8 +1386,9 @@ START_TEST(test_lane_move)
 	worker_stats(t.w, &st);
 	ck_assert_uint_eq(st.lane_prompts, 1);
 	/* 110, and the holder's few prompt tokens if it ran before its PAUSE */
-	ck_assert_uint_ge(st.tokens_prompt, 110);
-	ck_assert_uint_le(st.tokens_prompt, 110 + 8);
+	ep_stats_get(t.port, &es);
+	ck_assert_uint_ge(es.tokens_prompt, 110);
+	ck_assert_uint_le(es.tokens_prompt, 110 + 8);
 	tw_unhold(&t, 1);
 	tw_check_clean(&t);
 	tw_close(&t);
@@ -1509,6 +1591,7 @@ worker_suite(void)
 	tcase_add_test(tc, test_progress_chunks);
 	tcase_add_test(tc, test_pause_resume);
 	tcase_add_test(tc, test_tokenize_off_thread);
+	tcase_add_test(tc, test_tokenize_streams_every_step);
 	tcase_add_test(tc, test_shutdown_in_flight);
 	tcase_add_test(tc, test_step_error);
 	suite_add_tcase(s, tc);

@@ -55,7 +55,6 @@ struct gen {
 	int32_t *toks;		/* prompt then generated ids */
 	char *out;		/* detokenizer output buffer */
 	size_t out_cap;
-	int32_t *eog;		/* end-of-generation ids */
 };
 
 static void
@@ -224,7 +223,6 @@ gen_parse(int argc, char **argv, struct gen_opts *o)
 static void
 gen_free(struct gen *g)
 {
-	free(g->eog);
 	free(g->out);
 	free(g->toks);
 	sampler_free(g->smp);
@@ -271,21 +269,15 @@ static int
 gen_sampler(struct gen *g, const struct gen_opts *o, int n_vocab)
 {
 	struct cp_err e = { 0 };
-	int32_t id;
-	int n = 0;
+	const int32_t *eog;
+	int n;
 
 	if ((g->smp = sampler_new(&o->sp, n_vocab, &e)) == NULL) {
 		fprintf(stderr, "cpmodel generate: %s\n", e.msg);
 		return -1;
 	}
-	if ((g->eog = calloc((size_t)n_vocab, sizeof(*g->eog))) == NULL) {
-		fprintf(stderr, "cpmodel generate: out of memory\n");
-		return -1;
-	}
-	for (id = 0; id < n_vocab; id++)
-		if (tok_is_eog(g->tok, id))
-			g->eog[n++] = id;
-	if (sampler_set_eog(g->smp, g->eog, n) != 0) {
+	eog = tok_eog_ids(g->tok, &n);
+	if (sampler_set_eog(g->smp, eog, n) != 0) {
 		fprintf(stderr, "cpmodel generate: out of memory\n");
 		return -1;
 	}
