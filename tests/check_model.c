@@ -15,14 +15,11 @@
 #include "gguf.h"
 #include "gguf_write.h"
 #include "lib/fixtures.h"
-#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "ttype.h"
 
 Suite *model_suite(void);
-
-static int have_fixtures;
 
 /* Read a whole fixture file into malloc'd memory. */
 static unsigned char *
@@ -642,15 +639,5 @@ model_suite(void)
 int
 main(void)
 {
-	char *p = fx_path("aidreams260K.gguf");
-	int failed;
-
-	have_fixtures = p != NULL;
-	free(p);
-	if (!have_fixtures) {
-		printf("fixtures not found in %s\n", fx_dir());
-		return 77;
-	}
-	failed = suite_run(model_suite());
-	return failed == 0 ? 0 : 1;
+	return fx_main(model_suite, "aidreams260K.gguf");
 }

@@ -14,20 +14,14 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "prog.h"
 
 char cq_cpq_path[4096];
 
 int
 cq_find_cpq(void)
 {
-	const char *env = getenv("CPQ"), *build = getenv("BUILD");
-
-	if (env != NULL && env[0] != '\0')
-		snprintf(cq_cpq_path, sizeof(cq_cpq_path), "%s", env);
-	else
-		snprintf(cq_cpq_path, sizeof(cq_cpq_path), "%s/bin/cpq",
-		    build != NULL && build[0] != '\0' ? build : "build");
-	if (access(cq_cpq_path, X_OK) != 0) {
+	if (prog_find(cq_cpq_path, sizeof(cq_cpq_path), "cpq", "CPQ") != 0) {
 		printf("%s not built (make it, or set CPQ): skipped\n",
 		    cq_cpq_path);
 		return -1;
