@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/cpd_harness.h"	/* hd_count_fds */
+#include "lib/cpd_harness.h"	/* hd_count_fds, raw_hello_init */
 #include "lib/suite.h"
 #include "ring.h"
 
@@ -63,18 +63,6 @@ limits(struct sess_limits *l, uint32_t wake, uint32_t max_reqs,
 }
 
 static void
-hello_init(struct cp_hello *h, uint32_t sq, uint32_t cq, uint32_t arena)
-{
-	memset(h, 0, sizeof(*h));
-	h->hdr.magic = CP_PROTO_MAGIC;
-	h->hdr.type = CP_MSG_HELLO;
-	h->hdr.version = CP_PROTO_VERSION;
-	h->sq_entries = sq;
-	h->cq_entries = cq;
-	h->arena_bytes = arena;
-}
-
-static void
 sf_open_lim(struct sf *f, uint32_t sq, uint32_t cq, uint32_t arena,
     const struct sess_limits *l)
 {
@@ -88,7 +76,7 @@ sf_open_lim(struct sf *f, uint32_t sq, uint32_t cq, uint32_t arena,
 	f->peer = sv[1];
 	f->s = sess_new(sv[0], 3, 7);
 	ck_assert_ptr_nonnull(f->s);
-	hello_init(&h, sq, cq, arena);
+	raw_hello_init(&h, sq, cq, arena);
 	ck_assert_int_eq(sess_setup(f->s, &h, l, &f->w, f->fds, &f->nfds), 0);
 	f->map = mmap(NULL, f->w.seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
 	    f->fds[CP_FD_MEMFD], 0);
@@ -290,14 +278,7 @@ END_TEST
 
 START_TEST(test_recv_closes_client_fds)
 {
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} cb;
 	struct cp_hello h;
-	struct iovec iov;
-	struct msghdr m;
-	struct cmsghdr *c;
 	unsigned char buf[512];
 	size_t len = 0;
 	int sv[2], efd, before;
@@ -305,21 +286,9 @@ START_TEST(test_recv_closes_client_fds)
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0,
 	    sv), 0);
 	efd = eventfd(0, EFD_CLOEXEC);
-	hello_init(&h, 0, 0, 0);
-	iov.iov_base = &h;
-	iov.iov_len = sizeof(h);
-	memset(&m, 0, sizeof(m));
-	memset(&cb, 0, sizeof(cb));
-	m.msg_iov = &iov;
-	m.msg_iovlen = 1;
-	m.msg_control = cb.b;
-	m.msg_controllen = sizeof(cb.b);
-	c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &efd, sizeof(int));
-	ck_assert_int_eq(sendmsg(sv[1], &m, 0), (ssize_t)sizeof(h));
+	raw_hello_init(&h, 0, 0, 0);
+	ck_assert_int_eq(raw_send_fd(sv[1], &h, sizeof(h), efd),
+	    (ssize_t)sizeof(h));
 	before = count_fds();
 	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EPROTO);
 	/* The descriptor that arrived with it was closed again. */
@@ -345,7 +314,7 @@ START_TEST(test_recv_truncated_and_bad)
 	    (ssize_t)sizeof(big));
 	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EPROTO);
 
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	ck_assert_int_eq(send(sv[1], &h, 10, 0), 10);
 	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), 0);
 	ck_assert_uint_eq(len, 10);
@@ -354,16 +323,16 @@ START_TEST(test_recv_truncated_and_bad)
 	h.hdr.version = 99;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out),
 	    -EPROTONOSUPPORT);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	h.hdr.magic ^= 1;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	h.hdr.type = CP_MSG_STATS_REQ;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	h.reserved[3] = 1;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	h.flags = 1;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
 
