@@ -187,6 +187,18 @@ expect_violation(struct sf *f, const char *what)
 	    "reason \"%s\" lacks \"%s\"", f->s->why, what);
 }
 
+/* A fresh session (futex wake, 8 requests) refuses e for a reason with what. */
+static void
+expect_bad_sqe(const struct cp_sqe *e, const char *what)
+{
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	sf_put(&f, e);
+	expect_violation(&f, what);
+	sf_close(&f);
+}
+
 static int
 count_fds(void)
 {
@@ -484,13 +496,9 @@ END_TEST
 START_TEST(test_unknown_opcode)
 {
 	struct cp_sqe e;
-	struct sf f;
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_simple(9, 1);
-	sf_put(&f, &e);
-	expect_violation(&f, "unknown opcode");
-	sf_close(&f);
+	expect_bad_sqe(&e, "unknown opcode");
 }
 END_TEST
 
@@ -499,19 +507,13 @@ START_TEST(test_reserved_bits)
 	struct cp_sqe e;
 	struct sf f;
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(1, 0, 0);
 	e.reserved[1] = 1;
-	sf_put(&f, &e);
-	expect_violation(&f, "reserved");
-	sf_close(&f);
+	expect_bad_sqe(&e, "reserved");
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(1, 0, 0);
 	e.flags = 0x80;
-	sf_put(&f, &e);
-	expect_violation(&f, "reserved flags");
-	sf_close(&f);
+	expect_bad_sqe(&e, "reserved flags");
 
 	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(1, 0, 0);
@@ -547,11 +549,8 @@ START_TEST(test_arena_range)
 	size_t i;
 
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		sf_open(&f, CP_WAKE_FUTEX, 8);
 		e = sqe_submit(1, bad[i][0], bad[i][1]);
-		sf_put(&f, &e);
-		expect_violation(&f, "arena range");
-		sf_close(&f);
+		expect_bad_sqe(&e, "arena range");
 	}
 	/* The last byte exactly is fine. */
 	sf_open(&f, CP_WAKE_FUTEX, 8);
@@ -573,11 +572,8 @@ START_TEST(test_unknown_req_id)
 	struct cp_sqe e;
 	struct sf f;
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_simple(CP_OP_CANCEL, 5);
-	sf_put(&f, &e);
-	expect_violation(&f, "unknown request 5");
-	sf_close(&f);
+	expect_bad_sqe(&e, "unknown request 5");
 
 	sf_open(&f, CP_WAKE_FUTEX, 8);
 	ep_cmd_free(sf_submit_text(&f, 1, "x"));
@@ -586,11 +582,8 @@ START_TEST(test_unknown_req_id)
 	expect_violation(&f, "not being built");
 	sf_close(&f);
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(0, 0, 0);
-	sf_put(&f, &e);
-	expect_violation(&f, "request id 0");
-	sf_close(&f);
+	expect_bad_sqe(&e, "request id 0");
 }
 END_TEST
 
@@ -663,11 +656,9 @@ END_TEST
 START_TEST(test_bad_params)
 {
 	struct cp_sqe e;
-	struct sf f;
 	int i;
 
 	for (i = 0; i < 12; i++) {
-		sf_open(&f, CP_WAKE_FUTEX, 8);
 		e = sqe_submit(1, 0, 0);
 		switch (i) {
 		case 0: e.params.temperature = NAN; break;
@@ -683,9 +674,7 @@ START_TEST(test_bad_params)
 		case 10: e.params.repeat_last_n = (1u << 20) + 1; break;
 		case 11: e.params.flags = CP_PF_MASK + 1; break;
 		}
-		sf_put(&f, &e);
-		expect_violation(&f, "req 1");
-		sf_close(&f);
+		expect_bad_sqe(&e, "req 1");
 	}
 }
 END_TEST
@@ -716,18 +705,12 @@ START_TEST(test_bad_stops)
 		expect_violation(&f, bad[i].why);
 		sf_close(&f);
 	}
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(1, 0, 100);
 	e.stop_bytes = 101;		/* longer than its range */
-	sf_put(&f, &e);
-	expect_violation(&f, "stop block");
-	sf_close(&f);
-	sf_open(&f, CP_WAKE_FUTEX, 8);
+	expect_bad_sqe(&e, "stop block");
 	e = sqe_submit(1, 0, 1000);
 	e.stop_bytes = CP_STOP_BYTES_MAX + 1;
-	sf_put(&f, &e);
-	expect_violation(&f, "stop block");
-	sf_close(&f);
+	expect_bad_sqe(&e, "stop block");
 }
 END_TEST
 
