@@ -1,8 +1,8 @@
 /*
  * rig.h - a model on a backend for the engine tests (check_forward,
- * check_cuda_backend, check_backend_null): opening one, feeding a sequence in chunks, and the logit helpers
- * the comparisons use.  The functions assert with Check: call them from a
- * test.
+ * check_cuda_backend, check_backend_null): opening one, feeding a
+ * sequence in chunks, and the logit helpers the comparisons use.  The
+ * functions assert with Check: call them from a test.
  */
 #ifndef CP_TEST_RIG_H
 #define CP_TEST_RIG_H
