@@ -16,10 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib/fixtures.h"
 #include "backend.h"
 #include "kvcache.h"
-#include "model.h"
+#include "lib/fixtures.h"
+#include "lib/rig.h"
 #include "sampler.h"
 
 Suite *backend_null_suite(void);
@@ -36,29 +36,12 @@ expect_id(int q)
 	return AID_FIRST_NORMAL + q % AID_N_NORMAL;
 }
 
-struct rig {
-	struct model *m;
-	struct backend *be;
-};
-
+/* aidreams260K on backend name (lib/rig.h), its vocabulary asserted. */
 static void
-rig_open(struct rig *r, const char *name, const struct be_params *p)
+aid_open(struct rig *r, const char *name, const struct be_params *p)
 {
-	struct cp_err e = { 0 };
-	char *path = fx_path("aidreams260K.gguf");
-
-	ck_assert_ptr_nonnull(path);
-	ck_assert_msg(model_load(path, &r->m, &e) == 0, "%s", e.msg);
-	free(path);
-	ck_assert_int_eq(r->m->hp.n_vocab, AID_VOCAB);
-	ck_assert_msg(be_open(name, r->m, p, &r->be, &e) == 0, "%s", e.msg);
-}
-
-static void
-rig_close(struct rig *r)
-{
-	be_close(r->be);
-	model_free(r->m);
+	rig_init(r, "aidreams260K.gguf", name, p);
+	ck_assert_int_eq(r->n_vocab, AID_VOCAB);
 }
 
 /* The single finite entry of row, asserting it is 0 and alone. */
@@ -91,14 +74,14 @@ START_TEST(test_registry)
 	for (i = 0; nm[i] != NULL; i++)
 		n_null += strcmp(nm[i], "null") == 0;
 	ck_assert_int_eq(n_null, 1);
-	rig_open(&r, "null", NULL);
+	aid_open(&r, "null", NULL);
 	ck_assert_str_eq(be_name(r.be), "null");
-	rig_close(&r);
+	rig_fini(&r);
 	/* auto prefers any usable backend, and the CPU always is one. */
 	memset(&r, 0, sizeof(r));
-	rig_open(&r, "auto", NULL);
+	aid_open(&r, "auto", NULL);
 	ck_assert_str_ne(be_name(r.be), "null");
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -113,7 +96,7 @@ START_TEST(test_stream_by_position)
 	const float *lg;
 	int seq, n, q;
 
-	rig_open(&r, "null", NULL);
+	aid_open(&r, "null", NULL);
 	ck_assert_int_ge(seq = kv_seq_new(be_kv(r.be)), 0);
 	for (q = 0; q < 5; q++)
 		toks[q] = 1 + q;	/* BOS, then ids never streamed */
@@ -136,7 +119,7 @@ START_TEST(test_stream_by_position)
 		ck_assert_int_eq(row_hot(lg), expect_id(q));
 	}
 	ck_assert_int_eq(kv_seq_written(be_kv(r.be), seq), AID_CTX);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -152,7 +135,7 @@ START_TEST(test_rows_per_entry)
 	const float *lg;
 	int seq[3], i, n;
 
-	rig_open(&r, "null", &p);
+	aid_open(&r, "null", &p);
 	for (i = 0; i < 64; i++)
 		toks[i] = (int32_t)(i * 7 % AID_VOCAB);
 	for (i = 0; i < 3; i++) {
@@ -177,7 +160,7 @@ START_TEST(test_rows_per_entry)
 	ck_assert_int_eq(n, 2);
 	ck_assert_int_eq(row_hot(lg), expect_id(19));
 	ck_assert_int_eq(row_hot(lg + AID_VOCAB), expect_id(19));
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -192,7 +175,7 @@ START_TEST(test_invalid_batch)
 	const float *lg;
 	int seq;
 
-	rig_open(&r, "null", NULL);
+	aid_open(&r, "null", NULL);
 	ck_assert_int_ge(seq = kv_seq_new(be_kv(r.be)), 0);
 	ck_assert_int_eq(kv_seq_append(be_kv(r.be), seq, 4), 0);
 	s = (struct batch_seq){ seq, 0, 4, true };
@@ -204,7 +187,7 @@ START_TEST(test_invalid_batch)
 	s.pos = 0;
 	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), 0);
 	ck_assert_int_eq(row_hot(lg), expect_id(3));
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -224,7 +207,7 @@ START_TEST(test_sampled_stream)
 
 	sp.seed = 42;
 	sp.repeat_penalty = 1.3f;
-	rig_open(&r, "null", NULL);
+	aid_open(&r, "null", NULL);
 	ck_assert_ptr_nonnull(smp = sampler_new(&sp, AID_VOCAB, &e));
 	ck_assert_int_eq(sampler_set_eog(smp, &eos, 1), 0);
 	ck_assert_int_ge(seq = kv_seq_new(be_kv(r.be)), 0);
@@ -240,7 +223,7 @@ START_TEST(test_sampled_stream)
 		tok = so.id;
 	}
 	sampler_free(smp);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -252,7 +235,7 @@ START_TEST(test_kv_storage)
 	size_t size;
 	int i;
 
-	rig_open(&r, "null", NULL);
+	aid_open(&r, "null", NULL);
 	size = kv_storage_bytes(be_kv(r.be));
 	ck_assert_uint_ge(size, sizeof(in));
 	for (i = 0; i < 256; i++)
@@ -263,7 +246,7 @@ START_TEST(test_kv_storage)
 	    sizeof(out)), 0);
 	ck_assert_mem_eq(in, out, sizeof(in));
 	ck_assert_int_eq(be_kv_read(r.be, size - 1, out, 2), -EINVAL);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 

@@ -46,15 +46,8 @@ static const int loop_kinds[3] = {
 static void
 cfg_init(struct srv_config *c, int kind)
 {
-	srv_config_defaults(c);
+	hd_config(c);
 	c->ioloop = kind;
-	c->handshake_timeout_ms = 2000;
-	snprintf(c->model.name, sizeof(c->model.name), "mock-model");
-	snprintf(c->model.arch, sizeof(c->model.arch), "llama");
-	snprintf(c->model.backend, sizeof(c->model.backend), "cpu");
-	c->model.n_ctx = 4096;
-	c->model.n_vocab = 256;
-	c->model.eos = 2;
 }
 
 /* Starts a daemon of loop kind (skips the test if this kernel lacks it). */

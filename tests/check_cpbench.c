@@ -29,10 +29,8 @@ static const char *
 cpbench_path(void)
 {
 	static char path[1024];
-	const char *build = getenv("BUILD");
 
-	snprintf(path, sizeof(path), "%s/bin/cpbench",
-	    build != NULL && build[0] != '\0' ? build : "build");
+	prog_find(path, sizeof(path), "cpbench", NULL);
 	return path;
 }
 

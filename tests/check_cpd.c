@@ -7,24 +7,19 @@
  */
 #include <check.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cpclient.h"
 #include "lib/cpd_proc.h"
 #include "lib/fixtures.h"
+#include "lib/prog.h"
 #include "lib/suite.h"
 #include "lib/tmpdir.h"
-
-extern char **environ;
 
 static const int ref_ids[64] = {
 	446, 280, 432, 458, 375, 431, 422, 314, 280, 323, 290, 431, 448, 429,
@@ -41,46 +36,12 @@ static char cpd_bin[512];
 static char sock[512];
 static char *model;
 
+/* A socket path of this process's own, for the invocations' tests. */
 static void
 paths(void)
 {
-	const char *build = getenv("BUILD");
-	snprintf(cpd_bin, sizeof(cpd_bin), "%s/bin/cpd",
-	    build != NULL ? build : "build");
 	snprintf(sock, sizeof(sock), "%s/cpd-test-%d.sock", tmp_dir(),
 	    (int)getpid());
-}
-
-/* Runs cpd with args (NULL-terminated, after argv[0]); returns its pid. */
-static pid_t
-spawn_cpd(const char *const *args, int quiet)
-{
-	const char *argv[32];
-	posix_spawn_file_actions_t fa;
-	pid_t pid;
-	int n = 0;
-
-	argv[n++] = cpd_bin;
-	while (*args != NULL && n < 31)
-		argv[n++] = *args++;
-	argv[n] = NULL;
-	posix_spawn_file_actions_init(&fa);
-	if (quiet)
-		posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", 1, 0);
-	ck_assert_int_eq(posix_spawn(&pid, cpd_bin, &fa, NULL,
-	    (char *const *)argv, environ), 0);
-	posix_spawn_file_actions_destroy(&fa);
-	return pid;
-}
-
-static int
-wait_exit(pid_t pid)
-{
-	int st;
-
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert(WIFEXITED(st));
-	return WEXITSTATUS(st);
 }
 
 /* Connects, retrying while the daemon loads; the daemon must be up in 20 s. */
@@ -219,7 +180,7 @@ END_TEST
 START_TEST(test_check_config)
 {
 	char bad[600];
-	const char *ok_args[] = { "--check-config", NULL, NULL };
+	const char *argv[] = { cpd_bin, "--check-config", bad, NULL };
 	FILE *f;
 
 	snprintf(bad, sizeof(bad), "%s.yaml", sock);
@@ -227,29 +188,29 @@ START_TEST(test_check_config)
 	ck_assert_ptr_nonnull(f);
 	fputs("max_batch_tokens: 512\nthreads: many\n", f);
 	fclose(f);
-	ok_args[1] = bad;
-	ck_assert_int_eq(wait_exit(spawn_cpd(ok_args, 1)), 1);
+	ck_assert_int_eq(prog_runv(argv, NULL), 1);
 	f = fopen(bad, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("max_batch_tokens: 256\nmax_prefill_chunk: 128\n", f);
 	fclose(f);
-	ck_assert_int_eq(wait_exit(spawn_cpd(ok_args, 1)), 0);
+	ck_assert_int_eq(prog_runv(argv, NULL), 0);
 	unlink(bad);
 }
 END_TEST
 
 START_TEST(test_bad_invocations)
 {
-	const char *unknown[] = { "--no-such-flag", "1", NULL };
-	const char *range[] = { "--max-batch-tokens", "0", "-m", model, NULL };
-	const char *nomodel[] = { "-s", sock, NULL };
-	const char *missing[] = { "-m", "/nonexistent/model.gguf", "-s", sock,
-	    NULL };
+	const char *unknown[] = { cpd_bin, "--no-such-flag", "1", NULL };
+	const char *range[] = { cpd_bin, "--max-batch-tokens", "0", "-m",
+	    model, NULL };
+	const char *nomodel[] = { cpd_bin, "-s", sock, NULL };
+	const char *missing[] = { cpd_bin, "-m", "/nonexistent/model.gguf",
+	    "-s", sock, NULL };
 
-	ck_assert_int_eq(wait_exit(spawn_cpd(unknown, 1)), 2);
-	ck_assert_int_eq(wait_exit(spawn_cpd(range, 1)), 1);
-	ck_assert_int_eq(wait_exit(spawn_cpd(nomodel, 1)), 1);
-	ck_assert_int_eq(wait_exit(spawn_cpd(missing, 1)), 1);
+	ck_assert_int_eq(prog_runv(unknown, NULL), 2);
+	ck_assert_int_eq(prog_runv(range, NULL), 1);
+	ck_assert_int_eq(prog_runv(nomodel, NULL), 1);
+	ck_assert_int_eq(prog_runv(missing, NULL), 1);
 }
 END_TEST
 
@@ -258,10 +219,10 @@ START_TEST(test_socket_in_use)
 {
 	start_daemon();
 	struct cp_client *c = connect_retry();
-	const char *args[] = { "-m", model, "-s", sock, NULL };
+	const char *argv[] = { cpd_bin, "-m", model, "-s", sock, NULL };
 	struct cp_model_info mi;
 
-	ck_assert_int_eq(wait_exit(spawn_cpd(args, 1)), 1);
+	ck_assert_int_eq(prog_runv(argv, NULL), 1);
 	ck_assert_int_eq(cp_model_info(c, &mi), 0);
 	cp_close(c);
 	c = connect_retry();
@@ -281,15 +242,11 @@ START_TEST(test_cpq_text)
 	start_daemon();
 	struct cp_client *c = connect_retry();
 	char cpq[600], out[700], text[1024];
-	const char *build = getenv("BUILD");
-	posix_spawn_file_actions_t fa;
-	pid_t q;
 	FILE *f;
 	size_t n;
 
 	cp_close(c);
-	snprintf(cpq, sizeof(cpq), "%s/bin/cpq", build != NULL ? build :
-	    "build");
+	ck_assert_int_eq(prog_find(cpq, sizeof(cpq), "cpq", "CPQ"), 0);
 	snprintf(out, sizeof(out), "%s.out", sock);
 	for (int i = 0; i < 2; i++) {
 		const char *argv[] = { cpq, "--socket", sock, "--temp", "0",
@@ -300,13 +257,7 @@ START_TEST(test_cpq_text)
 			argv[8] = stops[i];
 			argv[9] = "Once upon a time";
 		}
-		posix_spawn_file_actions_init(&fa);
-		posix_spawn_file_actions_addopen(&fa, 1, out,
-		    O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		ck_assert_int_eq(posix_spawn(&q, cpq, &fa, NULL,
-		    (char *const *)argv, environ), 0);
-		posix_spawn_file_actions_destroy(&fa);
-		ck_assert_int_eq(wait_exit(q), 0);
+		ck_assert_int_eq(prog_runv(argv, out), 0);
 		f = fopen(out, "r");
 		ck_assert_ptr_nonnull(f);
 		n = fread(text, 1, sizeof(text) - 1, f);
@@ -401,15 +352,12 @@ main(void)
 	int nfail;
 
 	paths();
-	if (access(cpd_bin, X_OK) != 0) {
+	if (prog_find(cpd_bin, sizeof(cpd_bin), "cpd", NULL) != 0) {
 		printf("check_cpd: skipped, %s is not built\n", cpd_bin);
 		return 77;
 	}
-	if ((model = fx_path("aidreams260K.gguf")) == NULL) {
-		printf("check_cpd: skipped, fixture aidreams260K.gguf not "
-		    "found in %s\n", fx_dir());
+	if ((model = fx_need("aidreams260K.gguf")) == NULL)
 		return 77;
-	}
 	nfail = suite_run(cpd_suite());
 	free(model);
 	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -20,7 +20,6 @@
  */
 #include <check.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -30,11 +29,11 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cp_proto.h"
 #include "cpclient.h"
+#include "lib/clock.h"
 #include "lib/cpd_harness.h"
 #include "lib/cpd_proc.h"
 #include "lib/fixtures.h"
@@ -991,10 +990,9 @@ START_TEST(test_daemon_killed)
 	struct cp_stats st;
 	struct cp_params p;
 	struct cp_event ev;
-	struct timespec t0, t1;
 	struct stream s;
 	struct cpd d;
-	long ms;
+	uint64_t t0;
 	pid_t k;
 
 	cpd_start(&d, NULL);
@@ -1013,12 +1011,9 @@ START_TEST(test_daemon_killed)
 		kill(d.pid, SIGKILL);
 		_exit(0);
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	t0 = clock_ms();
 	ck_assert_int_eq(cp_next_event(c, &ev, 10000), CP_EDEAD);
-	clock_gettime(CLOCK_MONOTONIC, &t1);
-	ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) /
-	    1000000;
-	ck_assert_int_lt(ms, 10000);
+	ck_assert_uint_lt(clock_ms() - t0, 10000);
 	ck_assert_int_eq(waitpid(k, NULL, 0), k);
 	ck_assert_int_eq(cpd_wait(&d), -1);	/* killed by the signal */
 	ck_assert_int_eq(cp_stats(c, &st), CP_EDEAD);
@@ -1157,31 +1152,13 @@ START_TEST(test_drain_timeout_flag)
 {
 	static const char *const bad[] = { "10", "-1s", "1h", "3601s", "s",
 	    "" };
-	const char *argv[8];
+	const char *argv[] = { cpd_bin, "-m", model, "--drain-timeout", NULL,
+	    NULL };
 	size_t i;
-	int st;
-	pid_t pid;
 
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		argv[0] = cpd_bin;
-		argv[1] = "-m";
-		argv[2] = model;
-		argv[3] = "--drain-timeout";
 		argv[4] = bad[i];
-		argv[5] = NULL;
-		fflush(NULL);
-		pid = fork();
-		ck_assert_int_ge(pid, 0);
-		if (pid == 0) {
-			int fd = open("/dev/null", O_WRONLY);
-
-			if (fd >= 0)
-				dup2(fd, 2);
-			execv(cpd_bin, (char *const *)argv);
-			_exit(127);
-		}
-		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+		ck_assert_msg(prog_runv(argv, NULL) == 1,
 		    "--drain-timeout '%s' accepted", bad[i]);
 	}
 }
@@ -1213,23 +1190,17 @@ daemon_suite(void)
 int
 main(void)
 {
-	const char *build = getenv("BUILD");
 	int nfail;
 
-	snprintf(cpd_bin, sizeof(cpd_bin), "%s/bin/cpd",
-	    build != NULL && *build != '\0' ? build : "build");
-	snprintf(cpmodel_bin, sizeof(cpmodel_bin), "%s/bin/cpmodel",
-	    build != NULL && *build != '\0' ? build : "build");
-	if (access(cpd_bin, X_OK) != 0 || access(cpmodel_bin, X_OK) != 0) {
+	if (prog_find(cpd_bin, sizeof(cpd_bin), "cpd", NULL) != 0 ||
+	    prog_find(cpmodel_bin, sizeof(cpmodel_bin), "cpmodel",
+	    NULL) != 0) {
 		printf("check_daemon: skipped, %s or %s is not built\n",
 		    cpd_bin, cpmodel_bin);
 		return 77;
 	}
-	if ((model = fx_path("aidreams260K.gguf")) == NULL) {
-		printf("check_daemon: skipped, fixture aidreams260K.gguf not "
-		    "found in %s\n", fx_dir());
+	if ((model = fx_need("aidreams260K.gguf")) == NULL)
 		return 77;
-	}
 	signal(SIGPIPE, SIG_IGN);
 	nfail = suite_run(daemon_suite());
 	free(model);

@@ -449,33 +449,47 @@ static const char *const chunk_models[] = {
 	"synth/synth-gqa-Q4_K_M.gguf",
 };
 
-/* Prefill in chunks of 1, 7, 16, 64 gives the logits of one step. */
-START_TEST(test_chunked_equals_unchunked)
+/*
+ * Prefill of prompt[0..np) in chunks of 1, 7, 16 and 64, then n_gen - 1
+ * decode steps: the logits of every step and the greedy ids are those of
+ * the prompt in one step.  name is the model's, for the message.
+ */
+static void
+assert_chunk_invariant(struct rig *r, const char *name,
+    const int32_t *prompt, int np, int n_gen)
 {
 	static const int chunks[] = { 1, 7, 16, 64 };
-	struct be_params p = params(2, 128, 1);
-	int32_t prompt[100], ids0[4], ids[4];
+	size_t nb = (size_t)n_gen * (size_t)r->n_vocab * sizeof(float);
+	int32_t ids0[8], ids[8];
 	float *lg0, *lg;
-	struct rig r;
-	size_t nb;
 	int c;
 
-	rig_open(&r, chunk_models[_i], &p);
-	nb = 4 * (size_t)r.n_vocab * sizeof(float);
+	ck_assert_int_le(n_gen, 8);
 	lg0 = malloc(nb);
 	lg = malloc(nb);
 	ck_assert(lg0 != NULL && lg != NULL);
-	make_prompt(prompt, 100, r.n_vocab, 7);
-	greedy(&r, prompt, 100, 0, 4, ids0, lg0);
+	greedy(r, prompt, np, 0, n_gen, ids0, lg0);
 	for (c = 0; c < 4; c++) {
 		memset(lg, 0, nb);
-		greedy(&r, prompt, 100, chunks[c], 4, ids, lg);
+		greedy(r, prompt, np, chunks[c], n_gen, ids, lg);
 		ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: chunks of %d "
-		    "change the logits", chunk_models[_i], chunks[c]);
-		assert_ids(ids, ids0, 4);
+		    "change the logits", name, chunks[c]);
+		assert_ids(ids, ids0, n_gen);
 	}
 	free(lg);
 	free(lg0);
+}
+
+/* Prefill in chunks of 1, 7, 16, 64 gives the logits of one step. */
+START_TEST(test_chunked_equals_unchunked)
+{
+	struct be_params p = params(2, 128, 1);
+	int32_t prompt[100];
+	struct rig r;
+
+	rig_open(&r, chunk_models[_i], &p);
+	make_prompt(prompt, 100, r.n_vocab, 7);
+	assert_chunk_invariant(&r, chunk_models[_i], prompt, 100, 4);
 	rig_close(&r);
 }
 END_TEST
@@ -489,15 +503,12 @@ START_TEST(test_chunked_long609)
 {
 	static const char *const files[] = { "synth-gqa-F16.gguf",
 	    "synth-gqa-Q4_K_M.gguf" };
-	static const int chunks[] = { 1, 7, 16, 64 };
 	struct be_params p = params(2, 640, 1);
 	const struct json *res = NULL, *f;
 	struct json *ref = load_reference();
-	int32_t prompt[640], ids0[3], ids[3];
+	int32_t prompt[640];
 	char rel[128];
-	float *lg0, *lg;
 	struct rig r;
-	size_t nb;
 	int np = 0;
 
 	f = json_get(json_get(ref, "files"), files[_i]);
@@ -512,20 +523,7 @@ START_TEST(test_chunked_long609)
 	ck_assert_int_eq(np, 609);
 	snprintf(rel, sizeof(rel), "synth/%s", files[_i]);
 	rig_open(&r, rel, &p);
-	nb = 3 * (size_t)r.n_vocab * sizeof(float);
-	lg0 = malloc(nb);
-	lg = malloc(nb);
-	ck_assert(lg0 != NULL && lg != NULL);
-	greedy(&r, prompt, np, 0, 3, ids0, lg0);
-	for (int c = 0; c < 4; c++) {
-		memset(lg, 0, nb);
-		greedy(&r, prompt, np, chunks[c], 3, ids, lg);
-		ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: chunks of %d "
-		    "change the logits", files[_i], chunks[c]);
-		assert_ids(ids, ids0, 3);
-	}
-	free(lg);
-	free(lg0);
+	assert_chunk_invariant(&r, files[_i], prompt, np, 3);
 	rig_close(&r);
 	json_free(ref);
 }

@@ -52,6 +52,35 @@ get_f32(const struct gguf_file *f, const char *key)
 	return v;
 }
 
+/* The llama.* hyperparameters of a fixture (0: not checked). */
+struct llama_hp {
+	uint32_t n_layer, n_embd, n_head, n_head_kv, n_ff, n_ctx, n_rot;
+};
+
+/* The value under key is want; want 0 checks nothing. */
+static void
+check_u32(const struct gguf_file *f, const char *key, uint32_t want)
+{
+	uint32_t v;
+
+	if (want == 0)
+		return;
+	v = get_u32(f, key);
+	ck_assert_msg(v == want, "%s: %u, want %u", key, v, want);
+}
+
+static void
+check_hp(const struct gguf_file *f, const struct llama_hp *hp)
+{
+	check_u32(f, "llama.block_count", hp->n_layer);
+	check_u32(f, "llama.embedding_length", hp->n_embd);
+	check_u32(f, "llama.attention.head_count", hp->n_head);
+	check_u32(f, "llama.attention.head_count_kv", hp->n_head_kv);
+	check_u32(f, "llama.feed_forward_length", hp->n_ff);
+	check_u32(f, "llama.context_length", hp->n_ctx);
+	check_u32(f, "llama.rope.dimension_count", hp->n_rot);
+}
+
 static uint64_t
 n_tokens(const struct gguf_file *f)
 {
@@ -102,6 +131,11 @@ check_ones(const struct gguf_file *f, const char *name)
 	}
 }
 
+static const struct llama_hp aid_hp = {
+	.n_layer = 4, .n_embd = 64, .n_head = 4, .n_head_kv = 4, .n_ff = 172,
+	.n_ctx = 128, .n_rot = 16,
+};
+
 START_TEST(test_fx_aidreams)
 {
 	struct gguf_file *f = fx_open("aidreams260K.gguf");
@@ -110,13 +144,7 @@ START_TEST(test_fx_aidreams)
 	ck_assert_uint_eq(gguf_version(f), 3);
 	check_str(f, "general.architecture", "llama");
 	check_str(f, "tokenizer.ggml.model", "llama");
-	ck_assert_uint_eq(get_u32(f, "llama.block_count"), 4);
-	ck_assert_uint_eq(get_u32(f, "llama.embedding_length"), 64);
-	ck_assert_uint_eq(get_u32(f, "llama.attention.head_count"), 4);
-	ck_assert_uint_eq(get_u32(f, "llama.attention.head_count_kv"), 4);
-	ck_assert_uint_eq(get_u32(f, "llama.context_length"), 128);
-	ck_assert_uint_eq(get_u32(f, "llama.rope.dimension_count"), 16);
-	ck_assert_uint_eq(get_u32(f, "llama.feed_forward_length"), 172);
+	check_hp(f, &aid_hp);
 	ck_assert_float_eq(get_f32(f,
 	    "llama.attention.layer_norm_rms_epsilon"), 1e-5f);
 	ck_assert_uint_eq(get_u32(f, "tokenizer.ggml.bos_token_id"), 1);
@@ -138,6 +166,11 @@ START_TEST(test_fx_aidreams)
 }
 END_TEST
 
+static const struct llama_hp plc_hp = {
+	.n_layer = 5, .n_embd = 64, .n_head = 8, .n_head_kv = 4, .n_ctx = 128,
+	.n_rot = 8,
+};
+
 START_TEST(test_fx_stories)
 {
 	struct gguf_file *f = fx_open("stories260K-plctlab.gguf");
@@ -145,12 +178,7 @@ START_TEST(test_fx_stories)
 	ck_assert_uint_eq(gguf_version(f), 3);
 	check_str(f, "general.architecture", "llama");
 	ck_assert_uint_eq(gguf_n_tensors(f), 48);
-	ck_assert_uint_eq(get_u32(f, "llama.block_count"), 5);
-	ck_assert_uint_eq(get_u32(f, "llama.attention.head_count"), 8);
-	ck_assert_uint_eq(get_u32(f, "llama.attention.head_count_kv"), 4);
-	ck_assert_uint_eq(get_u32(f, "llama.embedding_length"), 64);
-	ck_assert_uint_eq(get_u32(f, "llama.context_length"), 128);
-	ck_assert_uint_eq(get_u32(f, "llama.rope.dimension_count"), 8);
+	check_hp(f, &plc_hp);
 	ck_assert_uint_eq(n_tokens(f), 512);
 	ck_assert_uint_eq(gguf_file_size(f), 1185376);
 	/* GQA 8/4 with head_dim 8: attn_k is [64, 32] */
@@ -170,6 +198,11 @@ struct synth_case {
 };
 
 /* From synth/README.md and REFERENCE.json (tensor_types). */
+static const struct llama_hp tiny_hp = {
+	.n_layer = 2, .n_embd = 256, .n_head = 4, .n_head_kv = 2, .n_ff = 768,
+	.n_ctx = 2048, .n_rot = 64,
+};
+
 static const struct synth_case synth_tiny[] = {
 	{ "synth-tiny-F32.gguf", 0, CP_T_F32, CP_T_F32, CP_T_F32, CP_T_F32 },
 	{ "synth-tiny-F16.gguf", 1, CP_T_F16, CP_T_F16, CP_T_F16, CP_T_F16 },
@@ -207,13 +240,7 @@ START_TEST(test_fx_synth_tiny)
 	f = fx_open(rel);
 	check_str(f, "general.architecture", "llama");
 	ck_assert_uint_eq(get_u32(f, "general.file_type"), c->file_type);
-	ck_assert_uint_eq(get_u32(f, "llama.block_count"), 2);
-	ck_assert_uint_eq(get_u32(f, "llama.embedding_length"), 256);
-	ck_assert_uint_eq(get_u32(f, "llama.attention.head_count"), 4);
-	ck_assert_uint_eq(get_u32(f, "llama.attention.head_count_kv"), 2);
-	ck_assert_uint_eq(get_u32(f, "llama.feed_forward_length"), 768);
-	ck_assert_uint_eq(get_u32(f, "llama.context_length"), 2048);
-	ck_assert_uint_eq(get_u32(f, "llama.rope.dimension_count"), 64);
+	check_hp(f, &tiny_hp);
 	ck_assert_float_eq(get_f32(f, "llama.rope.freq_base"), 10000.0f);
 	ck_assert_uint_eq(n_tokens(f), 512);
 	ck_assert_uint_eq(gguf_n_tensors(f), 21);
@@ -227,6 +254,11 @@ START_TEST(test_fx_synth_tiny)
 	gguf_close(f);
 }
 END_TEST
+
+static const struct llama_hp gqa_hp = {
+	.n_layer = 2, .n_embd = 256, .n_head = 8, .n_head_kv = 2, .n_ff = 768,
+	.n_ctx = 4096, .n_rot = 32,
+};
 
 static const struct synth_case synth_gqa[] = {
 	{ "synth-gqa-F16.gguf", 1, CP_T_F16, CP_T_F16, CP_T_F16, CP_T_F16 },
@@ -250,13 +282,7 @@ START_TEST(test_fx_synth_gqa)
 	check_str(f, "general.architecture", "llama");
 	check_str(f, "tokenizer.ggml.model", "llama");
 	ck_assert_uint_eq(get_u32(f, "general.file_type"), c->file_type);
-	ck_assert_uint_eq(get_u32(f, "llama.block_count"), 2);
-	ck_assert_uint_eq(get_u32(f, "llama.embedding_length"), 256);
-	ck_assert_uint_eq(get_u32(f, "llama.attention.head_count"), 8);
-	ck_assert_uint_eq(get_u32(f, "llama.attention.head_count_kv"), 2);
-	ck_assert_uint_eq(get_u32(f, "llama.feed_forward_length"), 768);
-	ck_assert_uint_eq(get_u32(f, "llama.context_length"), 4096);
-	ck_assert_uint_eq(get_u32(f, "llama.rope.dimension_count"), 32);
+	check_hp(f, &gqa_hp);
 	ck_assert_float_eq(get_f32(f, "llama.rope.freq_base"), 10000.0f);
 	ck_assert_float_eq(get_f32(f,
 	    "llama.attention.layer_norm_rms_epsilon"), 1e-5f);

@@ -1112,14 +1112,8 @@ START_TEST(test_example)
 	 * byte by byte and stops after it: the output is the prompt, then
 	 * the example's newline.
 	 */
-	srv_config_defaults(&cfg);
+	hd_config(&cfg);
 	cfg.handshake_timeout_ms = 5000;
-	snprintf(cfg.model.name, sizeof(cfg.model.name), "mock-model");
-	snprintf(cfg.model.arch, sizeof(cfg.model.arch), "llama");
-	snprintf(cfg.model.backend, sizeof(cfg.model.backend), "cpu");
-	cfg.model.n_ctx = 4096;
-	cfg.model.n_vocab = 256;
-	cfg.model.eos = 2;
 	ck_assert_int_eq(hd_start(&d, &cfg, NULL), 0);
 	r = run_example(exe, shared, d.path, &out, &err);
 	ck_assert_msg(r == 0, "exit %d: %s", r, err);

@@ -15,14 +15,11 @@
 #include "gguf.h"
 #include "gguf_write.h"
 #include "lib/fixtures.h"
-#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "ttype.h"
 
 Suite *model_suite(void);
-
-static int have_fixtures;
 
 /* Read a whole fixture file into malloc'd memory. */
 static unsigned char *
@@ -74,25 +71,32 @@ find_gguf_str(const unsigned char *buf, size_t size, const char *s)
 	return find_once(buf, size, pat, 8 + len) + 8 + len;
 }
 
-/* Load a model from bytes; returns the error code, message in e. */
-static int
-load_mem(const unsigned char *buf, size_t size, struct cp_err *e)
+/*
+ * Loading a model from bytes fails with err (negative), with a message
+ * that contains what.
+ */
+static void
+expect_load_err(const unsigned char *buf, size_t size, int err,
+    const char *what)
 {
+	struct cp_err e = { 0 };
 	struct gguf_file *f;
 	struct model *m;
 	int rc;
 
-	memset(e, 0, sizeof(*e));
-	if ((rc = gguf_open_mem(buf, size, &f, e)) < 0)
-		return rc;
-	rc = model_from_gguf(f, &m, e);
-	if (rc == 0)
-		ck_assert_ptr_nonnull(m);
-	else
-		ck_assert_ptr_null(m);
-	model_free(m);
-	gguf_close(f);
-	return rc;
+	ck_assert_int_lt(err, 0);
+	rc = gguf_open_mem(buf, size, &f, &e);
+	if (rc == 0) {
+		rc = model_from_gguf(f, &m, &e);
+		if (rc == 0)
+			ck_assert_ptr_nonnull(m);
+		else
+			ck_assert_ptr_null(m);
+		model_free(m);
+		gguf_close(f);
+	}
+	ck_assert_int_eq(rc, err);
+	ck_assert_msg(strstr(e.msg, what) != NULL, "%s", e.msg);
 }
 
 static struct model *
@@ -229,21 +233,18 @@ START_TEST(test_err_architecture)
 {
 	size_t size, off;
 	unsigned char *buf = slurp("aidreams260K.gguf", &size);
-	struct cp_err e;
 
 	off = find_gguf_str(buf, size, "general.architecture");
 	/* u32 type (string), u64 length 5, "llama" */
 	ck_assert_int_eq(memcmp(buf + off + 12, "llama", 5), 0);
 	memcpy(buf + off + 12, "mamba", 5);
-	ck_assert_int_eq(load_mem(buf, size, &e), -ENOTSUP);
-	ck_assert_msg(strstr(e.msg, "unsupported architecture 'mamba' "
-	    "(supported: llama, qwen2, qwen3, phi3, gemma, gemma2, gemma3)") !=
-	    NULL, "%s", e.msg);
+	expect_load_err(buf, size, -ENOTSUP, "unsupported architecture "
+	    "'mamba' (supported: llama, qwen2, qwen3, phi3, gemma, gemma2, "
+	    "gemma3)");
 	/* a known family whose keys the llama file does not have */
 	memcpy(buf + off + 12, "qwen2", 5);
-	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
-	ck_assert_msg(strstr(e.msg, "required key 'qwen2.context_length' "
-	    "missing") != NULL, "%s", e.msg);
+	expect_load_err(buf, size, -EINVAL, "required key "
+	    "'qwen2.context_length' missing");
 	free(buf);
 }
 END_TEST
@@ -252,13 +253,11 @@ START_TEST(test_err_missing_tensor)
 {
 	size_t size, off;
 	unsigned char *buf = slurp("aidreams260K.gguf", &size);
-	struct cp_err e;
 
 	off = find_gguf_str(buf, size, "blk.1.ffn_up.weight");
 	buf[off - 1] = 'x';
-	ck_assert_int_eq(load_mem(buf, size, &e), -ENOENT);
-	ck_assert_msg(strstr(e.msg, "tensor 'blk.1.ffn_up.weight' missing") !=
-	    NULL, "%s", e.msg);
+	expect_load_err(buf, size, -ENOENT, "tensor 'blk.1.ffn_up.weight' "
+	    "missing");
 	free(buf);
 }
 END_TEST
@@ -269,7 +268,6 @@ START_TEST(test_err_shape)
 	unsigned char *buf = slurp("aidreams260K.gguf", &size);
 	uint64_t ne[2];
 	uint32_t nd;
-	struct cp_err e;
 
 	/* tensor info: name, u32 n_dims, u64 ne[n_dims]; swap ne0 and ne1 */
 	off = find_gguf_str(buf, size, "blk.2.ffn_gate.weight");
@@ -281,9 +279,8 @@ START_TEST(test_err_shape)
 	ne[0] = 172;
 	ne[1] = 64;
 	memcpy(buf + off + 4, ne, 16);
-	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
-	ck_assert_msg(strstr(e.msg, "tensor 'blk.2.ffn_gate.weight' has shape "
-	    "[172, 64, 1, 1], expected [64, 172]") != NULL, "%s", e.msg);
+	expect_load_err(buf, size, -EINVAL, "tensor 'blk.2.ffn_gate.weight' "
+	    "has shape [172, 64, 1, 1], expected [64, 172]");
 	free(buf);
 }
 END_TEST
@@ -293,7 +290,6 @@ START_TEST(test_err_hparam_disagrees)
 	size_t size, off;
 	unsigned char *buf = slurp("aidreams260K.gguf", &size);
 	uint32_t v;
-	struct cp_err e;
 
 	/* llama.feed_forward_length: u32 type, u32 value 172 -> 170 */
 	off = find_gguf_str(buf, size, "llama.feed_forward_length");
@@ -301,9 +297,8 @@ START_TEST(test_err_hparam_disagrees)
 	ck_assert_uint_eq(v, 172);
 	v = 170;
 	memcpy(buf + off + 4, &v, 4);
-	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
-	ck_assert_msg(strstr(e.msg, "tensor 'blk.0.ffn_gate.weight' has shape "
-	    "[64, 172, 1, 1], expected [64, 170]") != NULL, "%s", e.msg);
+	expect_load_err(buf, size, -EINVAL, "tensor 'blk.0.ffn_gate.weight' "
+	    "has shape [64, 172, 1, 1], expected [64, 170]");
 	free(buf);
 }
 END_TEST
@@ -312,15 +307,12 @@ START_TEST(test_err_missing_key)
 {
 	size_t size, off;
 	unsigned char *buf = slurp("aidreams260K.gguf", &size);
-	struct cp_err e;
 
 	off = find_gguf_str(buf, size,
 	    "llama.attention.layer_norm_rms_epsilon");
 	buf[off - 1] = 'x';
-	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
-	ck_assert_msg(strstr(e.msg, "required key "
-	    "'llama.attention.layer_norm_rms_epsilon' missing") != NULL, "%s",
-	    e.msg);
+	expect_load_err(buf, size, -EINVAL, "required key "
+	    "'llama.attention.layer_norm_rms_epsilon' missing");
 	free(buf);
 }
 END_TEST
@@ -330,7 +322,6 @@ START_TEST(test_err_bad_heads)
 	size_t size, off;
 	unsigned char *buf = slurp("stories260K-plctlab.gguf", &size);
 	uint32_t v;
-	struct cp_err e;
 
 	/* head_count_kv 4 -> 3: 8 heads are not a multiple of it */
 	off = find_gguf_str(buf, size, "llama.attention.head_count_kv");
@@ -338,15 +329,13 @@ START_TEST(test_err_bad_heads)
 	ck_assert_uint_eq(v, 4);
 	v = 3;
 	memcpy(buf + off + 4, &v, 4);
-	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
-	ck_assert_msg(strstr(e.msg, "head_count 8 is not a multiple of "
-	    "head_count_kv 3") != NULL, "%s", e.msg);
+	expect_load_err(buf, size, -EINVAL, "head_count 8 is not a multiple "
+	    "of head_count_kv 3");
 	/* 0 is out of range */
 	v = 0;
 	memcpy(buf + off + 4, &v, 4);
-	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
-	ck_assert_msg(strstr(e.msg, "'llama.attention.head_count_kv' = 0")
-	    != NULL, "%s", e.msg);
+	expect_load_err(buf, size, -EINVAL, "'llama.attention.head_count_kv' "
+	    "= 0");
 	free(buf);
 }
 END_TEST
@@ -355,15 +344,13 @@ START_TEST(test_err_unexpected_tensor)
 {
 	size_t size, off;
 	unsigned char *buf = slurp("aidreams260K.gguf", &size);
-	struct cp_err e;
 
 	/* output.weight renamed: the output is then tied to token_embd and
 	 * the renamed tensor is left over. */
 	off = find_gguf_str(buf, size, "output.weight");
 	buf[off - 1] = 'x';
-	ck_assert_int_eq(load_mem(buf, size, &e), -ENOTSUP);
-	ck_assert_msg(strstr(e.msg, "unexpected tensor 'output.weighx'") !=
-	    NULL, "%s", e.msg);
+	expect_load_err(buf, size, -ENOTSUP, "unexpected tensor "
+	    "'output.weighx'");
 	free(buf);
 }
 END_TEST
@@ -373,7 +360,6 @@ START_TEST(test_err_vocab_mismatch)
 	size_t size, off;
 	unsigned char *buf = slurp("aidreams260K.gguf", &size);
 	uint64_t n;
-	struct cp_err e;
 
 	/* tokenizer.ggml.tokens: u32 type (array), u32 elem type, u64 count */
 	off = find_gguf_str(buf, size, "tokenizer.ggml.tokens");
@@ -386,10 +372,8 @@ START_TEST(test_err_vocab_mismatch)
 	ck_assert_uint_eq(n, 512);
 	n = 256;
 	memcpy(buf + off + 12, &n, 8);
-	ck_assert_int_eq(load_mem(buf, size, &e), -EINVAL);
-	ck_assert_msg(strstr(e.msg, "'tokenizer.ggml.tokens' has 512 tokens "
-	    "but tensor 'token_embd.weight' has 256 rows") != NULL, "%s",
-	    e.msg);
+	expect_load_err(buf, size, -EINVAL, "'tokenizer.ggml.tokens' has 512 "
+	    "tokens but tensor 'token_embd.weight' has 256 rows");
 	free(buf);
 }
 END_TEST
@@ -764,15 +748,5 @@ model_suite(void)
 int
 main(void)
 {
-	char *p = fx_path("aidreams260K.gguf");
-	int failed;
-
-	have_fixtures = p != NULL;
-	free(p);
-	if (!have_fixtures) {
-		printf("fixtures not found in %s\n", fx_dir());
-		return 77;
-	}
-	failed = suite_run(model_suite());
-	return failed == 0 ? 0 : 1;
+	return fx_main(model_suite, "aidreams260K.gguf");
 }

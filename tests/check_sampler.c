@@ -102,6 +102,17 @@ expect_cands(struct sampler *s, const float *l, const int *keep, int n,
 	ck_abort_msg("sampled id %d is not a candidate", out.id);
 }
 
+/* expect_cands() on a fresh sampler of p over n_vocab ids. */
+static void
+expect_kept(const struct sampler_params *p, int n_vocab, const float *l,
+    const int *keep, int n, double t)
+{
+	struct sampler *s = mk(p, n_vocab);
+
+	expect_cands(s, l, keep, n, t);
+	sampler_free(s);
+}
+
 /* Deterministic test logits. */
 static uint64_t lcg = 987654321;
 
@@ -226,15 +237,12 @@ START_TEST(test_temperature_exact)
 	const int all[6] = { 0, 1, 2, 3, 4, 5 };
 	const float temps[4] = { 1.0f, 0.5f, 2.0f, 0.1f };
 	struct sampler_params p = plain();
-	struct sampler *s;
 	int i;
 
 	for (i = 0; i < 4; i++) {
 		p.temp = temps[i];
-		s = mk(&p, 6);
 		/* no filter ranks them: id order */
-		expect_cands(s, l, all, 6, temps[i]);
-		sampler_free(s);
+		expect_kept(&p, 6, l, all, 6, temps[i]);
 	}
 }
 END_TEST
@@ -251,18 +259,12 @@ START_TEST(test_top_k)
 	struct sampler *s;
 
 	p.top_k = 3;
-	s = mk(&p, 10);
-	expect_cands(s, l, keep3, 3, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 10, l, keep3, 3, 1.0);
 	p.top_k = 4;
 	p.temp = 0.5f;
-	s = mk(&p, 10);
-	expect_cands(s, l, keep4, 4, 0.5);
-	sampler_free(s);
+	expect_kept(&p, 10, l, keep4, 4, 0.5);
 	p.top_k = 1;
-	s = mk(&p, 10);
-	expect_cands(s, l, keep1, 1, 0.5);
-	sampler_free(s);
+	expect_kept(&p, 10, l, keep1, 1, 0.5);
 	/* k >= n_vocab keeps everything, unranked */
 	p.top_k = 10;
 	p.temp = 1.0f;
@@ -288,37 +290,24 @@ START_TEST(test_top_p)
 	const int keep1[1] = { 1 }, keep2[2] = { 1, 3 }, keep3[3] = { 1, 3, 2 };
 	const int keep4[4] = { 1, 3, 2, 0 };
 	struct sampler_params p = plain();
-	struct sampler *s;
 	float l[4];
 
 	four_probs(l);
 	/* cumulative in rank order: 0.4, 0.7, 0.9, 1.0 */
 	p.top_p = 0.65f;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep2, 2, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep2, 2, 1.0);
 	p.top_p = 0.75f;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep3, 3, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep3, 3, 1.0);
 	p.top_p = 0.95f;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep4, 4, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep4, 4, 1.0);
 	p.top_p = 0.3f;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep1, 1, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep1, 1, 1.0);
 	p.top_p = 0.0f;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep1, 1, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep1, 1, 1.0);
 	/* the nucleus is chosen at temperature 1, then tempered */
 	p.top_p = 0.65f;
 	p.temp = 3.0f;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep2, 2, 3.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep2, 2, 3.0);
 }
 END_TEST
 
@@ -326,24 +315,17 @@ START_TEST(test_top_p_after_top_k)
 {
 	const int keep1[1] = { 1 }, keep2[2] = { 1, 3 };
 	struct sampler_params p = plain();
-	struct sampler *s;
 	float l[4];
 
 	four_probs(l);
 	/* alone, 0.5 needs 0.4 + 0.3 */
 	p.top_p = 0.5f;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep2, 2, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep2, 2, 1.0);
 	/* after top-2 the renormalised 4/7 >= 0.5 already */
 	p.top_k = 2;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep1, 1, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep1, 1, 1.0);
 	p.top_p = 0.6f;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep2, 2, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep2, 2, 1.0);
 }
 END_TEST
 
@@ -419,25 +401,18 @@ START_TEST(test_min_p)
 	const int keep_a[3] = { 0, 1, 4 }, keep_b[2] = { 0, 4 };
 	const int keep_c[2] = { 0, 4 };
 	struct sampler_params p = plain();
-	struct sampler *s;
 
 	/* threshold 0.1 * 0.5 = 0.05: unranked, so id order */
 	p.min_p = 0.1f;
-	s = mk(&p, 5);
-	expect_cands(s, l, keep_a, 3, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 5, l, keep_a, 3, 1.0);
 	/* 0.45 * 0.5 = 0.225 keeps 0.23 but not 0.2 */
 	p.min_p = 0.45f;
 	p.temp = 0.8f;
-	s = mk(&p, 5);
-	expect_cands(s, l, keep_b, 2, 0.8);
-	sampler_free(s);
+	expect_kept(&p, 5, l, keep_b, 2, 0.8);
 	/* with top-p 0.96 (which alone keeps all but 0.03) the order is
 	 * by rank and min-p still cuts at 0.225 */
 	p.top_p = 0.96f;
-	s = mk(&p, 5);
-	expect_cands(s, l, keep_c, 2, 0.8);
-	sampler_free(s);
+	expect_kept(&p, 5, l, keep_c, 2, 0.8);
 }
 END_TEST
 
@@ -446,12 +421,9 @@ START_TEST(test_min_p_one)
 	const float l[4] = { 1.0f, 2.0f, 2.0f, 1.999f };
 	const int keep[2] = { 1, 2 };
 	struct sampler_params p = plain();
-	struct sampler *s;
 
 	p.min_p = 1.0f;
-	s = mk(&p, 4);
-	expect_cands(s, l, keep, 2, 1.0);
-	sampler_free(s);
+	expect_kept(&p, 4, l, keep, 2, 1.0);
 }
 END_TEST
 

@@ -23,36 +23,13 @@
 
 Suite *server_suite(void);
 
-static void
-hello_init(struct cp_hello *h, uint32_t sq, uint32_t cq, uint32_t arena)
-{
-	memset(h, 0, sizeof(*h));
-	h->hdr.magic = CP_PROTO_MAGIC;
-	h->hdr.type = CP_MSG_HELLO;
-	h->hdr.version = CP_PROTO_VERSION;
-	h->sq_entries = sq;
-	h->cq_entries = cq;
-	h->arena_bytes = arena;
-}
-
-static void
-cfg_init(struct srv_config *c)
-{
-	srv_config_defaults(c);
-	c->handshake_timeout_ms = 2000;
-	snprintf(c->model.name, sizeof(c->model.name), "mock");
-	c->model.n_ctx = 2048;
-}
-
+/* The daemon's protocol_errors counter. */
 static uint64_t
-protocol_errors(const char *path)
+protocol_errors(const struct hd *d)
 {
 	struct cp_wire_stats st;
-	struct raw_client rc;
 
-	ck_assert_int_eq(raw_connect(path, &rc, 0, 0, 0), 0);
-	ck_assert_int_eq(raw_stats(&rc, &st), 0);
-	raw_close(&rc);
+	ck_assert_int_eq(hd_stats(d, &st), 0);
 	return st.protocol_errors;
 }
 
@@ -79,14 +56,14 @@ START_TEST(test_srv_handshake)
 	struct raw_client rc;
 	struct hd d;
 
-	cfg_init(&c);
+	hd_config(&c);
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	ck_assert_int_eq(raw_connect(d.path, &rc, 32, 64, 8192), 0);
 	ck_assert_uint_eq(rc.w.sq_entries, 32);
 	ck_assert_uint_eq(rc.w.cq_entries, 64);
 	ck_assert_uint_eq(rc.w.arena_bytes, 8192);
-	ck_assert_str_eq(rc.w.model.name, "mock");
-	ck_assert_uint_eq(rc.w.model.n_ctx, 2048);
+	ck_assert_str_eq(rc.w.model.name, "mock-model");
+	ck_assert_uint_eq(rc.w.model.n_ctx, 4096);
 	ck_assert_uint_eq(rc.hdr->magic, CP_SEG_MAGIC);
 	ck_assert_uint_eq(rc.hdr->sq_entries, 32);
 	raw_close(&rc);
@@ -97,44 +74,25 @@ END_TEST
 
 START_TEST(test_srv_fd_in_hello)
 {
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} cb;
 	struct srv_config c;
 	struct raw_client rc;
 	struct cp_hello h;
-	struct iovec iov;
-	struct msghdr m;
-	struct cmsghdr *cm;
 	struct hd d;
 	int efd;
 
-	cfg_init(&c);
+	hd_config(&c);
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	memset(&rc, 0, sizeof(rc));
 	rc.fd = raw_socket(d.path);
 	ck_assert_int_ge(rc.fd, 0);
 	efd = eventfd(0, EFD_CLOEXEC);
-	hello_init(&h, 0, 0, 0);
-	iov.iov_base = &h;
-	iov.iov_len = sizeof(h);
-	memset(&m, 0, sizeof(m));
-	memset(&cb, 0, sizeof(cb));
-	m.msg_iov = &iov;
-	m.msg_iovlen = 1;
-	m.msg_control = cb.b;
-	m.msg_controllen = sizeof(cb.b);
-	cm = CMSG_FIRSTHDR(&m);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &efd, sizeof(int));
-	ck_assert_int_eq(sendmsg(rc.fd, &m, 0), (ssize_t)sizeof(h));
+	raw_hello_init(&h, 0, 0, 0);
+	ck_assert_int_eq(raw_send_fd(rc.fd, &h, sizeof(h), efd),
+	    (ssize_t)sizeof(h));
 	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
 	close(efd);
 	raw_close(&rc);
-	ck_assert_uint_eq(protocol_errors(d.path), 1);
+	ck_assert_uint_eq(protocol_errors(&d), 1);
 	ck_assert(hd_log_has(&d, "descriptors or truncated"));
 	check_served(d.path);
 	ck_assert_int_eq(hd_stop(&d), 0);
@@ -148,15 +106,15 @@ START_TEST(test_srv_truncated_hello)
 	struct cp_hello h;
 	struct hd d;
 
-	cfg_init(&c);
+	hd_config(&c);
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	memset(&rc, 0, sizeof(rc));
 	rc.fd = raw_socket(d.path);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	ck_assert_int_eq(send(rc.fd, &h, 7, 0), 7);
 	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
 	raw_close(&rc);
-	ck_assert_uint_eq(protocol_errors(d.path), 1);
+	ck_assert_uint_eq(protocol_errors(&d), 1);
 	ck_assert(hd_log_has(&d, "malformed HELLO (7 bytes)"));
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
@@ -170,10 +128,10 @@ START_TEST(test_srv_version_mismatch)
 	struct hd d;
 	int fd;
 
-	cfg_init(&c);
+	hd_config(&c);
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	fd = raw_socket(d.path);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	h.hdr.version = CP_PROTO_VERSION + 1;
 	ck_assert_int_eq(send(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
 	ck_assert_int_eq(recv(fd, &w, sizeof(w), 0), (ssize_t)sizeof(w));
@@ -190,7 +148,7 @@ START_TEST(test_srv_handshake_timeout)
 	struct raw_client rc;
 	struct hd d;
 
-	cfg_init(&c);
+	hd_config(&c);
 	c.handshake_timeout_ms = 200;
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	memset(&rc, 0, sizeof(rc));
@@ -208,7 +166,7 @@ START_TEST(test_srv_allow_list)
 	struct raw_client rc;
 	struct hd d;
 
-	cfg_init(&c);
+	hd_config(&c);
 	c.allow_uids[0] = getuid() + 4242;
 	c.n_allow_uids = 1;
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
@@ -219,7 +177,7 @@ START_TEST(test_srv_allow_list)
 	ck_assert_int_eq(hd_stop(&d), 0);
 
 	/* Our primary group on the list lets us in. */
-	cfg_init(&c);
+	hd_config(&c);
 	c.allow_uids[0] = getuid() + 4242;
 	c.n_allow_uids = 1;
 	c.allow_gids[0] = getgid();
@@ -237,7 +195,7 @@ START_TEST(test_srv_per_uid_limit)
 	struct hd d;
 	int i, r = -1;
 
-	cfg_init(&c);
+	hd_config(&c);
 	c.per_uid_max_clients = 2;
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	ck_assert_int_eq(raw_connect(d.path, &a, 0, 0, 0), 0);
@@ -316,7 +274,7 @@ START_TEST(test_srv_hostile_memory)
 	struct hd d;
 	int i;
 
-	cfg_init(&c);
+	hd_config(&c);
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	/* A good client connected throughout, with a request under way. */
 	ck_assert_int_eq(raw_connect(d.path, &good, 0, 0, 0), 0);
@@ -330,7 +288,7 @@ START_TEST(test_srv_hostile_memory)
 	    CP_EV_DONE);
 	ck_assert_str_eq(out, "still here");
 	raw_close(&good);
-	ck_assert_uint_eq(protocol_errors(d.path), 5);
+	ck_assert_uint_eq(protocol_errors(&d), 5);
 	ck_assert(hd_log_has(&d, "disconnected"));
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
@@ -343,14 +301,14 @@ START_TEST(test_srv_garbage_record)
 	struct hd d;
 	char junk[16] = "junk";
 
-	cfg_init(&c);
+	hd_config(&c);
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	ck_assert_int_eq(raw_connect(d.path, &rc, 0, 0, 0), 0);
 	ck_assert_int_eq(send(rc.fd, junk, sizeof(junk), 0),
 	    (ssize_t)sizeof(junk));
 	ck_assert_int_eq(raw_wait_closed(&rc, 3000), 1);
 	raw_close(&rc);
-	ck_assert_uint_eq(protocol_errors(d.path), 1);
+	ck_assert_uint_eq(protocol_errors(&d), 1);
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
@@ -363,7 +321,7 @@ START_TEST(test_srv_per_uid_requests)
 	uint8_t fin = 0;
 	struct hd d;
 
-	cfg_init(&c);
+	hd_config(&c);
 	c.per_uid_max_requests = 1;
 	mock_opts_default(&mo);
 	mo.step_us = 2000;
@@ -394,7 +352,7 @@ START_TEST(test_srv_pidfd_death)
 	char b;
 	struct hd d;
 
-	cfg_init(&c);
+	hd_config(&c);
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	ck_assert_int_eq(pipe(p), 0);
 	a = fork();
@@ -462,7 +420,7 @@ START_TEST(test_srv_socket_in_use)
 	struct hd d;
 	int fd;
 
-	cfg_init(&c);
+	hd_config(&c);
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	port = ep_new();
 	ck_assert_ptr_nonnull(port);
@@ -500,7 +458,7 @@ START_TEST(test_srv_disconnect_reasons)
 	uint64_t sum = 0;
 	int i;
 
-	cfg_init(&c);
+	hd_config(&c);
 	c.handshake_timeout_ms = 200;
 	ck_assert_int_eq(hd_start(&d, &c, NULL), 0);
 	/* Closed: a client that leaves. */
@@ -563,7 +521,7 @@ START_TEST(test_srv_drain_finishes)
 	int st, i;
 	struct hd d;
 
-	cfg_init(&c);
+	hd_config(&c);
 	mock_opts_default(&mo);
 	mo.step_us = 5000;	/* the echo takes about 200 ms */
 	ck_assert_int_eq(hd_start(&d, &c, &mo), 0);
@@ -607,7 +565,7 @@ START_TEST(test_srv_drain_cancels)
 	struct hd d;
 
 	memset(prompt, 'z', sizeof(prompt) - 1);
-	cfg_init(&c);
+	hd_config(&c);
 	c.drain_timeout_ms = 100;
 	mock_opts_default(&mo);
 	mo.step_us = 2000;	/* the echo would take 4 s */

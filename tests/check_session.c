@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lib/cpd_harness.h"	/* hd_count_fds */
+#include "lib/cpd_harness.h"	/* hd_count_fds, raw_hello_init */
 #include "lib/suite.h"
 #include "ring.h"
 
@@ -63,18 +63,6 @@ limits(struct sess_limits *l, uint32_t wake, uint32_t max_reqs,
 }
 
 static void
-hello_init(struct cp_hello *h, uint32_t sq, uint32_t cq, uint32_t arena)
-{
-	memset(h, 0, sizeof(*h));
-	h->hdr.magic = CP_PROTO_MAGIC;
-	h->hdr.type = CP_MSG_HELLO;
-	h->hdr.version = CP_PROTO_VERSION;
-	h->sq_entries = sq;
-	h->cq_entries = cq;
-	h->arena_bytes = arena;
-}
-
-static void
 sf_open_lim(struct sf *f, uint32_t sq, uint32_t cq, uint32_t arena,
     const struct sess_limits *l)
 {
@@ -88,7 +76,7 @@ sf_open_lim(struct sf *f, uint32_t sq, uint32_t cq, uint32_t arena,
 	f->peer = sv[1];
 	f->s = sess_new(sv[0], 3, 7);
 	ck_assert_ptr_nonnull(f->s);
-	hello_init(&h, sq, cq, arena);
+	raw_hello_init(&h, sq, cq, arena);
 	ck_assert_int_eq(sess_setup(f->s, &h, l, &f->w, f->fds, &f->nfds), 0);
 	f->map = mmap(NULL, f->w.seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
 	    f->fds[CP_FD_MEMFD], 0);
@@ -199,6 +187,18 @@ expect_violation(struct sf *f, const char *what)
 	    "reason \"%s\" lacks \"%s\"", f->s->why, what);
 }
 
+/* A fresh session (futex wake, 8 requests) refuses e for a reason with what. */
+static void
+expect_bad_sqe(const struct cp_sqe *e, const char *what)
+{
+	struct sf f;
+
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	sf_put(&f, e);
+	expect_violation(&f, what);
+	sf_close(&f);
+}
+
 static int
 count_fds(void)
 {
@@ -290,14 +290,7 @@ END_TEST
 
 START_TEST(test_recv_closes_client_fds)
 {
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} cb;
 	struct cp_hello h;
-	struct iovec iov;
-	struct msghdr m;
-	struct cmsghdr *c;
 	unsigned char buf[512];
 	size_t len = 0;
 	int sv[2], efd, before;
@@ -305,21 +298,9 @@ START_TEST(test_recv_closes_client_fds)
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0,
 	    sv), 0);
 	efd = eventfd(0, EFD_CLOEXEC);
-	hello_init(&h, 0, 0, 0);
-	iov.iov_base = &h;
-	iov.iov_len = sizeof(h);
-	memset(&m, 0, sizeof(m));
-	memset(&cb, 0, sizeof(cb));
-	m.msg_iov = &iov;
-	m.msg_iovlen = 1;
-	m.msg_control = cb.b;
-	m.msg_controllen = sizeof(cb.b);
-	c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &efd, sizeof(int));
-	ck_assert_int_eq(sendmsg(sv[1], &m, 0), (ssize_t)sizeof(h));
+	raw_hello_init(&h, 0, 0, 0);
+	ck_assert_int_eq(raw_send_fd(sv[1], &h, sizeof(h), efd),
+	    (ssize_t)sizeof(h));
 	before = count_fds();
 	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EPROTO);
 	/* The descriptor that arrived with it was closed again. */
@@ -345,7 +326,7 @@ START_TEST(test_recv_truncated_and_bad)
 	    (ssize_t)sizeof(big));
 	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), -EPROTO);
 
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	ck_assert_int_eq(send(sv[1], &h, 10, 0), 10);
 	ck_assert_int_eq(sess_recv(sv[0], buf, sizeof(buf), &len), 0);
 	ck_assert_uint_eq(len, 10);
@@ -354,16 +335,16 @@ START_TEST(test_recv_truncated_and_bad)
 	h.hdr.version = 99;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out),
 	    -EPROTONOSUPPORT);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	h.hdr.magic ^= 1;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	h.hdr.type = CP_MSG_STATS_REQ;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	h.reserved[3] = 1;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
-	hello_init(&h, 0, 0, 0);
+	raw_hello_init(&h, 0, 0, 0);
 	h.flags = 1;
 	ck_assert_int_eq(sess_hello_check(&h, sizeof(h), &out), -EPROTO);
 
@@ -515,13 +496,9 @@ END_TEST
 START_TEST(test_unknown_opcode)
 {
 	struct cp_sqe e;
-	struct sf f;
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_simple(9, 1);
-	sf_put(&f, &e);
-	expect_violation(&f, "unknown opcode");
-	sf_close(&f);
+	expect_bad_sqe(&e, "unknown opcode");
 }
 END_TEST
 
@@ -530,19 +507,13 @@ START_TEST(test_reserved_bits)
 	struct cp_sqe e;
 	struct sf f;
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(1, 0, 0);
 	e.reserved[1] = 1;
-	sf_put(&f, &e);
-	expect_violation(&f, "reserved");
-	sf_close(&f);
+	expect_bad_sqe(&e, "reserved");
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(1, 0, 0);
 	e.flags = 0x80;
-	sf_put(&f, &e);
-	expect_violation(&f, "reserved flags");
-	sf_close(&f);
+	expect_bad_sqe(&e, "reserved flags");
 
 	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(1, 0, 0);
@@ -578,11 +549,8 @@ START_TEST(test_arena_range)
 	size_t i;
 
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		sf_open(&f, CP_WAKE_FUTEX, 8);
 		e = sqe_submit(1, bad[i][0], bad[i][1]);
-		sf_put(&f, &e);
-		expect_violation(&f, "arena range");
-		sf_close(&f);
+		expect_bad_sqe(&e, "arena range");
 	}
 	/* The last byte exactly is fine. */
 	sf_open(&f, CP_WAKE_FUTEX, 8);
@@ -604,11 +572,8 @@ START_TEST(test_unknown_req_id)
 	struct cp_sqe e;
 	struct sf f;
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_simple(CP_OP_CANCEL, 5);
-	sf_put(&f, &e);
-	expect_violation(&f, "unknown request 5");
-	sf_close(&f);
+	expect_bad_sqe(&e, "unknown request 5");
 
 	sf_open(&f, CP_WAKE_FUTEX, 8);
 	ep_cmd_free(sf_submit_text(&f, 1, "x"));
@@ -617,11 +582,8 @@ START_TEST(test_unknown_req_id)
 	expect_violation(&f, "not being built");
 	sf_close(&f);
 
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(0, 0, 0);
-	sf_put(&f, &e);
-	expect_violation(&f, "request id 0");
-	sf_close(&f);
+	expect_bad_sqe(&e, "request id 0");
 }
 END_TEST
 
@@ -694,11 +656,9 @@ END_TEST
 START_TEST(test_bad_params)
 {
 	struct cp_sqe e;
-	struct sf f;
 	int i;
 
 	for (i = 0; i < 12; i++) {
-		sf_open(&f, CP_WAKE_FUTEX, 8);
 		e = sqe_submit(1, 0, 0);
 		switch (i) {
 		case 0: e.params.temperature = NAN; break;
@@ -714,9 +674,7 @@ START_TEST(test_bad_params)
 		case 10: e.params.repeat_last_n = (1u << 20) + 1; break;
 		case 11: e.params.flags = CP_PF_MASK + 1; break;
 		}
-		sf_put(&f, &e);
-		expect_violation(&f, "req 1");
-		sf_close(&f);
+		expect_bad_sqe(&e, "req 1");
 	}
 }
 END_TEST
@@ -747,18 +705,12 @@ START_TEST(test_bad_stops)
 		expect_violation(&f, bad[i].why);
 		sf_close(&f);
 	}
-	sf_open(&f, CP_WAKE_FUTEX, 8);
 	e = sqe_submit(1, 0, 100);
 	e.stop_bytes = 101;		/* longer than its range */
-	sf_put(&f, &e);
-	expect_violation(&f, "stop block");
-	sf_close(&f);
-	sf_open(&f, CP_WAKE_FUTEX, 8);
+	expect_bad_sqe(&e, "stop block");
 	e = sqe_submit(1, 0, 1000);
 	e.stop_bytes = CP_STOP_BYTES_MAX + 1;
-	sf_put(&f, &e);
-	expect_violation(&f, "stop block");
-	sf_close(&f);
+	expect_bad_sqe(&e, "stop block");
 }
 END_TEST
 

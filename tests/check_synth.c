@@ -663,15 +663,9 @@ synth_suite(void)
 int
 main(void)
 {
-	const char *env = getenv("CPMODEL"), *build = getenv("BUILD");
 	int failed;
 
-	if (env != NULL && env[0] != '\0')
-		snprintf(cpmodel, sizeof(cpmodel), "%s", env);
-	else
-		snprintf(cpmodel, sizeof(cpmodel), "%s/bin/cpmodel",
-		    build != NULL && build[0] != '\0' ? build : "build");
-	if (access(cpmodel, X_OK) != 0) {
+	if (prog_find(cpmodel, sizeof(cpmodel), "cpmodel", "CPMODEL") != 0) {
 		printf("%s not built (make it, or set CPMODEL): skipped\n",
 		    cpmodel);
 		return 77;

@@ -689,16 +689,11 @@ synth_types_suite(bool engine)
 int
 main(void)
 {
-	const char *env = getenv("CPMODEL"), *build = getenv("BUILD");
 	bool engine;
 	int failed;
 
-	if (env != NULL && env[0] != '\0')
-		snprintf(cpmodel, sizeof(cpmodel), "%s", env);
-	else
-		snprintf(cpmodel, sizeof(cpmodel), "%s/bin/cpmodel",
-		    build != NULL && build[0] != '\0' ? build : "build");
-	engine = access(cpmodel, X_OK) == 0;
+	engine = prog_find(cpmodel, sizeof(cpmodel), "cpmodel",
+	    "CPMODEL") == 0;
 	failed = suite_run(synth_types_suite(engine));
 	if (failed != 0)
 		return 1;

@@ -8,8 +8,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "lib/clock.h"
 #include "lib/suite.h"
 #include "threadpool.h"
 
@@ -25,20 +25,11 @@ struct job {
 	int meet;			/* a task waits for this many starts */
 };
 
-static int64_t
-now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void
 task(void *arg, int t, int thread)
 {
 	struct job *j = arg;
-	int64_t t0;
+	uint64_t t0;
 
 	atomic_fetch_add(&j->runs[t], 1);
 	atomic_fetch_add(&j->by[thread], 1);
@@ -47,9 +38,9 @@ task(void *arg, int t, int thread)
 	 * With meet set, the first tasks wait (up to 10 s) until that many
 	 * have started: they can only all start on distinct threads.
 	 */
-	t0 = now_ms();
+	t0 = clock_ms();
 	while (t < j->meet && atomic_load(&j->entered) < j->meet &&
-	    now_ms() - t0 < 10000)
+	    clock_ms() - t0 < 10000)
 		;
 }
 

@@ -11,8 +11,9 @@ CHECK_LDLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
 $(BUILD)/tests/check_%: $(BUILD)/tests/check_%.o $(TESTLIB_OBJS) $(LINK_LIBS)
 	$(call link,$(CHECK_LDLIBS) $(DAEMON_LDLIBS))
 
-# cpbench: the benchmark tool (tests/bench).
-CPBENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/bench/*.c))
+# cpbench: the benchmark tool (tests/bench), on the tests' clock.
+CPBENCH_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/bench/*.c)) \
+	$(BUILD)/tests/lib/clock.o
 PROGRAMS += $(BUILD)/bin/cpbench
 $(BUILD)/bin/cpbench: $(CPBENCH_OBJS) $(LINK_LIBS)
 	$(call link)

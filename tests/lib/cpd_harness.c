@@ -139,6 +139,25 @@ hd_child(struct hd *d, const struct srv_config *cfg,
 	exit(rc);	/* not _exit: a sanitizer build checks for leaks here */
 }
 
+void
+hd_config(struct srv_config *c)
+{
+	srv_config_defaults(c);
+	c->handshake_timeout_ms = 2000;
+	snprintf(c->model.name, sizeof(c->model.name), "mock-model");
+	snprintf(c->model.arch, sizeof(c->model.arch), "llama");
+	snprintf(c->model.backend, sizeof(c->model.backend), "cpu");
+	c->model.n_ctx = 4096;
+	c->model.n_vocab = 256;
+	c->model.n_embd = 64;
+	c->model.n_layer = 4;
+	c->model.n_head = 8;
+	c->model.n_head_kv = 4;
+	c->model.bos = 1;
+	c->model.eos = 2;
+	c->model.n_params = 260000;
+}
+
 int
 hd_start(struct hd *d, const struct srv_config *cfg,
     const struct mock_opts *mo)
@@ -305,7 +324,59 @@ hd_count_memfd_maps(pid_t pid)
 	return n;
 }
 
+int
+hd_stats(const struct hd *d, struct cp_wire_stats *st)
+{
+	struct raw_client rc;
+	int r;
+
+	r = raw_connect(d->path, &rc, 0, 0, 0);
+	if (r == 0)
+		r = raw_stats(&rc, st);
+	raw_close(&rc);
+	return r;
+}
+
 /* ---- raw client ------------------------------------------------------ */
+
+void
+raw_hello_init(struct cp_hello *h, uint32_t sq, uint32_t cq, uint32_t arena)
+{
+	memset(h, 0, sizeof(*h));
+	h->hdr.magic = CP_PROTO_MAGIC;
+	h->hdr.type = CP_MSG_HELLO;
+	h->hdr.version = CP_PROTO_VERSION;
+	h->sq_entries = sq;
+	h->cq_entries = cq;
+	h->arena_bytes = arena;
+}
+
+ssize_t
+raw_send_fd(int sock, const void *msg, size_t len, int fd)
+{
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} cb;
+	struct iovec iov;
+	struct msghdr m;
+	struct cmsghdr *c;
+
+	iov.iov_base = (void *)msg;
+	iov.iov_len = len;
+	memset(&m, 0, sizeof(m));
+	memset(&cb, 0, sizeof(cb));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = cb.b;
+	m.msg_controllen = sizeof(cb.b);
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(sock, &m, 0);
+}
 
 int
 raw_socket(const char *path)
@@ -350,13 +421,7 @@ raw_connect(const char *path, struct raw_client *rc, uint32_t sq, uint32_t cq,
 	rc->fd = raw_socket(path);
 	if (rc->fd < 0)
 		return rc->fd;
-	memset(&h, 0, sizeof(h));
-	h.hdr.magic = CP_PROTO_MAGIC;
-	h.hdr.type = CP_MSG_HELLO;
-	h.hdr.version = CP_PROTO_VERSION;
-	h.sq_entries = sq;
-	h.cq_entries = cq;
-	h.arena_bytes = arena;
+	raw_hello_init(&h, sq, cq, arena);
 	send(rc->fd, &h, sizeof(h), MSG_NOSIGNAL);	/* may fail if refused */
 	pfd.fd = rc->fd;
 	pfd.events = POLLIN;

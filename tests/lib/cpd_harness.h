@@ -29,6 +29,13 @@ struct hd {
 };
 
 /*
+ * srv_config_defaults() for the mock engine's model ("mock-model", llama,
+ * n_ctx 4096, n_vocab 256, BOS 1, EOS 2, no chat template), with a
+ * handshake timeout of 2 s.
+ */
+void hd_config(struct srv_config *c);
+
+/*
  * Starts a daemon with cfg (socket_path replaced) and the mock engine with
  * mo (NULL: defaults); returns 0 once it listens, or -errno.
  */
@@ -63,6 +70,12 @@ int hd_count_fds(pid_t pid);
 /* Mappings of session memfds in process pid (/proc/pid/maps), or -1. */
 int hd_count_memfd_maps(pid_t pid);
 
+/*
+ * The daemon's counters, through a connection of the caller's own;
+ * 0 or -errno.
+ */
+int hd_stats(const struct hd *d, struct cp_wire_stats *st);
+
 /* A client speaking the protocol by hand. */
 struct raw_client {
 	int fd;
@@ -80,6 +93,13 @@ struct raw_client {
 	uint32_t cq_head;	/* next CQ slot to read */
 	uint32_t arena_pos;	/* next free arena byte (no reuse) */
 };
+
+/* A HELLO of this protocol version asking for these sizes (0: defaults). */
+void raw_hello_init(struct cp_hello *h, uint32_t sq, uint32_t cq,
+    uint32_t arena);
+
+/* sendmsg() of msg (len bytes) on sock with fd attached (SCM_RIGHTS). */
+ssize_t raw_send_fd(int sock, const void *msg, size_t len, int fd);
 
 /* Connected SOCK_SEQPACKET socket to path, or -errno. */
 int raw_socket(const char *path);

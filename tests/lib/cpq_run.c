@@ -14,20 +14,14 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "prog.h"
 
 char cq_cpq_path[4096];
 
 int
 cq_find_cpq(void)
 {
-	const char *env = getenv("CPQ"), *build = getenv("BUILD");
-
-	if (env != NULL && env[0] != '\0')
-		snprintf(cq_cpq_path, sizeof(cq_cpq_path), "%s", env);
-	else
-		snprintf(cq_cpq_path, sizeof(cq_cpq_path), "%s/bin/cpq",
-		    build != NULL && build[0] != '\0' ? build : "build");
-	if (access(cq_cpq_path, X_OK) != 0) {
+	if (prog_find(cq_cpq_path, sizeof(cq_cpq_path), "cpq", "CPQ") != 0) {
 		printf("%s not built (make it, or set CPQ): skipped\n",
 		    cq_cpq_path);
 		return -1;
@@ -38,22 +32,9 @@ cq_find_cpq(void)
 void
 cq_cfg_init(struct srv_config *c, const char *chat_template)
 {
-	srv_config_defaults(c);
-	c->handshake_timeout_ms = 2000;
-	snprintf(c->model.name, sizeof(c->model.name), "mock-model");
-	snprintf(c->model.arch, sizeof(c->model.arch), "llama");
-	snprintf(c->model.backend, sizeof(c->model.backend), "cpu");
+	hd_config(c);
 	snprintf(c->model.chat_template, sizeof(c->model.chat_template), "%s",
 	    chat_template);
-	c->model.n_ctx = 4096;
-	c->model.n_vocab = 256;
-	c->model.n_embd = 64;
-	c->model.n_layer = 4;
-	c->model.n_head = 8;
-	c->model.n_head_kv = 4;
-	c->model.bos = 1;
-	c->model.eos = 2;
-	c->model.n_params = 260000;
 }
 
 /* A daemon with chat template tmpl and mock steps of step_us. */
@@ -81,17 +62,6 @@ cq_start_prefill(struct hd *d, int step_us, uint32_t chunk)
 	mo.step_us = step_us;
 	mo.prefill_chunk = chunk;
 	ck_assert_int_eq(hd_start(d, &cfg, &mo), 0);
-}
-
-/* The daemon's counters, through a connection of the test's own. */
-void
-cq_stats(const struct hd *d, struct cp_wire_stats *st)
-{
-	struct raw_client rc;
-
-	ck_assert_int_eq(raw_connect(d->path, &rc, 0, 0, 0), 0);
-	ck_assert_int_eq(raw_stats(&rc, st), 0);
-	raw_close(&rc);
 }
 
 /* ---- running cpq ----------------------------------------------------- */

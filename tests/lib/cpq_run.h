@@ -26,14 +26,12 @@ int cq_find_cpq(void);
 
 /* ---- daemons ---- */
 
-/* A server configuration for the mock model, with chat template tmpl. */
+/* hd_config() with chat template tmpl. */
 void cq_cfg_init(struct srv_config *c, const char *chat_template);
 /* A daemon with chat template tmpl and mock steps of step_us. */
 void cq_start(struct hd *d, const char *tmpl, int step_us);
 /* A daemon whose mock computes chunk prompt bytes a step of step_us. */
 void cq_start_prefill(struct hd *d, int step_us, uint32_t chunk);
-/* The daemon's counters, through a connection of the test's own. */
-void cq_stats(const struct hd *d, struct cp_wire_stats *st);
 
 /* ---- cpq in a child ---- */
 

@@ -71,17 +71,25 @@ fx_path(const char *rel)
 	return p;
 }
 
+char *
+fx_need(const char *rel)
+{
+	char *p = fx_path(rel);
+
+	if (p == NULL)
+		printf("fixtures not found in %s (%s): skipped\n", fx_dir(),
+		    rel);
+	return p;
+}
+
 int
 fx_main(Suite *(*make)(void), const char *rel)
 {
-	char *p = fx_path(rel);
+	char *p = fx_need(rel);
 	int failed;
 
-	if (p == NULL) {
-		printf("fixtures not found in %s (%s): skipped\n", fx_dir(),
-		    rel);
+	if (p == NULL)
 		return 77;
-	}
 	free(p);
 	failed = suite_run(make());
 	return failed == 0 ? 0 : 1;

@@ -14,6 +14,13 @@ const char *fx_dir(void);
 /* Malloc'd path of fx_dir()/rel (caller frees), or NULL when that file is absent. */
 char *fx_path(const char *rel);
 
+/*
+ * fx_path(rel) for a test program's main(): when the file is absent, says
+ * on stdout that the program is skipped (it then returns 77) and returns
+ * NULL.
+ */
+char *fx_need(const char *rel);
+
 struct Suite;
 
 /*

@@ -1,3 +1,6 @@
+/*
+ * prog.c - running one of the project's programs from a test (prog.h).
+ */
 #include "prog.h"
 
 #include <check.h>
@@ -6,37 +9,60 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 extern char **environ;
 
 int
-prog_run(const char *prog, const char *out, ...)
+prog_find(char *path, size_t size, const char *name, const char *env)
 {
-	char *argv[64];
-	posix_spawn_file_actions_t fa;
-	va_list ap;
-	pid_t pid;
-	int n = 0, st;
+	const char *e = env != NULL ? getenv(env) : NULL;
+	const char *build = getenv("BUILD");
 
-	argv[n++] = (char *)prog;
-	va_start(ap, out);
-	while (n < 63 && (argv[n] = va_arg(ap, char *)) != NULL)
-		n++;
-	va_end(ap);
-	argv[n] = NULL;
+	if (e != NULL && e[0] != '\0')
+		snprintf(path, size, "%s", e);
+	else
+		snprintf(path, size, "%s/bin/%s",
+		    build != NULL && build[0] != '\0' ? build : "build", name);
+	return access(path, X_OK) == 0 ? 0 : -1;
+}
+
+int
+prog_runv(const char *const *argv, const char *out)
+{
+	posix_spawn_file_actions_t fa;
+	pid_t pid;
+	int st;
+
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_addopen(&fa, 1, out != NULL ? out :
 	    "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	posix_spawn_file_actions_adddup2(&fa, 1, 2);
-	ck_assert_int_eq(posix_spawn(&pid, prog, &fa, NULL, argv, environ),
-	    0);
+	ck_assert_int_eq(posix_spawn(&pid, argv[0], &fa, NULL,
+	    (char *const *)argv, environ), 0);
 	posix_spawn_file_actions_destroy(&fa);
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st), "%s died (signal %d)", prog,
+	ck_assert_msg(WIFEXITED(st), "%s died (signal %d)", argv[0],
 	    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 	return WEXITSTATUS(st);
+}
+
+int
+prog_run(const char *prog, const char *out, ...)
+{
+	const char *argv[64];
+	va_list ap;
+	int n = 0;
+
+	argv[n++] = prog;
+	va_start(ap, out);
+	while (n < 63 && (argv[n] = va_arg(ap, const char *)) != NULL)
+		n++;
+	va_end(ap);
+	argv[n] = NULL;
+	return prog_runv(argv, out);
 }
 
 int

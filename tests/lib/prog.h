@@ -7,11 +7,21 @@
 #include <stddef.h>
 
 /*
- * Run prog with the NULL-terminated arguments after out (argv[0] is prog),
- * its stdout and stderr into the file out (created or truncated; NULL for
- * /dev/null); returns its exit status.  Asserts (Check) that it started
- * and exited rather than died.
+ * The program name of this build into path (size bytes): $env when env
+ * names a variable that is set and not empty, else $BUILD/bin/name (BUILD
+ * unset or empty: build/bin/name).  Returns 0 when it is executable, else
+ * -1.
  */
+int prog_find(char *path, size_t size, const char *name, const char *env);
+
+/*
+ * Run argv[0] with argv (NULL-terminated), its stdout and stderr into the
+ * file out (created or truncated; NULL for /dev/null); returns its exit
+ * status.  Asserts (Check) that it started and exited rather than died.
+ */
+int prog_runv(const char *const *argv, const char *out);
+
+/* prog_runv() of prog and the NULL-terminated arguments after out. */
 int prog_run(const char *prog, const char *out, ...);
 
 /*

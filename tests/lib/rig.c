@@ -1,12 +1,44 @@
+/*
+ * rig.c - a model on a backend for the engine tests (rig.h).
+ */
 #include "rig.h"
 
 #include <check.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "error.h"
+#include "fixtures.h"
+#include "gguf.h"
 #include "kvcache.h"
+#include "model.h"
+
+void
+rig_init(struct rig *r, const char *rel, const char *name,
+    const struct be_params *p)
+{
+	char *path = fx_path(rel);
+	struct cp_err e = { 0 };
+
+	memset(r, 0, sizeof(*r));
+	ck_assert_msg(path != NULL, "fixture %s missing", rel);
+	ck_assert_msg(model_load(path, &r->m, &e) == 0, "%s", e.msg);
+	free(path);
+	r->n_vocab = r->m->hp.n_vocab;
+	ck_assert_msg(be_open(name, r->m, p, &r->be, &e) == 0, "%s: %s",
+	    name, e.msg);
+}
+
+void
+rig_fini(struct rig *r)
+{
+	be_close(r->be);
+	model_free(r->m);
+	gguf_close(r->f);
+	memset(r, 0, sizeof(*r));
+}
 
 void
 rig_feed(struct rig *r, int seq, int pos, const int32_t *ids, int n,

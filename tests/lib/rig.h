@@ -1,8 +1,8 @@
 /*
  * rig.h - a model on a backend for the engine tests (check_forward,
- * check_cuda_backend): feeding a sequence in chunks, and the logit helpers
- * the comparisons use.  The functions assert with Check: call them from a
- * test.
+ * check_cuda_backend, check_backend_null): opening one, feeding a
+ * sequence in chunks, and the logit helpers the comparisons use.  The
+ * functions assert with Check: call them from a test.
  */
 #ifndef CP_TEST_RIG_H
 #define CP_TEST_RIG_H
@@ -12,6 +12,7 @@
 struct gguf_file;
 struct model;
 struct backend;
+struct be_params;
 
 struct rig {
 	struct gguf_file *f;	/* set when the model was loaded from memory */
@@ -19,6 +20,16 @@ struct rig {
 	struct backend *be;
 	int n_vocab;
 };
+
+/*
+ * The fixture rel (fx_path()) loaded and opened on backend name with p
+ * (NULL: the defaults).  rig_fini() closes it.
+ */
+void rig_init(struct rig *r, const char *rel, const char *name,
+    const struct be_params *p);
+
+/* Closes the backend and frees the model and file (r zeroed). */
+void rig_fini(struct rig *r);
 
 /*
  * Feed ids[0..n) to seq from position pos in steps of at most chunk tokens
