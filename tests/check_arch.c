@@ -112,14 +112,14 @@ START_TEST(test_reference)
 
 	res = json_get(json_get(json_get(ref, "files"), c->file), "results");
 	ck_assert_msg(res != NULL && res->n == 2, "%s: results", c->file);
-	ref_rig_open(&r, rel_of(c->file, rel, sizeof(rel)), &p);
+	rig_init(&r, rel_of(c->file, rel, sizeof(rel)), "cpu", &p);
 	for (size_t i = 0; i < res->n; i++) {
 		check_prompt_ids(&r, ref, json_at(res, i), c->file);
 		ref_check_result(&r, c, json_at(res, i), false);
 	}
 	ck_assert_int_eq(kv_blocks_free(be_kv(r.be)),
 	    kv_blocks_total(be_kv(r.be)));
-	ref_rig_close(&r);
+	rig_fini(&r);
 	json_free(ref);
 }
 END_TEST
@@ -156,7 +156,7 @@ START_TEST(test_chunked_equals_unchunked)
 	size_t nb;
 	int np = long_prompt(c->file, prompt);
 
-	ref_rig_open(&r, rel_of(c->file, rel, sizeof(rel)), &p);
+	rig_init(&r, rel_of(c->file, rel, sizeof(rel)), "cpu", &p);
 	nb = 4 * (size_t)r.n_vocab * sizeof(float);
 	lg0 = malloc(nb);
 	lg = malloc(nb);
@@ -171,7 +171,7 @@ START_TEST(test_chunked_equals_unchunked)
 	}
 	free(lg);
 	free(lg0);
-	ref_rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -267,7 +267,7 @@ START_TEST(test_batched_equals_alone)
 
 	ck_assert_ptr_nonnull(s);
 	p.kv_tokens = 2048;
-	ref_rig_open(&r, rel_of(c->file, rel, sizeof(rel)), &p);
+	rig_init(&r, rel_of(c->file, rel, sizeof(rel)), "cpu", &p);
 	row = (size_t)r.n_vocab * sizeof(float);
 	for (int i = 0; i < NBSEQ; i++) {
 		s[i].np = lens[i] ? lens[i] : np;
@@ -289,7 +289,7 @@ START_TEST(test_batched_equals_alone)
 	}
 	ck_assert_int_eq(kv_blocks_free(be_kv(r.be)),
 	    kv_blocks_total(be_kv(r.be)));
-	ref_rig_close(&r);
+	rig_fini(&r);
 	free(s);
 }
 END_TEST
@@ -304,7 +304,7 @@ START_TEST(test_layer_description)
 	const struct model_hparams *hp;
 	struct rig r;
 
-	ref_rig_open(&r, "arch/arch-gemma3-F16.gguf", &p);
+	rig_init(&r, "arch/arch-gemma3-F16.gguf", "cpu", &p);
 	hp = &r.m->hp;
 	ck_assert_int_eq(hp->arch, ARCH_GEMMA3);
 	ck_assert(hp->rope_neox && hp->act == ACT_GELU);
@@ -323,18 +323,18 @@ START_TEST(test_layer_description)
 	ck_assert_float_eq(hp->attn_softcap, 0.0f);
 	ck_assert_float_eq(hp->embd_scale, sqrtf(64.0f));
 	ck_assert_float_eq(hp->q_scale, 0.125f);
-	ref_rig_close(&r);
+	rig_fini(&r);
 
-	ref_rig_open(&r, "arch/arch-gemma2-F16.gguf", &p);
+	rig_init(&r, "arch/arch-gemma2-F16.gguf", "cpu", &p);
 	hp = &r.m->hp;
 	for (int il = 0; il < 26; il++)
 		ck_assert_int_eq(r.m->layers[il].window, il % 2 ? 0 : 256);
 	ck_assert_float_eq(hp->attn_softcap, 4.0f);
 	ck_assert_float_eq(hp->final_softcap, 10.0f);
 	ck_assert_int_eq(hp->head_dim, 48);
-	ref_rig_close(&r);
+	rig_fini(&r);
 
-	ref_rig_open(&r, "arch/arch-phi3-F16.gguf", &p);
+	rig_init(&r, "arch/arch-phi3-F16.gguf", "cpu", &p);
 	for (int il = 0; il < 2; il++) {
 		const struct model_layer *l = &r.m->layers[il];
 
@@ -346,18 +346,18 @@ START_TEST(test_layer_description)
 		    l->w_gate.data + (size_t)l->w_gate.rows *
 		    l->w_gate.row_bytes);
 	}
-	ref_rig_close(&r);
+	rig_fini(&r);
 
-	ref_rig_open(&r, "arch/arch-llama31-F16.gguf", &p);
+	rig_init(&r, "arch/arch-llama31-F16.gguf", "cpu", &p);
 	hp = &r.m->hp;
 	ck_assert(!hp->rope_neox && hp->rope[0].freqs != NULL);
 	ck_assert_float_eq(hp->rope[0].freqs[0], 1.0f);
 	ck_assert_float_eq(hp->rope[0].freqs[31], 8.0f);
-	ref_rig_close(&r);
+	rig_fini(&r);
 
-	ref_rig_open(&r, "arch/arch-qwen2-F16.gguf", &p);
+	rig_init(&r, "arch/arch-qwen2-F16.gguf", "cpu", &p);
 	ck_assert(r.m->layers[0].bq != NULL && r.m->hp.rope_neox);
-	ref_rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 

@@ -28,6 +28,8 @@
 #include "kvcache.h"
 #include "lib/fixtures.h"
 #include "lib/json.h"
+#include "lib/prog.h"
+#include "lib/refcheck.h"
 #include "lib/resident.h"
 #include "lib/rig.h"
 #include "lib/tmpdir.h"
@@ -40,7 +42,6 @@ Suite *forward_suite(void);
 extern char **environ;
 
 #define MAX_IDS 1024
-#define NEAR_TIE 2e-3	/* top-1/top-2 gap within our F32-cache error */
 
 /* ---- a model on the CPU backend -------------------------------------- */
 
@@ -53,28 +54,6 @@ rig_open_model(struct rig *r, const struct be_params *p)
 	ck_assert_msg(be_open("cpu", r->m, p, &r->be, &e) == 0, "%s", e.msg);
 }
 
-static void
-rig_open(struct rig *r, const char *rel, const struct be_params *p)
-{
-	char *path = fx_path(rel);
-	struct cp_err e = { 0 };
-
-	memset(r, 0, sizeof(*r));
-	ck_assert_msg(path != NULL, "fixture %s missing", rel);
-	ck_assert_msg(model_load(path, &r->m, &e) == 0, "%s", e.msg);
-	free(path);
-	rig_open_model(r, p);
-}
-
-static void
-rig_close(struct rig *r)
-{
-	be_close(r->be);
-	model_free(r->m);
-	gguf_close(r->f);
-	memset(r, 0, sizeof(*r));
-}
-
 static struct be_params
 params(int threads, int batch, int max_seqs)
 {
@@ -84,35 +63,6 @@ params(int threads, int batch, int max_seqs)
 	p.max_batch_tokens = batch;
 	p.max_seqs = max_seqs;
 	return p;
-}
-
-/*
- * Greedy generation of n_gen ids after the prompt on a fresh sequence,
- * prompt chunked by chunk; logits of every step go to lg (n_gen x n_vocab)
- * when not NULL.  The sequence is freed afterwards.
- */
-static void
-greedy(struct rig *r, const int32_t *prompt, int np, int chunk, int n_gen,
-    int32_t *ids, float *lg)
-{
-	struct kv_cache *kv = be_kv(r->be);
-	float *cur = malloc((size_t)r->n_vocab * sizeof(float));
-	int seq, i;
-
-	ck_assert_ptr_nonnull(cur);
-	seq = kv_seq_new(kv);
-	ck_assert_int_ge(seq, 0);
-	rig_feed(r, seq, 0, prompt, np, chunk, cur);
-	for (i = 0; i < n_gen; i++) {
-		ids[i] = vec_argmax(cur, r->n_vocab);
-		if (lg != NULL)
-			memcpy(lg + (size_t)i * (size_t)r->n_vocab, cur,
-			    (size_t)r->n_vocab * sizeof(float));
-		if (i + 1 < n_gen)
-			rig_feed(r, seq, np + i, &ids[i], 1, 0, cur);
-	}
-	ck_assert_int_eq(kv_seq_free(kv, seq), 0);
-	free(cur);
 }
 
 /* ---- llama.cpp greedy references (REFERENCE.md) ----------------------- */
@@ -155,10 +105,10 @@ START_TEST(test_aidreams_greedy)
 	struct rig r;
 	int32_t ids[64];
 
-	rig_open(&r, "aidreams260K.gguf", &p);
-	greedy(&r, aid_prompt, 13, 0, 64, ids, NULL);
+	rig_init(&r, "aidreams260K.gguf", "cpu", &p);
+	ref_greedy(&r, aid_prompt, 13, 0, 64, ids, NULL);
 	assert_ids(ids, aid_gen, 64);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -174,19 +124,19 @@ START_TEST(test_aidreams_text)
 	long n;
 	int np;
 
-	rig_open(&r, "aidreams260K.gguf", &p);
+	rig_init(&r, "aidreams260K.gguf", "cpu", &p);
 	ck_assert_msg(tok_load(r.m->gf, &tok, &e) == 0, "%s", e.msg);
 	np = tok_encode(tok, "Once upon a time", 16, true, false, pr, 32);
 	ck_assert_int_eq(np, 13);
 	assert_ids(pr, aid_prompt, 13);
-	greedy(&r, pr, np, 0, 64, ids, NULL);
+	ref_greedy(&r, pr, np, 0, 64, ids, NULL);
 	n = tok_decode(tok, ids, 64, 0, text, sizeof(text) - 1);
 	ck_assert_int_gt(n, 0);
 	ck_assert_int_lt(n, (long)sizeof(text));
 	text[n] = '\0';
 	ck_assert_str_eq(text, aid_text);
 	tok_free(tok);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -196,21 +146,14 @@ START_TEST(test_plctlab_greedy)
 	struct rig r;
 	int32_t ids[64];
 
-	rig_open(&r, "stories260K-plctlab.gguf", &p);
-	greedy(&r, plc_prompt, 5, 0, 64, ids, NULL);
+	rig_init(&r, "stories260K-plctlab.gguf", "cpu", &p);
+	ref_greedy(&r, plc_prompt, 5, 0, 64, ids, NULL);
 	assert_ids(ids, plc_gen, 64);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
 /* ---- synthetic models against REFERENCE.json -------------------------- */
-
-struct synth_case {
-	const char *file;
-	double tol;		/* logprob tolerance */
-	bool exact;		/* free-running greedy ids must match */
-	bool kv_f32;		/* also check the kv_f32 results */
-};
 
 /*
  * Tolerances: synth/README.md suggests 1e-2 (F32), 2e-2 (F16), 0.1
@@ -219,7 +162,7 @@ struct synth_case {
  * F32 and F16 files are held to 5e-3, which this engine meets with margin
  * (it rounds like llama.cpp: F16 cache, Q and softmax probabilities in F16).
  */
-static const struct synth_case synth_cases[] = {
+static const struct ref_case synth_cases[] = {
 	{ "synth-tiny-F32.gguf", 5e-3, true, false },
 	{ "synth-tiny-F16.gguf", 5e-3, true, true },
 	{ "synth-tiny-BF16.gguf", 0.1, false, false },
@@ -239,156 +182,10 @@ static const struct synth_case synth_cases[] = {
 	{ "synth-gqa-Q4_K_M.gguf", 0.2, false, false },
 };
 
-static struct json *
-load_reference(void)
-{
-	char *path = fx_path("synth/REFERENCE.json");
-	char err[256];
-	struct json *j;
-
-	ck_assert_msg(path != NULL, "synth/REFERENCE.json missing");
-	j = json_parse_file(path, err, sizeof(err));
-	ck_assert_msg(j != NULL, "%s", err);
-	free(path);
-	return j;
-}
-
-static int
-json_ids(const struct json *a, int32_t *ids, int cap)
-{
-	size_t i;
-
-	ck_assert_ptr_nonnull(a);
-	ck_assert_int_eq(a->type, JSON_ARRAY);
-	ck_assert_int_le((int)a->n, cap);
-	for (i = 0; i < a->n; i++)
-		ids[i] = (int32_t)a->items[i].num;
-	return (int)a->n;
-}
-
-/* Logit gap between the best and the second best token. */
-static double
-top_gap(const float *v, int n)
-{
-	int i, best = vec_argmax(v, n);
-	double second = -INFINITY;
-
-	for (i = 0; i < n; i++)
-		if (i != best && v[i] > second)
-			second = v[i];
-	return (double)v[best] - second;
-}
-
-/* |our logprob - reference| over the reference's top-10 tokens. */
-static double
-top10_err(const struct json *top10, const double *lp)
-{
-	double worst = 0, d;
-	size_t i;
-
-	ck_assert_ptr_nonnull(top10);
-	ck_assert_int_eq((int)top10->n, 10);
-	for (i = 0; i < top10->n; i++) {
-		const struct json *pair = &top10->items[i];
-		int id = (int)pair->items[0].num;
-
-		d = fabs(lp[id] - log(pair->items[1].num));
-		if (d > worst)
-			worst = d;
-	}
-	return worst;
-}
-
-/*
- * One file, one prompt: top-10 after the prompt; teacher-forced greedy
- * steps (max(y) - y[top1] <= tol, |y[top1] - ref|, |y[top2] - ref| <= tol);
- * for exact files the free-running ids.
- */
-static void
-check_result(struct rig *r, const struct synth_case *c,
-    const struct json *res, bool kv_f32)
-{
-	const struct json *steps = json_get(res, "greedy_step_top2");
-	const struct json *ref = kv_f32 ? json_get(res, "kv_f32") : res;
-	int32_t prompt[MAX_IDS], gen[64], ids[64];
-	int np, ng, i;
-	float *lg;
-	double *lp, err, worst = 0;
-
-	np = json_ids(json_get(res, "prompt_ids"), prompt, MAX_IDS);
-	ng = json_ids(json_get(ref, "generated_ids"), gen, 64);
-	lg = malloc((size_t)ng * (size_t)r->n_vocab * sizeof(float));
-	lp = malloc((size_t)r->n_vocab * sizeof(double));
-	ck_assert(lg != NULL && lp != NULL);
-
-	/* Teacher-forced: the reference ids fed back. */
-	{
-		struct kv_cache *kv = be_kv(r->be);
-		int seq = kv_seq_new(kv);
-
-		rig_feed(r, seq, 0, prompt, np, 0, lg);
-		for (i = 1; i < ng; i++)
-			rig_feed(r, seq, np + i - 1, &gen[i - 1], 1, 0,
-			    lg + (size_t)i * (size_t)r->n_vocab);
-		ck_assert_int_eq(kv_seq_free(kv, seq), 0);
-	}
-	vec_logsoftmax(lg, r->n_vocab, lp);
-	err = top10_err(json_get(ref, "top10"), lp);
-	ck_assert_msg(err <= c->tol, "%s %s%s: top-10 logprob error %g > %g",
-	    c->file, json_get(res, "prompt")->str, kv_f32 ? " kv_f32" : "",
-	    err, c->tol);
-	for (i = 0; !kv_f32 && i < ng; i++) {
-		const struct json *st = json_at(steps, (size_t)i);
-		int t1 = (int)st->items[0].num, t2 = (int)st->items[2].num;
-		double e1, e2, gap;
-
-		ck_assert_int_eq(t1, gen[i]);
-		vec_logsoftmax(lg + (size_t)i * (size_t)r->n_vocab, r->n_vocab, lp);
-		gap = lp[vec_argmax(lg + (size_t)i * (size_t)r->n_vocab,
-		    r->n_vocab)] - lp[t1];
-		e1 = fabs(lp[t1] - st->items[1].num);
-		e2 = fabs(lp[t2] - st->items[3].num);
-		ck_assert_msg(gap <= c->tol && e1 <= c->tol && e2 <= c->tol,
-		    "%s %s step %d: gap %g, top1 error %g, top2 error %g, "
-		    "tolerance %g", c->file, json_get(res, "prompt")->str, i,
-		    gap, e1, e2, c->tol);
-		if (getenv("CF_DEBUG"))
-			printf("step %d: t1 %d %g (%g) t2 %d %g (%g)\n", i, t1,
-			    lp[t1], st->items[1].num, t2, lp[t2],
-			    st->items[3].num);
-		if (e1 > worst)
-			worst = e1;
-		if (e2 > worst)
-			worst = e2;
-	}
-	if (c->exact) {
-		/*
-		 * Free-running ids must match; with the F32 cache (no step
-		 * margins recorded) only up to our first near-tie, after
-		 * which the sequences may legitimately part.
-		 */
-		greedy(r, prompt, np, 0, ng, ids, lg);
-		for (i = 0; i < ng; i++) {
-			if (kv_f32 && top_gap(lg + (size_t)i *
-			    (size_t)r->n_vocab, r->n_vocab) < NEAR_TIE)
-				break;
-			ck_assert_msg(ids[i] == gen[i], "%s %s%s: greedy id %d "
-			    "is %d, want %d", c->file,
-			    json_get(res, "prompt")->str,
-			    kv_f32 ? " kv_f32" : "", i, (int)ids[i],
-			    (int)gen[i]);
-		}
-	}
-	printf("%s %s%s: top-10 error %.2e, step error %.2e\n", c->file,
-	    json_get(res, "prompt")->str, kv_f32 ? " kv_f32" : "", err, worst);
-	free(lp);
-	free(lg);
-}
-
 START_TEST(test_synth)
 {
-	const struct synth_case *c = &synth_cases[_i];
-	struct json *ref = load_reference();
+	const struct ref_case *c = &synth_cases[_i];
+	struct json *ref = ref_load("synth/REFERENCE.json");
 	const struct json *file, *results;
 	char rel[128];
 	struct be_params p = params(2, 1024, 1);
@@ -405,12 +202,12 @@ START_TEST(test_synth)
 	for (pass = 0; pass < (c->kv_f32 ? 2 : 1); pass++) {
 		p.kv_f32 = pass == 1;
 		p.n_ctx = 1024;
-		rig_open(&r, rel, &p);
+		rig_init(&r, rel, "cpu", &p);
 		for (i = 0; i < results->n; i++)
-			check_result(&r, c, &results->items[i], pass == 1);
+			ref_check_result(&r, c, &results->items[i], pass == 1);
 		ck_assert_int_eq(kv_blocks_free(be_kv(r.be)),
 		    kv_blocks_total(be_kv(r.be)));
-		rig_close(&r);
+		rig_fini(&r);
 	}
 	json_free(ref);
 }
@@ -468,10 +265,10 @@ assert_chunk_invariant(struct rig *r, const char *name,
 	lg0 = malloc(nb);
 	lg = malloc(nb);
 	ck_assert(lg0 != NULL && lg != NULL);
-	greedy(r, prompt, np, 0, n_gen, ids0, lg0);
+	ref_greedy(r, prompt, np, 0, n_gen, ids0, lg0);
 	for (c = 0; c < 4; c++) {
 		memset(lg, 0, nb);
-		greedy(r, prompt, np, chunks[c], n_gen, ids, lg);
+		ref_greedy(r, prompt, np, chunks[c], n_gen, ids, lg);
 		ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: chunks of %d "
 		    "change the logits", name, chunks[c]);
 		assert_ids(ids, ids0, n_gen);
@@ -487,10 +284,10 @@ START_TEST(test_chunked_equals_unchunked)
 	int32_t prompt[100];
 	struct rig r;
 
-	rig_open(&r, chunk_models[_i], &p);
+	rig_init(&r, chunk_models[_i], "cpu", &p);
 	make_prompt(prompt, 100, r.n_vocab, 7);
 	assert_chunk_invariant(&r, chunk_models[_i], prompt, 100, 4);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -505,7 +302,7 @@ START_TEST(test_chunked_long609)
 	    "synth-gqa-Q4_K_M.gguf" };
 	struct be_params p = params(2, 640, 1);
 	const struct json *res = NULL, *f;
-	struct json *ref = load_reference();
+	struct json *ref = ref_load("synth/REFERENCE.json");
 	int32_t prompt[640];
 	char rel[128];
 	struct rig r;
@@ -519,12 +316,12 @@ START_TEST(test_chunked_long609)
 		    "long609") == 0)
 			res = json_at(f, i);
 	ck_assert_ptr_nonnull(res);
-	np = json_ids(json_get(res, "prompt_ids"), prompt, 640);
+	np = ref_ids(json_get(res, "prompt_ids"), prompt, 640);
 	ck_assert_int_eq(np, 609);
 	snprintf(rel, sizeof(rel), "synth/%s", files[_i]);
-	rig_open(&r, rel, &p);
+	rig_init(&r, rel, "cpu", &p);
 	assert_chunk_invariant(&r, files[_i], prompt, np, 3);
-	rig_close(&r);
+	rig_fini(&r);
 	json_free(ref);
 }
 END_TEST
@@ -542,7 +339,7 @@ START_TEST(test_threads_blocks_invariant)
 	for (v = 0; v < 4; v++) {
 		p = params(v == 0 ? 1 : v == 1 ? 2 : 3, 64, 2);
 		p.block_tokens = v == 3 ? 5 : 0;
-		rig_open(&r, invariance_models[_i], &p);
+		rig_init(&r, invariance_models[_i], "cpu", &p);
 		nb = 3 * (size_t)r.n_vocab * sizeof(float);
 		if (v == 0) {
 			lg0 = malloc(nb);
@@ -550,11 +347,11 @@ START_TEST(test_threads_blocks_invariant)
 			ck_assert(lg0 != NULL && lg != NULL);
 			make_prompt(prompt, 60, r.n_vocab, 11);
 		}
-		greedy(&r, prompt, 60, 0, 3, ids, v == 0 ? lg0 : lg);
+		ref_greedy(&r, prompt, 60, 0, 3, ids, v == 0 ? lg0 : lg);
 		if (v > 0)
 			ck_assert_msg(memcmp(lg, lg0, nb) == 0, "%s: variant "
 			    "%d changes the logits", invariance_models[_i], v);
-		rig_close(&r);
+		rig_fini(&r);
 	}
 	free(lg);
 	free(lg0);
@@ -579,7 +376,7 @@ START_TEST(test_kv_import)
 	size_t nb;
 	int sa, sb, i, pad;
 
-	rig_open(&b, invariance_models[_i], &p);
+	rig_init(&b, invariance_models[_i], "cpu", &p);
 	a = b;
 	a.be = NULL;
 	rig_open_model(&a, &p1);
@@ -588,7 +385,7 @@ START_TEST(test_kv_import)
 	lg = malloc(nb);
 	ck_assert(lg0 != NULL && lg != NULL);
 	make_prompt(prompt, 60, b.n_vocab, 5);
-	greedy(&b, prompt, 60, 0, 4, ids0, lg0);
+	ref_greedy(&b, prompt, 60, 0, 4, ids0, lg0);
 
 	ka = be_kv(a.be);
 	kb = be_kv(b.be);
@@ -627,7 +424,7 @@ START_TEST(test_kv_import)
 	free(lg);
 	free(lg0);
 	be_close(a.be);
-	rig_close(&b);
+	rig_fini(&b);
 }
 END_TEST
 
@@ -641,7 +438,7 @@ START_TEST(test_kv_import_errors)
 	float *lg;
 	int sa, sb;
 
-	rig_open(&b, "aidreams260K.gguf", &p);
+	rig_init(&b, "aidreams260K.gguf", "cpu", &p);
 	a = b;
 	a.be = NULL;
 	rig_open_model(&a, &p);
@@ -695,7 +492,7 @@ START_TEST(test_kv_import_errors)
 	free(lg);
 	be_close(a.be);
 	be_close(f.be);
-	rig_close(&b);
+	rig_fini(&b);
 }
 END_TEST
 
@@ -715,7 +512,7 @@ START_TEST(test_kv_prefault)
 	int s, b0, i, rc;
 
 	p.kv_tokens = 32768;
-	rig_open(&r, "aidreams260K.gguf", &p);
+	rig_init(&r, "aidreams260K.gguf", "cpu", &p);
 	kv = be_kv(r.be);
 	bb = kv_block_bytes(kv);
 	ck_assert_int_ge(kv_blocks_total(kv), 1200);
@@ -752,7 +549,7 @@ START_TEST(test_kv_prefault)
 	ck_assert_int_eq(be_kv_prefault(r.be, blocks, 0), 0);
 	free(before);
 	free(lg);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -793,7 +590,7 @@ START_TEST(test_warmup)
 	file_kib = ftell(f) / 1024;
 	fclose(f);
 	free(path);
-	rig_open(&r, "synth/synth-gqa-F16.gguf", &p);
+	rig_init(&r, "synth/synth-gqa-F16.gguf", "cpu", &p);
 	kv = be_kv(r.be);
 	before = rss_file_kib();
 	ck_assert_int_ge(before, 0);
@@ -811,7 +608,7 @@ START_TEST(test_warmup)
 	ck_assert_int_eq(be_warmup(r.be, -1, &e), -EINVAL);
 	ck_assert_msg(be_warmup(r.be, 0, &e) == 0, "%s", e.msg);
 	ck_assert_int_eq(kv_seqs_live(kv), 0);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -929,7 +726,7 @@ START_TEST(test_batched_equals_alone)
 	int i, j;
 
 	p.kv_tokens = 512;
-	rig_open(&r, invariance_models[_i], &p);
+	rig_init(&r, invariance_models[_i], "cpu", &p);
 	row = (size_t)r.n_vocab * sizeof(float);
 	for (i = 0; i < NSEQ; i++) {
 		memset(&s[i], 0, sizeof(s[i]));
@@ -941,7 +738,7 @@ START_TEST(test_batched_equals_alone)
 		alone_lg[i] = calloc(NGEN, row);
 		ck_assert(s[i].lg != NULL && alone_lg[i] != NULL);
 		/* alone: whole prompt in chunks of the budget */
-		greedy(&r, s[i].toks, plen[i], 24, want[i], alone[i],
+		ref_greedy(&r, s[i].toks, plen[i], 24, want[i], alone[i],
 		    alone_lg[i]);
 	}
 	ck_assert_int_eq(kv_blocks_free(be_kv(r.be)),
@@ -967,7 +764,7 @@ START_TEST(test_batched_equals_alone)
 	ck_assert_int_eq(kv_seqs_live(be_kv(r.be)), 0);
 	ck_assert_int_eq(kv_blocks_free(be_kv(r.be)),
 	    kv_blocks_total(be_kv(r.be)));
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -1269,7 +1066,7 @@ START_TEST(test_spec_equations)
 	printf("spec %d: largest logit error %.2e\n", _i, worst);
 	ck_assert_msg(worst < 1e-4, "spec %d: logits differ from the "
 	    "equations by %g", _i, worst);
-	rig_close(&r);
+	rig_fini(&r);
 	free(lg);
 	free(ref);
 	spec_free(sp, &W);
@@ -1284,14 +1081,9 @@ static const char *
 cpmodel_path(void)
 {
 	static char path[1024];
-	const char *env = getenv("CPMODEL"), *build = getenv("BUILD");
 
-	if (env != NULL && env[0] != '\0')
-		snprintf(path, sizeof(path), "%s", env);
-	else
-		snprintf(path, sizeof(path), "%s/bin/cpmodel",
-		    build != NULL && build[0] != '\0' ? build : "build");
-	return access(path, X_OK) == 0 ? path : "";
+	return prog_find(path, sizeof(path), "cpmodel", "CPMODEL") == 0 ?
+	    path : "";
 }
 
 /*
@@ -1495,7 +1287,7 @@ START_TEST(test_batch_errors)
 	const float *lg;
 	int a, c;
 
-	rig_open(&r, "aidreams260K.gguf", &p);
+	rig_init(&r, "aidreams260K.gguf", "cpu", &p);
 	kv = be_kv(r.be);
 	a = kv_seq_new(kv);
 	c = kv_seq_new(kv);
@@ -1574,7 +1366,7 @@ START_TEST(test_batch_errors)
 	b.n_tokens = 1;
 	ck_assert_int_eq(be_step(r.be, &b, &lg, NULL, &e), 0);
 	ck_assert_int_eq(kv_seq_written(kv, a), 2);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -1585,7 +1377,7 @@ START_TEST(test_open_errors)
 	struct backend *be = (struct backend *)1;
 	struct rig r;
 
-	rig_open(&r, "aidreams260K.gguf", &p);
+	rig_init(&r, "aidreams260K.gguf", "cpu", &p);
 	ck_assert_str_eq(be_name(r.be), "cpu");
 	ck_assert_int_eq(be_params(r.be)->n_ctx, 128);
 	ck_assert_int_eq(be_params(r.be)->max_batch_tokens,
@@ -1619,7 +1411,7 @@ START_TEST(test_open_errors)
 	ck_assert_int_eq(kv_blocks_total(be_kv(be)), 63);
 	be_close(be);
 	be_close(NULL);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -1633,7 +1425,7 @@ START_TEST(test_context_in_chunks)
 	struct rig r;
 	int seq;
 
-	rig_open(&r, "aidreams260K.gguf", &p);
+	rig_init(&r, "aidreams260K.gguf", "cpu", &p);
 	kv = be_kv(r.be);
 	lg = malloc((size_t)r.n_vocab * sizeof(float));
 	make_prompt(prompt, 128, r.n_vocab, 3);
@@ -1645,7 +1437,7 @@ START_TEST(test_context_in_chunks)
 	ck_assert_int_eq(kv_seq_free(kv, seq), 0);
 	ck_assert_int_eq(kv_blocks_free(kv), 8);
 	free(lg);
-	rig_close(&r);
+	rig_fini(&r);
 }
 END_TEST
 
@@ -1684,7 +1476,7 @@ START_TEST(test_damaged_weights)
 	seq = kv_seq_new(be_kv(r.be));
 	rig_feed(&r, seq, 0, aid_prompt, 13, 0, lg);
 	ck_assert(isnan(lg[0]));
-	rig_close(&r);
+	rig_fini(&r);
 	free(lg);
 	free(buf);
 	free(path);

@@ -55,28 +55,6 @@ ref_result(const struct json *ref, const char *file, const char *key)
 }
 
 void
-ref_rig_open(struct rig *r, const char *rel, const struct be_params *p)
-{
-	char *path = fx_path(rel);
-	struct cp_err e = { 0 };
-
-	memset(r, 0, sizeof(*r));
-	ck_assert_msg(path != NULL, "fixture %s missing", rel);
-	ck_assert_msg(model_load(path, &r->m, &e) == 0, "%s", e.msg);
-	free(path);
-	r->n_vocab = r->m->hp.n_vocab;
-	ck_assert_msg(be_open("cpu", r->m, p, &r->be, &e) == 0, "%s", e.msg);
-}
-
-void
-ref_rig_close(struct rig *r)
-{
-	be_close(r->be);
-	model_free(r->m);
-	memset(r, 0, sizeof(*r));
-}
-
-void
 ref_greedy(struct rig *r, const int32_t *prompt, int np, int chunk,
     int n_gen, int32_t *ids, float *lg)
 {

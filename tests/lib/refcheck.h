@@ -27,10 +27,6 @@ int ref_ids(const struct json *a, int32_t *ids, int cap);
 const struct json *ref_result(const struct json *ref, const char *file,
     const char *key);
 
-/* Open fixture rel as a model on the CPU backend with p. */
-void ref_rig_open(struct rig *r, const char *rel, const struct be_params *p);
-void ref_rig_close(struct rig *r);
-
 /*
  * Greedy generation of n_gen ids after the prompt on a fresh sequence,
  * prompt chunked by chunk; logits of every step go to lg (n_gen x n_vocab)
