@@ -1011,26 +1011,6 @@ START_TEST(test_format_golden_complete)
 }
 END_TEST
 
-/* snprintf semantics: cut at size - 1, NUL-terminated, full length returned. */
-START_TEST(test_format_truncated)
-{
-	const struct golden *g = &goldens[_i];
-	const struct msg_case *m = &msg_cases[g->msgs];
-	size_t len = strlen(g->prompt), size;
-	char buf[1024];
-
-	ck_assert_int_eq(format_case(g->kind, m, NULL, 0), (int64_t)len);
-	for (size = 1; size <= len + 1; size += 1 + size / 3) {
-		memset(buf, '#', sizeof(buf));
-		ck_assert_int_eq(format_case(g->kind, m, buf, size),
-		    (int64_t)len);
-		ck_assert_uint_eq(strlen(buf), size - 1);
-		ck_assert_int_eq(memcmp(buf, g->prompt, size - 1), 0);
-		ck_assert_int_eq(buf[size], '#');
-	}
-}
-END_TEST
-
 /* Message bytes are copied as they are, NUL bytes included. */
 START_TEST(test_format_bytes)
 {
@@ -1176,7 +1156,6 @@ chat_suite(void)
 	tc = tcase_create("format");
 	tcase_add_loop_test(tc, test_format_golden, 0, (int)N_GOLDEN);
 	tcase_add_test(tc, test_format_golden_complete);
-	tcase_add_loop_test(tc, test_format_truncated, 0, (int)N_GOLDEN);
 	tcase_add_test(tc, test_format_bytes);
 	tcase_add_test(tc, test_format_errors);
 	suite_add_tcase(s, tc);
