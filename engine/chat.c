@@ -1,5 +1,5 @@
 /*
- * chat.c - chat template detection and formatting (see chat.h).
+ * chat.c - chat template detection and conversation rendering (see chat.h).
  *
  * Detection walks the same ordered list of marker tests as llama.cpp's
  * llm_chat_detect_template(), so a template lands on the format llama.cpp
