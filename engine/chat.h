@@ -13,19 +13,22 @@
  * CHAT_UNKNOWN, never a near miss.  Pure functions: no allocation, no
  * global state.
  *
- * Formats, per message of role R (its name, chat_role_name()) and content
- * C, then what add_generation_prompt appends; trim() removes leading and
- * trailing ASCII white space " \t\n\v\f\r":
+ * Formats: each message of role R (its name, chat_role_name()) and
+ * content C, then ("gen") what add_generation_prompt appends; trim()
+ * removes leading and trailing ASCII white space " \t\n\v\f\r":
  *
- *	chatml	<|im_start|>R\nC<|im_end|>\n	<|im_start|>assistant\n
- *	phi3	<|R|>\nC<|end|>\n		<|assistant|>\n
- *	phi4	<|im_start|>R<|im_sep|>C<|im_end|>	<|im_start|>assistant
- *						<|im_sep|>
- *	zephyr	<|R|>\nC<|endoftext|>\n		<|assistant|>\n
+ *	chatml	<|im_start|>R\nC<|im_end|>\n
+ *		gen <|im_start|>assistant\n
+ *	phi3	<|R|>\nC<|end|>\n
+ *		gen <|assistant|>\n
+ *	phi4	<|im_start|>R<|im_sep|>C<|im_end|>
+ *		gen <|im_start|>assistant<|im_sep|>
+ *	zephyr	<|R|>\nC<|endoftext|>\n
+ *		gen <|assistant|>\n
  *	llama3	<|start_header_id|>R<|end_header_id|>\n\ntrim(C)<|eot_id|>
- *			<|start_header_id|>assistant<|end_header_id|>\n\n
+ *		gen <|start_header_id|>assistant<|end_header_id|>\n\n
  *	gemma	<start_of_turn>R\ntrim(C)<end_of_turn>\n
- *			<start_of_turn>model\n
+ *		gen <start_of_turn>model\n
  *		with R "model" for the assistant.  A system message writes
  *		nothing: its trim(C), when not empty, opens the next turn that
  *		is not the assistant's, followed by "\n\n"; a later system
