@@ -390,6 +390,25 @@ find_any(const struct tokenizer *t, const char *const *names)
 	return best;
 }
 
+/*
+ * The id of the first of names (NULL-terminated) the vocabulary has, or
+ * TOK_NONE.  llama.cpp takes the first name it meets walking its hash map
+ * of the vocabulary, an order no file states; the order of the names here
+ * gives its answers on the fixtures: the chat's end of turn before the
+ * document's end (<|im_end|> before Qwen's <|endoftext|>, <|end|> before
+ * Phi-3's).
+ */
+static int32_t
+find_first(const struct tokenizer *t, const char *const *names)
+{
+	int32_t id;
+
+	for (; *names != NULL; names++)
+		if ((id = tok_lookup(t, *names, strlen(*names))) != TOK_NONE)
+			return id;
+	return TOK_NONE;
+}
+
 static void
 force_control(struct tokenizer *t, int32_t id)
 {
@@ -451,7 +470,8 @@ load_specials(struct load *ld)
 		if (j < 3 && (rc = opt_id(ld, old_keys[j], &fim[j], false)))
 			return rc;
 	}
-	if (t->eot == TOK_NONE && (t->eot = find_any(t, eot_names)) != TOK_NONE)
+	if (t->eot == TOK_NONE &&
+	    (t->eot = find_first(t, eot_names)) != TOK_NONE)
 		force_control(t, t->eot);
 	if (t->eom == TOK_NONE && (t->eom = find_any(t, eom_names)) != TOK_NONE)
 		force_control(t, t->eom);

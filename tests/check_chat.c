@@ -1,5 +1,6 @@
 /*
- * check_chat.c - chat template detection and formatting (engine/chat.c).
+ * check_chat.c - chat template detection and the one-turn chat_format()
+ * (engine/chat.c); check_chat_render.c tests whole conversations.
  *
  * GOLDEN VALUES.  Every expected prompt below was produced by llama.cpp's
  * own implementation, not by chat.c: a throw-away program linked against
@@ -10,7 +11,10 @@
  *
  * with tmpl = the format's name and msgs = the optional system message
  * and the user message of each entry of msg_cases[], and printed the
- * result as a C literal.  The same program also ran llama.cpp on the full
+ * result as a C literal.  The phi3 and phi4 goldens came the same way from
+ * llm_chat_apply_template() of src/llama-chat.cpp at the same commit
+ * (c392e5094deaf2d1a7c18683214f007fad3fe42b), compiled on its own with a
+ * throw-away main().  The same program also ran llama.cpp on the full
  * text of each real template in real_templates[]: on every template that
  * chat_detect() gives a format, llama.cpp's output equals its output for
  * that format's name, with one exception, by design (chat.c's opening
@@ -20,14 +24,20 @@
  *
  * The template texts are public model metadata (tokenizer.chat_template
  * of the named models, as their tokenizer_config.json has it; the four
- * Mistral ones and a few others as llama.cpp's tests/test-chat-template.cpp
- * carries them).  One is written here, marked "written".
+ * Mistral ones, Phi-3-small and a few others as llama.cpp's
+ * tests/test-chat-template.cpp carries them, and those marked "llama.cpp
+ * models/templates" as that folder holds them at c392e509).  One is
+ * written here, marked "written".  The GGUF fixtures' own templates are
+ * read from the files.
  */
 #include "chat.h"
+#include "gguf.h"
+#include "lib/fixtures.h"
 #include "lib/suite.h"
 
 #include <check.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -430,7 +440,7 @@ static const struct real_template real_templates[] = {
 	    " add_generation_prompt %}{{ '<|START_OF_TURN_TOKEN|><|CH"
 	    "ATBOT_TOKEN|>' }}{% endif %}" },
 	{ "microsoft/Phi-3-mini-4k-instruct",
-	    CHAT_UNKNOWN,
+	    CHAT_PHI3,
 	    "{{ bos_token }}{% for message in messages %}{% if (messa"
 	    "ge['role'] == 'user') %}{{'<|user|>' + '\n' + message['c"
 	    "ontent'] + '<|end|>' + '\n' + '<|assistant|>' + '\n'}}{%"
@@ -444,7 +454,7 @@ static const struct real_template real_templates[] = {
 	    "['role'] == 'assistant' %}<|assistant|>\n{{ item['conten"
 	    "t'] }}{% endif %}{% endfor %}<|assistant|>" },
 	{ "microsoft/phi-4",
-	    CHAT_UNKNOWN,
+	    CHAT_PHI4,
 	    "{% for message in messages %}{% if (message['role'] == '"
 	    "system') %}{{'<|im_start|>system<|im_sep|>' + message['c"
 	    "ontent'] + '<|im_end|>'}}{% elif (message['role'] == 'us"
@@ -452,6 +462,171 @@ static const struct real_template real_templates[] = {
 	    "'] + '<|im_end|><|im_start|>assistant<|im_sep|>'}}{% eli"
 	    "f (message['role'] == 'assistant') %}{{message['content'"
 	    "] + '<|im_end|>'}}{% endif %}{% endfor %}" },
+	{ "microsoft/Phi-3-small-8k-instruct",
+	    CHAT_PHI3,
+	    "{{ bos_token }}{% for message in messages %}{{'<|' + mess"
+	    "age['role'] + '|>' + '\n' + message['content'] + '<|end|>"
+	    "\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|ass"
+	    "istant|>\n' }}{% else %}{{ eos_token }}{% endif %}" },
+	{ "microsoft/Phi-3.5-mini-instruct (llama.cpp models/templates)",
+	    CHAT_PHI3,
+	    "{% for message in messages %}{% if message['role'] == 'sy"
+	    "stem' and message['content'] %}{{'<|system|>\n' + message"
+	    "['content'] + '<|end|>\n'}}{% elif message['role'] == 'us"
+	    "er' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
+	    "{% elif message['role'] == 'assistant' %}{{'<|assistant|>"
+	    "\n' + message['content'] + '<|end|>\n'}}{% endif %}{% end"
+	    "for %}{% if add_generation_prompt %}{{ '<|assistant|>\n' "
+	    "}}{% else %}{{ eos_token }}{% endif %}" },
+	{ "google/gemma-2-2b-it (llama.cpp models/templates)",
+	    CHAT_GEMMA,
+	    "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{"
+	    " raise_exception('System role not supported') }}{% endif "
+	    "%}{% for message in messages %}{% if (message['role'] == "
+	    "'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('C"
+	    "onversation roles must alternate user/assistant/user/assi"
+	    "stant/...') }}{% endif %}{% if (message['role'] == 'assis"
+	    "tant') %}{% set role = 'model' %}{% else %}{% set role = "
+	    "message['role'] %}{% endif %}{{ '<start_of_turn>' + role "
+	    "+ '\n' + message['content'] | trim + '<end_of_turn>\n' }}"
+	    "{% endfor %}{% if add_generation_prompt %}{{'<start_of_tu"
+	    "rn>model\n'}}{% endif %}" },
+	{ "Qwen/Qwen2.5-7B-Instruct (llama.cpp models/templates)",
+	    CHAT_CHATML,
+	    "{%- if tools %}\n    {{- '<|im_start|>system\\n' }}\n    "
+	    "{%- if messages[0]['role'] == 'system' %}\n        {{- me"
+	    "ssages[0]['content'] }}\n    {%- else %}\n        {{- 'Yo"
+	    "u are Qwen, created by Alibaba Cloud. You are a helpful a"
+	    "ssistant.' }}\n    {%- endif %}\n    {{- \"\\n\\n# Tools"
+	    "\\n\\nYou may call one or more functions to assist with t"
+	    "he user query.\\n\\nYou are provided with function signat"
+	    "ures within <tools></tools> XML tags:\\n<tools>\" }}\n   "
+	    " {%- for tool in tools %}\n        {{- \"\\n\" }}\n      "
+	    "  {{- tool | tojson }}\n    {%- endfor %}\n    {{- \"\\n<"
+	    "/tools>\\n\\nFor each function call, return a json object"
+	    " with function name and arguments within <tool_call></too"
+	    "l_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <functio"
+	    "n-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_"
+	    "call><|im_end|>\\n\" }}\n{%- else %}\n    {%- if messages"
+	    "[0]['role'] == 'system' %}\n        {{- '<|im_start|>syst"
+	    "em\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n   "
+	    " {%- else %}\n        {{- '<|im_start|>system\\nYou are Q"
+	    "wen, created by Alibaba Cloud. You are a helpful assistan"
+	    "t.<|im_end|>\\n' }}\n    {%- endif %}\n{%- endif %}\n{%- "
+	    "for message in messages %}\n    {%- if (message.role == "
+	    "\"user\") or (message.role == \"system\" and not loop.fir"
+	    "st) or (message.role == \"assistant\" and not message.too"
+	    "l_calls) %}\n        {{- '<|im_start|>' + message.role + "
+	    "'\\n' + message.content + '<|im_end|>' + '\\n' }}\n    {%"
+	    "- elif message.role == \"assistant\" %}\n        {{- '<|i"
+	    "m_start|>' + message.role }}\n        {%- if message.cont"
+	    "ent %}\n            {{- '\\n' + message.content }}\n     "
+	    "   {%- endif %}\n        {%- for tool_call in message.too"
+	    "l_calls %}\n            {%- if tool_call.function is defi"
+	    "ned %}\n                {%- set tool_call = tool_call.fun"
+	    "ction %}\n            {%- endif %}\n            {{- '\\n<"
+	    "tool_call>\\n{\"name\": \"' }}\n            {{- tool_call"
+	    ".name }}\n            {{- '\", \"arguments\": ' }}\n     "
+	    "       {{- tool_call.arguments | tojson }}\n            {"
+	    "{- '}\\n</tool_call>' }}\n        {%- endfor %}\n        "
+	    "{{- '<|im_end|>\\n' }}\n    {%- elif message.role == \"to"
+	    "ol\" %}\n        {%- if (loop.index0 == 0) or (messages[l"
+	    "oop.index0 - 1].role != \"tool\") %}\n            {{- '<|"
+	    "im_start|>user' }}\n        {%- endif %}\n        {{- '\\"
+	    "n<tool_response>\\n' }}\n        {{- message.content }}\n"
+	    "        {{- '\\n</tool_response>' }}\n        {%- if loop"
+	    ".last or (messages[loop.index0 + 1].role != \"tool\") %}"
+	    "\n            {{- '<|im_end|>\\n' }}\n        {%- endif %"
+	    "}\n    {%- endif %}\n{%- endfor %}\n{%- if add_generation"
+	    "_prompt %}\n    {{- '<|im_start|>assistant\\n' }}\n{%- en"
+	    "dif %}\n" },
+	{ "meta-llama/Llama-3.1-8B-Instruct (llama.cpp models/templates)",
+	    CHAT_LLAMA3,
+	    "{{- bos_token }}\n{%- if custom_tools is defined %}\n    "
+	    "{%- set tools = custom_tools %}\n{%- endif %}\n{%- if not"
+	    " tools_in_user_message is defined %}\n    {%- set tools_i"
+	    "n_user_message = true %}\n{%- endif %}\n{%- if not date_s"
+	    "tring is defined %}\n    {%- set date_string = \"26 Jul 2"
+	    "024\" %}\n{%- endif %}\n{%- if not tools is defined %}\n "
+	    "   {%- set tools = none %}\n{%- endif %}\n\n{#- This bloc"
+	    "k extracts the system message, so we can slot it into the"
+	    " right place. #}\n{%- if messages[0]['role'] == 'system' "
+	    "%}\n    {%- set system_message = messages[0]['content']|t"
+	    "rim %}\n    {%- set messages = messages[1:] %}\n{%- else "
+	    "%}\n    {%- set system_message = \"\" %}\n{%- endif %}\n"
+	    "\n{#- System message + builtin tools #}\n{{- \"<|start_he"
+	    "ader_id|>system<|end_header_id|>\\n\\n\" }}\n{%- if built"
+	    "in_tools is defined or tools is not none %}\n    {{- \"En"
+	    "vironment: ipython\\n\" }}\n{%- endif %}\n{%- if builtin_"
+	    "tools is defined %}\n    {{- \"Tools: \" + builtin_tools "
+	    "| reject('equalto', 'code_interpreter') | join(\", \") + "
+	    "\"\\n\\n\"}}\n{%- endif %}\n{{- \"Cutting Knowledge Date:"
+	    " December 2023\\n\" }}\n{{- \"Today Date: \" + date_strin"
+	    "g + \"\\n\\n\" }}\n{%- if tools is not none and not tools"
+	    "_in_user_message %}\n    {{- \"You have access to the fol"
+	    "lowing functions. To call a function, please respond with"
+	    " JSON for a function call.\" }}\n    {{- 'Respond in the "
+	    "format {\"name\": function name, \"parameters\": dictiona"
+	    "ry of argument name and its value}.' }}\n    {{- \"Do not"
+	    " use variables.\\n\\n\" }}\n    {%- for t in tools %}\n  "
+	    "      {{- t | tojson(indent=4) }}\n        {{- \"\\n\\n\""
+	    " }}\n    {%- endfor %}\n{%- endif %}\n{{- system_message "
+	    "}}\n{{- \"<|eot_id|>\" }}\n\n{#- Custom tools are passed "
+	    "in a user message with some extra guidance #}\n{%- if too"
+	    "ls_in_user_message and not tools is none %}\n    {#- Extr"
+	    "act the first user message so we can plug it in here #}\n"
+	    "    {%- if messages | length != 0 %}\n        {%- set fir"
+	    "st_user_message = messages[0]['content']|trim %}\n       "
+	    " {%- set messages = messages[1:] %}\n    {%- else %}\n   "
+	    "     {{- raise_exception(\"Cannot put tools in the first "
+	    "user message when there's no first user message!\") }}\n{"
+	    "%- endif %}\n    {{- '<|start_header_id|>user<|end_header"
+	    "_id|>\\n\\n' -}}\n    {{- \"Given the following functions"
+	    ", please respond with a JSON for a function call \" }}\n "
+	    "   {{- \"with its proper arguments that best answers the "
+	    "given prompt.\\n\\n\" }}\n    {{- 'Respond in the format "
+	    "{\"name\": function name, \"parameters\": dictionary of a"
+	    "rgument name and its value}.' }}\n    {{- \"Do not use va"
+	    "riables.\\n\\n\" }}\n    {%- for t in tools %}\n        {"
+	    "{- t | tojson(indent=4) }}\n        {{- \"\\n\\n\" }}\n  "
+	    "  {%- endfor %}\n    {{- first_user_message + \"<|eot_id|"
+	    ">\"}}\n{%- endif %}\n\n{%- for message in messages %}\n  "
+	    "  {%- if not (message.role == 'ipython' or message.role ="
+	    "= 'tool' or 'tool_calls' in message) %}\n        {{- '<|s"
+	    "tart_header_id|>' + message['role'] + '<|end_header_id|>"
+	    "\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}\n   "
+	    " {%- elif 'tool_calls' in message %}\n        {%- if not "
+	    "message.tool_calls|length == 1 %}\n            {{- raise_"
+	    "exception(\"This model only supports single tool-calls at"
+	    " once!\") }}\n        {%- endif %}\n        {%- set tool_"
+	    "call = message.tool_calls[0].function %}\n        {%- if "
+	    "builtin_tools is defined and tool_call.name in builtin_to"
+	    "ols %}\n            {{- '<|start_header_id|>assistant<|en"
+	    "d_header_id|>\\n\\n' -}}\n            {{- \"<|python_tag|"
+	    ">\" + tool_call.name + \".call(\" }}\n            {%- for"
+	    " arg_name, arg_val in tool_call.arguments | items %}\n   "
+	    "             {{- arg_name + '=\"' + arg_val + '\"' }}\n  "
+	    "              {%- if not loop.last %}\n                  "
+	    "  {{- \", \" }}\n                {%- endif %}\n          "
+	    "      {%- endfor %}\n            {{- \")\" }}\n        {%"
+	    "- else  %}\n            {{- '<|start_header_id|>assistant"
+	    "<|end_header_id|>\\n\\n' -}}\n            {{- '{\"name\":"
+	    " \"' + tool_call.name + '\", ' }}\n            {{- '\"par"
+	    "ameters\": ' }}\n            {{- tool_call.arguments | to"
+	    "json }}\n            {{- \"}\" }}\n        {%- endif %}\n"
+	    "        {%- if builtin_tools is defined %}\n            {"
+	    "#- This means we're in ipython mode #}\n            {{- "
+	    "\"<|eom_id|>\" }}\n        {%- else %}\n            {{- "
+	    "\"<|eot_id|>\" }}\n        {%- endif %}\n    {%- elif mes"
+	    "sage.role == \"tool\" or message.role == \"ipython\" %}\n"
+	    "        {{- \"<|start_header_id|>ipython<|end_header_id|>"
+	    "\\n\\n\" }}\n        {%- if message.content is mapping or"
+	    " message.content is iterable %}\n            {{- message."
+	    "content | tojson }}\n        {%- else %}\n            {{-"
+	    " message.content }}\n        {%- endif %}\n        {{- \""
+	    "<|eot_id|>\" }}\n    {%- endif %}\n{%- endfor %}\n{%- if "
+	    "add_generation_prompt %}\n    {{- '<|start_header_id|>ass"
+	    "istant<|end_header_id|>\\n\\n' }}\n{%- endif %}\n" },
 };
 
 #define N_REAL	(sizeof(real_templates) / sizeof(real_templates[0]))
@@ -483,6 +658,65 @@ START_TEST(test_detect_embedded)
 	free(buf);
 }
 END_TEST
+
+/*
+ * The fixture models' own tokenizer.chat_template (CHAT_UNKNOWN: the file
+ * has none).  Their texts are Phi-3-mini's and a Qwen ChatML template, on
+ * which llama.cpp's llm_chat_detect_template() says phi3 and chatml.
+ */
+static const struct {
+	const char *file;
+	enum chat_kind kind;
+} fixture_templates[] = {
+	{ "arch/arch-phi3-F16.gguf", CHAT_PHI3 },
+	{ "vocab/ggml-vocab-phi-3.gguf", CHAT_PHI3 },
+	{ "arch/arch-qwen3-F16.gguf", CHAT_CHATML },
+	{ "vocab/ggml-vocab-qwen2.gguf", CHAT_CHATML },
+	{ "arch/arch-qwen2-F16.gguf", CHAT_UNKNOWN },
+	{ "arch/arch-llama31-F16.gguf", CHAT_UNKNOWN },
+	{ "arch/arch-gemma-F16.gguf", CHAT_UNKNOWN },
+	{ "arch/arch-gemma2-F16.gguf", CHAT_UNKNOWN },
+	{ "arch/arch-gemma3-F16.gguf", CHAT_UNKNOWN },
+	{ "vocab/ggml-vocab-llama-bpe.gguf", CHAT_UNKNOWN },
+};
+
+#define N_FIXTURE_TMPL \
+	(sizeof(fixture_templates) / sizeof(fixture_templates[0]))
+
+START_TEST(test_detect_fixtures)
+{
+	const char *rel = fixture_templates[_i].file;
+	char *path = fx_path(rel);
+	struct gguf_file *f = NULL;
+	struct gguf_str tmpl = { 0, NULL };
+	struct cp_err e = { 0 };
+	int rc;
+
+	ck_assert_msg(path != NULL, "fixture %s missing", rel);
+	ck_assert_msg(gguf_open(path, &f, &e) == 0, "%s", e.msg);
+	rc = gguf_get_str(f, "tokenizer.chat_template", &tmpl, &e);
+	if (fixture_templates[_i].kind == CHAT_UNKNOWN) {
+		ck_assert_int_eq(rc, -ENOENT);
+	} else {
+		ck_assert_msg(rc == 0, "%s: %s", rel, e.msg);
+		ck_assert_msg(chat_detect(tmpl.ptr, (size_t)tmpl.len) ==
+		    fixture_templates[_i].kind, "%s: detected \"%s\"", rel,
+		    chat_name(chat_detect(tmpl.ptr, (size_t)tmpl.len)));
+	}
+	gguf_close(f);
+	free(path);
+}
+END_TEST
+
+static bool
+fixtures_present(void)
+{
+	char *p = fx_path(fixture_templates[0].file);
+	bool ok = p != NULL;
+
+	free(p);
+	return ok;
+}
 
 /* ---- formats ----------------------------------------------------------- */
 
@@ -701,6 +935,38 @@ static const struct golden goldens[] = {
 	    "\n<|eot_id|><|start_header_id|>user<|end_header_id|>"
 	    "\n\na b<|eot_id|><|start_header_id|>assistant<|end_h"
 	    "eader_id|>\n\n" },
+	{ CHAT_PHI3, 0,
+	    "<|system|>\nYou are a helpful assistant<|end|>\n"
+	    "<|user|>\nHello<|end|>\n<|assistant|>\n" },
+	{ CHAT_PHI3, 1,
+	    "<|user|>\n  Who are you?\n<|end|>\n<|assistant|>\n" },
+	{ CHAT_PHI3, 2,
+	    "<|system|>\n \tBe brief.\n<|end|>\n<|user|>\n"
+	    "Hi\n<|end|>\n<|assistant|>\n" },
+	{ CHAT_PHI3, 3,
+	    "<|system|>\n<|end|>\n<|user|>\nx<|end|>\n"
+	    "<|assistant|>\n" },
+	{ CHAT_PHI3, 4,
+	    "<|system|>\n\n\n<|end|>\n<|user|>\n a b <|end|>\n"
+	    "<|assistant|>\n" },
+	{ CHAT_PHI4, 0,
+	    "<|im_start|>system<|im_sep|>You are a helpful assistan"
+	    "t<|im_end|><|im_start|>user<|im_sep|>Hello<|im_end|><|"
+	    "im_start|>assistant<|im_sep|>" },
+	{ CHAT_PHI4, 1,
+	    "<|im_start|>user<|im_sep|>  Who are you?\n"
+	    "<|im_end|><|im_start|>assistant<|im_sep|>" },
+	{ CHAT_PHI4, 2,
+	    "<|im_start|>system<|im_sep|> \tBe brief.\n"
+	    "<|im_end|><|im_start|>user<|im_sep|>Hi\n"
+	    "<|im_end|><|im_start|>assistant<|im_sep|>" },
+	{ CHAT_PHI4, 3,
+	    "<|im_start|>system<|im_sep|><|im_end|><|im_start|>user"
+	    "<|im_sep|>x<|im_end|><|im_start|>assistant<|im_sep|>" },
+	{ CHAT_PHI4, 4,
+	    "<|im_start|>system<|im_sep|>\n\n<|im_end|><|im_start|>"
+	    "user<|im_sep|> a b <|im_end|><|im_start|>assistant<|im"
+	    "_sep|>" },
 };
 
 #define N_GOLDEN	(sizeof(goldens) / sizeof(goldens[0]))
@@ -742,26 +1008,6 @@ START_TEST(test_format_golden_complete)
 		for (c = 0; c < 5; c++)
 			ck_assert_msg(seen[k][c] == 1, "%s case %d: %d goldens",
 			    chat_name((enum chat_kind)k), c, seen[k][c]);
-}
-END_TEST
-
-/* snprintf semantics: cut at size - 1, NUL-terminated, full length returned. */
-START_TEST(test_format_truncated)
-{
-	const struct golden *g = &goldens[_i];
-	const struct msg_case *m = &msg_cases[g->msgs];
-	size_t len = strlen(g->prompt), size;
-	char buf[1024];
-
-	ck_assert_int_eq(format_case(g->kind, m, NULL, 0), (int64_t)len);
-	for (size = 1; size <= len + 1; size += 1 + size / 3) {
-		memset(buf, '#', sizeof(buf));
-		ck_assert_int_eq(format_case(g->kind, m, buf, size),
-		    (int64_t)len);
-		ck_assert_uint_eq(strlen(buf), size - 1);
-		ck_assert_int_eq(memcmp(buf, g->prompt, size - 1), 0);
-		ck_assert_int_eq(buf[size], '#');
-	}
 }
 END_TEST
 
@@ -818,6 +1064,7 @@ START_TEST(test_names)
 		"", "chatml", "llama2", "llama2-sys", "llama2-sys-bos",
 		"llama2-sys-strip", "mistral", "mistral-v1", "mistral-v3",
 		"mistral-v3-tekken", "mistral-v7", "zephyr", "gemma", "llama3",
+		"phi3", "phi4",
 	};
 	int k;
 
@@ -833,7 +1080,7 @@ START_TEST(test_names)
 	ck_assert_str_eq(chat_name(CHAT_KIND_COUNT), "");
 	ck_assert_str_eq(chat_name((enum chat_kind)-5), "");
 	ck_assert_int_eq(chat_from_name(NULL), CHAT_UNKNOWN);
-	ck_assert_int_eq(chat_from_name("phi3"), CHAT_UNKNOWN);
+	ck_assert_int_eq(chat_from_name("falcon3"), CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_from_name("ChatML"), CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_from_name("chatml "), CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_from_name("llama"), CHAT_UNKNOWN);
@@ -854,7 +1101,7 @@ START_TEST(test_detect_edges)
 	ck_assert_int_eq(chat_detect(chatml_nul, sizeof(chatml_nul) - 1),
 	    CHAT_CHATML);
 	/* Names are exact; names of formats missing here are unknown. */
-	ck_assert_int_eq(chat_detect("phi3", 4), CHAT_UNKNOWN);
+	ck_assert_int_eq(chat_detect("phi3 ", 5), CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_detect("glmedge", 7), CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_detect("llama3 ", 7), CHAT_UNKNOWN);
 	/* Text starting "mistral": Mistral's first format, as in llama.cpp. */
@@ -863,7 +1110,7 @@ START_TEST(test_detect_edges)
 	ck_assert_int_eq(chat_detect("<|im_start|>[INST]<start_of_turn>", 33),
 	    CHAT_CHATML);
 	ck_assert_int_eq(chat_detect("<|im_start|><|im_sep|>", 22),
-	    CHAT_UNKNOWN);
+	    CHAT_PHI4);
 	/* Llama 3 markers lose to earlier formats missing here (vicuna). */
 	ck_assert_int_eq(chat_detect("<|start_header_id|><|end_header_id|>"
 	    "USER: ASSISTANT: ", 53), CHAT_UNKNOWN);
@@ -877,6 +1124,11 @@ START_TEST(test_detect_edges)
 	    CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_detect("<|user|><|assistant|>", 21),
 	    CHAT_UNKNOWN);
+	/* Phi-3's <|end|> is tested before Zephyr's markers. */
+	ck_assert_int_eq(chat_detect("<|user|><|assistant|><|end|>"
+	    "<|endoftext|>eos_token", 50), CHAT_PHI3);
+	ck_assert_int_eq(chat_detect("<|end|><|assistant|>", 20), CHAT_PHI3);
+	ck_assert_int_eq(chat_detect("<|end|><|user|>", 15), CHAT_UNKNOWN);
 	ck_assert_int_eq(chat_detect("{{ random jinja }}", 18), CHAT_UNKNOWN);
 }
 END_TEST
@@ -894,10 +1146,16 @@ chat_suite(void)
 	tcase_add_test(tc, test_names);
 	suite_add_tcase(s, tc);
 
+	if (fixtures_present()) {
+		tc = tcase_create("fixtures");
+		tcase_add_loop_test(tc, test_detect_fixtures, 0,
+		    (int)N_FIXTURE_TMPL);
+		suite_add_tcase(s, tc);
+	}
+
 	tc = tcase_create("format");
 	tcase_add_loop_test(tc, test_format_golden, 0, (int)N_GOLDEN);
 	tcase_add_test(tc, test_format_golden_complete);
-	tcase_add_loop_test(tc, test_format_truncated, 0, (int)N_GOLDEN);
 	tcase_add_test(tc, test_format_bytes);
 	tcase_add_test(tc, test_format_errors);
 	suite_add_tcase(s, tc);
@@ -907,7 +1165,13 @@ chat_suite(void)
 int
 main(void)
 {
-	int failed = suite_run(chat_suite());
+	bool fixtures = fixtures_present();
 
-	return failed == 0 ? 0 : 1;
+	if (suite_run(chat_suite()) != 0)
+		return 1;
+	if (fixtures)
+		return 0;
+	printf("check_chat: no fixtures in %s (CP_FIXTURES): the models' "
+	    "own templates were not checked\n", fx_dir());
+	return 77;
 }

@@ -437,10 +437,10 @@ START_TEST(test_chat_unknown)
 	hd_stop(&d);
 
 	/* A name this cpq does not know (a newer daemon's, say) is named. */
-	cq_start(&d2, "phi3", 200);
+	cq_start(&d2, "falcon3", 200);
 	a1[1] = d2.path;
 	ck_assert_int_eq(cq_run(a1, &out, &err), 1);
-	ck_assert_ptr_nonnull(strstr(err.p, "'phi3'"));
+	ck_assert_ptr_nonnull(strstr(err.p, "'falcon3'"));
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 	hd_stop(&d2);
@@ -538,7 +538,7 @@ static const char *const bad_args[][8] = {
 	{ "-x", "x" },
 	{ "x", "--temp" },
 	{ "" },
-	{ "--chat-template", "phi3", "x" },
+	{ "--chat-template", "falcon3", "x" },
 };
 
 #define N_BAD	((int)(sizeof(bad_args) / sizeof(bad_args[0])))

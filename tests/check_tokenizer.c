@@ -592,6 +592,74 @@ START_TEST(test_parse_special)
 }
 END_TEST
 
+/*
+ * End of generation.  For every id of each vocabulary, what
+ * llama_vocab_is_eog() and llama_vocab_eot() of llama.cpp c392e509 say: a
+ * throw-away program linked against that commit's libllama loaded each
+ * file (vocab_only) and printed them.  name is the text of the format's
+ * end-of-turn token (Llama 3, ChatML, Phi-3, Gemma); eot TOK_NONE: the
+ * vocabulary has no such token (the gemma fixtures carry the llama-spm
+ * stand-in, without <end_of_turn>).  That llama.cpp loads neither gemma3
+ * nor qwen3, so their fixtures are not here.
+ */
+static const struct {
+	const char *file;
+	const char *name;
+	int32_t eot;
+	int n_eog;
+	int32_t eog[2];		/* ascending */
+} eog_refs[] = {
+	{ "vocab/ggml-vocab-llama-bpe.gguf", "<|eot_id|>", 128009,
+	    2, { 128001, 128009 } },
+	{ "vocab/ggml-vocab-qwen2.gguf", "<|im_end|>", 151645,
+	    2, { 151643, 151645 } },
+	{ "arch/arch-phi3-F16.gguf", "<|end|>", 32007, 2, { 32000, 32007 } },
+	{ "vocab/ggml-vocab-phi-3.gguf", "<|end|>", 32007,
+	    2, { 32000, 32007 } },
+	{ "arch/arch-gemma-F16.gguf", "<end_of_turn>", TOK_NONE, 1, { 2 } },
+	{ "arch/arch-gemma2-F16.gguf", "<end_of_turn>", TOK_NONE, 1, { 2 } },
+	{ "arch/arch-llama31-F16.gguf", "<|eot_id|>", TOK_NONE, 1, { 2 } },
+	{ "arch/arch-qwen2-F16.gguf", "<|endoftext|>", 50256, 1, { 50256 } },
+	{ "vocab/ggml-vocab-llama-spm.gguf", "<|eot_id|>", TOK_NONE, 1, { 2 } },
+	{ "vocab/ggml-vocab-gpt-2.gguf", "<|endoftext|>", 50256, 1, { 50256 } },
+	{ "vocab/ggml-vocab-deepseek-coder.gguf", "<\xef\xbd\x9c" "end"
+	    "\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>", 32014,
+	    1, { 32014 } },
+	{ "vocab/ggml-vocab-deepseek-llm.gguf", "<\xef\xbd\x9c" "end"
+	    "\xe2\x96\x81" "of\xe2\x96\x81" "sentence\xef\xbd\x9c>", 100001,
+	    1, { 100001 } },
+	{ "vocab/ggml-vocab-falcon.gguf", "<|endoftext|>", 11, 1, { 11 } },
+	{ "vocab/ggml-vocab-starcoder.gguf", "<|endoftext|>", 0, 1, { 0 } },
+	{ "vocab/ggml-vocab-refact.gguf", "<|endoftext|>", 0, 1, { 0 } },
+	{ "vocab/ggml-vocab-mpt.gguf", "<|endoftext|>", 0, 1, { 0 } },
+	{ "vocab/ggml-vocab-gpt-neox.gguf", "<|endoftext|>", 0, 1, { 0 } },
+	{ "vocab/ggml-vocab-baichuan.gguf", "<|eot_id|>", TOK_NONE, 1, { 2 } },
+};
+
+START_TEST(test_eog_llamacpp)
+{
+	const char *name = eog_refs[_i].name;
+	struct loaded l = load_fx(eog_refs[_i].file);
+	int32_t id, eot = eog_refs[_i].eot;
+	int k = 0;
+
+	ck_assert_int_eq(tok_eot(l.t), eot);
+	ck_assert_int_eq(tok_lookup(l.t, name, strlen(name)), eot);
+	if (eot != TOK_NONE)
+		ck_assert_int_eq(tok_type(l.t, eot), TOK_TYPE_CONTROL);
+	for (id = 0; id < tok_n_vocab(l.t); id++) {
+		if (!tok_is_eog(l.t, id))
+			continue;
+		ck_assert_msg(k < eog_refs[_i].n_eog &&
+		    eog_refs[_i].eog[k] == id, "%s: id %d ends generation",
+		    eog_refs[_i].file, id);
+		k++;
+	}
+	ck_assert_int_eq(k, eog_refs[_i].n_eog);
+	unload(&l);
+}
+END_TEST
+
 /* Piece rendering rules. */
 START_TEST(test_pieces)
 {
@@ -1012,6 +1080,8 @@ tokenizer_suite(void)
 		tcase_add_test(tc, test_detok_utf8);
 		tcase_add_test(tc, test_synth_reference);
 		tcase_add_test(tc, test_parse_special);
+		tcase_add_loop_test(tc, test_eog_llamacpp, 0,
+		    (int)(sizeof(eog_refs) / sizeof(eog_refs[0])));
 		tcase_add_test(tc, test_pieces);
 		tcase_add_test(tc, test_concurrent_encode);
 		tcase_add_loop_test(tc, test_speed, 0, 2);
