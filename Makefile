@@ -103,7 +103,7 @@ ifneq ($(NVCC),)
 HAVE_CUDA := 1
 CUDA_LIBDIR := $(patsubst %/,%,$(dir $(CUDART)))
 NVCCFLAGS ?= -O2
-ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 -Ikernels/cuda -Iengine \
+ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 -Ikernels/cuda \
 	-DCP_CUDA_LIBDIR=\"$(CUDA_LIBDIR)\" -Xcompiler -Wall,-Wextra \
 	-Werror all-warnings \
 	$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -260,7 +260,7 @@ FUZZ_CC ?= clang
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE $(INCFLAGS)
 FUZZ_TIME ?= 60
 FUZZ_HARNESSES := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
-build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c engine/gguf.c engine/ttype.c engine/error.c
+build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c engine/gguf.c kernels/cpu/ttype.c engine/error.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@
 build/fuzz/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c engine/error.c
