@@ -97,7 +97,6 @@ static float
 scale_max_avx2(float *s, int n, float scale, float mx)
 {
 	__m256 sv = _mm256_set1_ps(scale), m = _mm256_set1_ps(mx);
-	__m128 h;
 	int j = 0;
 
 	for (; j + 8 <= n; j += 8) {
@@ -106,10 +105,7 @@ scale_max_avx2(float *s, int n, float scale, float mx)
 		_mm256_storeu_ps(s + j, v);
 		m = _mm256_max_ps(v, m);
 	}
-	h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-	h = _mm_max_ss(h, _mm_movehdup_ps(h));
-	mx = _mm_cvtss_f32(h);
+	mx = hmax_f32(m);
 	for (; j < n; j++) {
 		s[j] *= scale;
 		if (s[j] > mx)
