@@ -56,7 +56,8 @@ bits_f32(uint32_t u)
  * exponent and fraction up with a float's; the float then reads 2^-112 times
  * the half's value (subnormal halves become subnormal floats), and scaling by
  * 2^112 is exact.  Infinity and NaN (exponent 31) need the float's exponent
- * 255 instead.
+ * 255 instead; a NaN comes out quiet, keeping its payload, as F16C gives it
+ * (dequant_row_avx2()).
  */
 float
 fp16_to_fp32(uint16_t h)
@@ -65,8 +66,10 @@ fp16_to_fp32(uint16_t h)
 	uint32_t mag = h & 0x7fff;
 	float f;
 
-	if (mag >= 0x7c00)
-		return bits_f32(sign | 0x7f800000 | (mag & 0x3ff) << 13);
+	if (mag > 0x7c00)
+		return bits_f32(sign | 0x7fc00000 | (mag & 0x3ff) << 13);
+	if (mag == 0x7c00)
+		return bits_f32(sign | 0x7f800000);
 	f = bits_f32(mag << 13) * 0x1p112f;
 	return bits_f32(sign | f32_bits(f));
 }
@@ -639,6 +642,10 @@ dequant_row(uint32_t t, const void *src, float *dst, size_t n)
 
 	if (ti == NULL || !quant_can_dequant(t) || n % ti->block != 0)
 		return -EINVAL;
+#if defined(__x86_64__) || defined(__i386__)
+	if (t == CP_T_F16 && cpu_use_simd())
+		return dequant_row_avx2(t, src, dst, n);
+#endif
 	if (t == CP_T_F32)
 		memmove(dst, src, n * sizeof(float));
 	else

@@ -3,7 +3,7 @@
  * producing the same bytes as the scalar code in quant.c: the same largest
  * magnitude (NaN ignored), the same scale arithmetic in scalar floats, the
  * same products rounded to nearest even, NaN to 0, out-of-range values
- * saturated.
+ * saturated; and F16 rows to floats with F16C (dequant_row()), exact.
  */
 #include "quant.h"
 
@@ -164,6 +164,22 @@ quant_row_act_avx2(uint32_t t, const float *src, void *dst, size_t n)
 	default:
 		return quant_row_act(t, src, dst, n);
 	}
+}
+
+int
+dequant_row_avx2(uint32_t t, const void *src, float *dst, size_t n)
+{
+	const uint8_t *p = src;
+	size_t i = 0;
+
+	if (t != CP_T_F16)
+		return dequant_row(t, src, dst, n);
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
+		    (const __m128i *)(p + 2 * i))));
+	for (; i < n; i++)
+		dst[i] = f16(p + 2 * i);
+	return 0;
 }
 
 #endif
