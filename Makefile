@@ -8,7 +8,7 @@
 #   make SAN=thread ...  ThreadSanitizer build in build/tsan
 #   make CUDA=0     do not build the CUDA kernels even when nvcc is present
 #   make V=1        show full commands
-#   make lint       cppcheck (and mandoc -Tlint on man pages)
+#   make lint       layering (tools/check_layers.sh), cppcheck, mandoc -Tlint
 #   make fuzz       libFuzzer harnesses (clang)
 #   make install / uninstall   PREFIX=/usr/local DESTDIR=
 
@@ -103,7 +103,7 @@ ifneq ($(NVCC),)
 HAVE_CUDA := 1
 CUDA_LIBDIR := $(patsubst %/,%,$(dir $(CUDART)))
 NVCCFLAGS ?= -O2
-ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 -Ikernels/cuda -Iengine \
+ALL_NVCCFLAGS = $(NVCCFLAGS) -std=c++17 -Ikernels/cuda \
 	-DCP_CUDA_LIBDIR=\"$(CUDA_LIBDIR)\" -Xcompiler -Wall,-Wextra \
 	-Werror all-warnings \
 	$(foreach a,$(CUDA_ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
@@ -249,8 +249,12 @@ check: deps
 # ---- lint ----------------------------------------------------------------
 LINT_SRCS = $(wildcard engine/*.c engine/cpmodel/*.c kernels/cpu/*.c daemon/*.c \
 	libclient/*.c tests/*.c tests/lib/*.c tests/bench/*.c)
+# tools/check_layers.sh: kernels/ includes nothing above it, engine/ no
+# daemon/ or libclient/ header, and libcpclient uses no engine symbol (cpq
+# only the chat templates'); it reads the built objects.
 .PHONY: lint
-lint:
+lint: $(ENGINE_LIB) $(LIBCPCLIENT_OBJS) $(BUILD)/libclient/cpq.o
+	tools/check_layers.sh $(BUILD) $(INCDIRS)
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
 		--inline-suppr --library=tests/cppcheck.cfg -D_GNU_SOURCE -D__GNUC__ $(addprefix -I,$(INCDIRS)) $(LINT_SRCS)
 	$(if $(MANPAGES),mandoc -Tlint -Wwarning $(MANPAGES))
@@ -260,7 +264,7 @@ FUZZ_CC ?= clang
 FUZZ_FLAGS := -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE $(INCFLAGS)
 FUZZ_TIME ?= 60
 FUZZ_HARNESSES := $(patsubst tests/fuzz/%.c,build/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
-build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c engine/gguf.c engine/ttype.c engine/error.c
+build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c engine/gguf.c kernels/cpu/ttype.c engine/error.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@
 build/fuzz/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c engine/error.c

@@ -95,6 +95,10 @@ START_TEST(test_fp16_to_fp32_special)
 	ck_assert(isnan(fp16_to_fp32(0x7e00)));
 	ck_assert(isnan(fp16_to_fp32(0x7c01)));
 	ck_assert(isnan(fp16_to_fp32(0xfe00)));
+	/* a signalling NaN comes out quiet with its payload, as F16C does */
+	ck_assert_uint_eq(f32_bits(fp16_to_fp32(0x7c01)), 0x7fc02000u);
+	ck_assert_uint_eq(f32_bits(fp16_to_fp32(0xfdff)), 0xffffe000u);
+	ck_assert_uint_eq(f32_bits(fp16_to_fp32(0x7e00)), 0x7fc00000u);
 }
 END_TEST
 
@@ -673,6 +677,46 @@ START_TEST(test_quant_act_simd)
 }
 END_TEST
 
+/*
+ * dequant_row()'s F16C path gives the scalar floats bit for bit: every
+ * half (NaNs included), and rows whose length is no multiple of 8 at odd
+ * addresses.  CP_NO_SIMD keeps dequant_row() scalar in this (forked) test.
+ */
+START_TEST(test_dequant_f16_simd)
+{
+	enum { N = 65536 };
+	static uint8_t h[2 * N + 1];
+	static float a[N], b[N];
+
+	ck_assert_int_eq(setenv("CP_NO_SIMD", "1", 1), 0);
+	if (!cpu_has_avx2())
+		return;
+	for (uint32_t i = 0; i < N; i++) {
+		h[1 + 2 * i] = (uint8_t)i;
+		h[2 + 2 * i] = (uint8_t)(i >> 8);
+	}
+	ck_assert_int_eq(dequant_row(CP_T_F16, h + 1, a, N), 0);
+	ck_assert_int_eq(dequant_row_avx2(CP_T_F16, h + 1, b, N), 0);
+	for (uint32_t i = 0; i < N; i++)
+		EXPECT(f32_bits(a[i]) == f32_bits(b[i]),
+		    "h=%04x: scalar %08x f16c %08x", i, f32_bits(a[i]),
+		    f32_bits(b[i]));
+	for (size_t n = 0; n < 20; n++) {
+		memset(b, 0x55, 24 * sizeof(float));
+		ck_assert_int_eq(dequant_row_avx2(CP_T_F16, h + 1 + 2 * 31744, b,
+		    n), 0);
+		ck_assert_mem_eq(b, a + 31744, n * sizeof(float));
+		ck_assert_uint_eq(f32_bits(b[n]), 0x55555555u);
+	}
+	/* other types go to dequant_row() */
+	ck_assert_int_eq(dequant_row_avx2(CP_T_BF16, h + 1, b, 16), 0);
+	ck_assert_int_eq(dequant_row(CP_T_BF16, h + 1, a, 16), 0);
+	ck_assert_mem_eq(a, b, 16 * sizeof(float));
+	ck_assert_int_eq(dequant_row_avx2(CP_T_Q4_0, h, b, 33), -EINVAL);
+	ck_assert_int_eq(dequant_row_avx2(CP_T_I32, h, b, 4), -EINVAL);
+}
+END_TEST
+
 START_TEST(test_quant_q8_1)
 {
 	float x[32];
@@ -1113,6 +1157,7 @@ quant_suite(bool fixtures)
 
 	tcase_add_test(tc, test_fp16_to_fp32_special);
 	tcase_add_test(tc, test_fp16_to_fp32_all);
+	tcase_add_test(tc, test_dequant_f16_simd);
 	tcase_add_test(tc, test_fp32_to_fp16_special);
 	tcase_add_test(tc, test_fp32_to_fp16_all_midpoints);
 	tcase_add_test(tc, test_bf16);

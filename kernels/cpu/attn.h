@@ -156,9 +156,6 @@ int attn_rows_with(const struct attn_args *a, void *scratch,
  * bits either way; attn_rows() picks one set per process (cpu_use_simd()).
  */
 struct attn_ops {
-	/* vt[j * hd + i] = V row j element i as float, j < n, i < hd. */
-	void (*v_load)(uint32_t type, const unsigned char *v, size_t slot_bytes,
-	    int n, int hd, float *vt);
 	/* s[j] *= scale for j < n; max(mx, s[0..n)) ("s > max" order). */
 	float (*scale_max)(float *s, int n, float scale, float mx);
 	/* w[j] *= inv, then if round, w[j] = fp16(w[j]) as float (RNE). */
@@ -173,8 +170,8 @@ struct attn_ops {
 	void (*exp_sum)(float *dst, const float *src, int n, float mx,
 	    double *lanes, int lane0);
 	/*
-	 * Optional, both or neither (NULL: the dot kernel and v_load() +
-	 * accum() serve); F16 rows with hd a multiple of 8 only, for one
+	 * Optional, both or neither (NULL: the dot kernel and dequant_row()
+	 * + accum() serve); F16 rows with hd a multiple of 8 only, for one
 	 * query row and head.
 	 * kscores1: s[j] = dot(q, K row j) for j < n, the dot kernel's bits
 	 * (rows slot_bytes apart from k).  accum_f16: accum() of the n V rows

@@ -11,37 +11,9 @@
 
 #include <immintrin.h>
 #include <stdbool.h>
-#include <string.h>
 
 #include "dot.h"
 #include "dot_x86.h"
-#include "quant.h"
-#include "ttype.h"
-
-static void
-v_load_avx2(uint32_t type, const unsigned char *v, size_t slot_bytes, int n,
-    int hd, float *vt)
-{
-	for (int j = 0; j < n; j++) {
-		const unsigned char *src = v + (size_t)j * slot_bytes;
-		float *dst = vt + (size_t)j * (size_t)hd;
-		int i = 0;
-
-		if (type != CP_T_F16) {
-			memcpy(dst, src, (size_t)hd * sizeof(float));
-			continue;
-		}
-		for (; i + 8 <= hd; i += 8)
-			_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(
-			    _mm_loadu_si128((const __m128i *)(src + 2 * i))));
-		for (; i < hd; i++) {
-			uint16_t h;
-
-			memcpy(&h, src + 2 * i, sizeof(h));
-			dst[i] = _cvtsh_ss(h);
-		}
-	}
-}
 
 /* acc[0..32) over all n rows, kept in registers. */
 static void
@@ -97,7 +69,6 @@ static float
 scale_max_avx2(float *s, int n, float scale, float mx)
 {
 	__m256 sv = _mm256_set1_ps(scale), m = _mm256_set1_ps(mx);
-	__m128 h;
 	int j = 0;
 
 	for (; j + 8 <= n; j += 8) {
@@ -106,10 +77,7 @@ scale_max_avx2(float *s, int n, float scale, float mx)
 		_mm256_storeu_ps(s + j, v);
 		m = _mm256_max_ps(v, m);
 	}
-	h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-	h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-	h = _mm_max_ss(h, _mm_movehdup_ps(h));
-	mx = _mm_cvtss_f32(h);
+	mx = hmax_f32(m);
 	for (; j < n; j++) {
 		s[j] *= scale;
 		if (s[j] > mx)
@@ -297,8 +265,8 @@ accum_f16_avx2(float *acc, const float *w, const unsigned char *v,
 }
 
 const struct attn_ops attn_ops_avx2 = {
-	v_load_avx2, scale_max_avx2, weights_avx2, accum_avx2, exp_sum_avx2,
-	kscores1_avx2, accum_f16_avx2,
+	scale_max_avx2, weights_avx2, accum_avx2, exp_sum_avx2, kscores1_avx2,
+	accum_f16_avx2,
 };
 
 #endif

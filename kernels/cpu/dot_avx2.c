@@ -23,18 +23,6 @@
 #include "dot_x86.h"
 #include "quant.h"
 
-
-static ALWAYS_INLINE int
-hsum_i32(__m256i v)
-{
-	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v),
-	    _mm256_extracti128_si256(v, 1));
-
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-	return _mm_cvtsi128_si32(s);
-}
-
 /* Lane mask selecting the first n < 8 lanes. */
 static ALWAYS_INLINE __m256i
 tail_mask(int n)

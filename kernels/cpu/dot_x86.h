@@ -1,8 +1,8 @@
 /*
  * dot_x86.h - pieces the AVX2 and the AVX-512 kernels share (dot_avx2.c,
- * dot_avx512.c).  Include it after <immintrin.h> and, in dot_avx512.c,
- * after the target pragma, so that each file compiles them for its own
- * target.
+ * dot_avx512.c, attn_avx2.c, quant_avx2.c).  Include it after
+ * <immintrin.h> and, in dot_avx512.c, after the target pragma, so that
+ * each file compiles them for its own target.
  */
 #ifndef CP_DOT_X86_H
 #define CP_DOT_X86_H
@@ -24,6 +24,33 @@ hsum_f32(__m256 v)
 	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
 	s = _mm_add_ss(s, _mm_movehdup_ps(s));
 	return _mm_cvtss_f32(s);
+}
+
+/*
+ * The largest lane of v, ((a0 m a4) m (a2 m a6)) m ((a1 m a5) m (a3 m a7))
+ * with a m b = _mm_max_ps(a, b): b where either is NaN.
+ */
+static ALWAYS_INLINE float
+hmax_f32(__m256 v)
+{
+	__m128 m = _mm_max_ps(_mm256_castps256_ps128(v),
+	    _mm256_extractf128_ps(v, 1));
+
+	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_max_ss(m, _mm_movehdup_ps(m));
+	return _mm_cvtss_f32(m);
+}
+
+/* The sum of v's lanes, modulo 2^32. */
+static ALWAYS_INLINE int
+hsum_i32(__m256i v)
+{
+	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v),
+	    _mm256_extracti128_si256(v, 1));
+
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+	return _mm_cvtsi128_si32(s);
 }
 
 /* The f16 at p as a float (exact; F16C). */

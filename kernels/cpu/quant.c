@@ -56,7 +56,8 @@ bits_f32(uint32_t u)
  * exponent and fraction up with a float's; the float then reads 2^-112 times
  * the half's value (subnormal halves become subnormal floats), and scaling by
  * 2^112 is exact.  Infinity and NaN (exponent 31) need the float's exponent
- * 255 instead.
+ * 255 instead; a NaN comes out quiet, keeping its payload, as F16C gives it
+ * (dequant_row_avx2()).
  */
 float
 fp16_to_fp32(uint16_t h)
@@ -65,8 +66,10 @@ fp16_to_fp32(uint16_t h)
 	uint32_t mag = h & 0x7fff;
 	float f;
 
-	if (mag >= 0x7c00)
-		return bits_f32(sign | 0x7f800000 | (mag & 0x3ff) << 13);
+	if (mag > 0x7c00)
+		return bits_f32(sign | 0x7fc00000 | (mag & 0x3ff) << 13);
+	if (mag == 0x7c00)
+		return bits_f32(sign | 0x7f800000);
 	f = bits_f32(mag << 13) * 0x1p112f;
 	return bits_f32(sign | f32_bits(f));
 }
@@ -449,18 +452,6 @@ q_bf16(const float *x, void *dst, size_t n)
 		st16(p + 2 * i, fp32_to_bf16(x[i]));
 }
 
-/* Largest |x[j]| of n values (NaN ignored). */
-static float
-amax_of(const float *x, int n)
-{
-	float amax = 0.0f;
-
-	for (int j = 0; j < n; j++)
-		if (fabsf(x[j]) > amax)
-			amax = fabsf(x[j]);
-	return amax;
-}
-
 /* Q8_0: d = amax / 127 (stored as f16), q = round(x * (1 / d)), ties away. */
 static void
 q_q8_0(const float *x, void *dst, size_t nb)
@@ -468,7 +459,7 @@ q_q8_0(const float *x, void *dst, size_t nb)
 	struct blk_q8_0 *b = dst;
 
 	for (size_t i = 0; i < nb; i++, b++, x += QUANT_QK) {
-		float d = amax_of(x, QUANT_QK) / 127.0f;
+		float max, d = signed_max(x, QUANT_QK, &max) / 127.0f;
 		float id = d != 0.0f ? 1.0f / d : 0.0f;
 
 		st16(b->d, fp32_to_fp16(d));
@@ -487,7 +478,7 @@ q_q8_0_act(const float *x, void *dst, size_t nb)
 	struct blk_q8_0 *b = dst;
 
 	for (size_t i = 0; i < nb; i++, b++, x += QUANT_QK) {
-		float amax = amax_of(x, QUANT_QK);
+		float max, amax = signed_max(x, QUANT_QK, &max);
 		float id = amax != 0.0f ? 127.0f / amax : 0.0f;
 
 		st16(b->d, fp32_to_fp16(amax / 127.0f));
@@ -503,7 +494,7 @@ q_q8_0_act(const float *x, void *dst, size_t nb)
 static void
 q8_1_block(const float *x, struct blk_q8_1 *b, bool act)
 {
-	float amax = amax_of(x, QUANT_QK);
+	float max, amax = signed_max(x, QUANT_QK, &max);
 	float d = amax / 127.0f;
 	float id = act ? (amax != 0.0f ? 127.0f / amax : 0.0f) :
 	    (d != 0.0f ? 1.0f / d : 0.0f);
@@ -536,15 +527,6 @@ q_q8_1_act(const float *x, void *dst, size_t nb)
 		q8_1_block(x + i * QUANT_QK, b + i, true);
 }
 
-/* trunc(v) clamped to [0, 15]; NaN gives 0. */
-static inline int
-q4_level(float v)
-{
-	if (!(v > 0.0f))
-		return 0;
-	return v >= 15.0f ? 15 : (int)v;
-}
-
 /*
  * Q4_0: d = -max / 8 where max is the first value of largest magnitude, so
  * that value maps to q = 0; q = min(15, trunc(x / d + 8.5)).
@@ -555,20 +537,15 @@ q_q4_0(const float *x, void *dst, size_t nb)
 	struct blk_q4_0 *b = dst;
 
 	for (size_t i = 0; i < nb; i++, b++, x += QUANT_QK) {
-		float amax = 0.0f, max = 0.0f, d, id;
+		float max, d, id;
 
-		for (int j = 0; j < QUANT_QK; j++) {
-			if (fabsf(x[j]) > amax) {
-				amax = fabsf(x[j]);
-				max = x[j];
-			}
-		}
+		signed_max(x, QUANT_QK, &max);
 		d = max / -8.0f;
 		id = d != 0.0f ? 1.0f / d : 0.0f;
 		st16(b->d, fp32_to_fp16(d));
 		for (int j = 0; j < 16; j++) {
-			int q0 = q4_level(x[j] * id + 8.5f);
-			int q1 = q4_level(x[j + 16] * id + 8.5f);
+			int q0 = trunc_clamp(x[j] * id + 8.5f, 15);
+			int q1 = trunc_clamp(x[j + 16] * id + 8.5f, 15);
 
 			b->qs[j] = (uint8_t)(q0 | q1 << 4);
 		}
@@ -587,16 +564,10 @@ q_q8_K(const float *x, void *dst, size_t nb)
 	struct blk_q8_K b;
 
 	for (size_t i = 0; i < nb; i++, p += sizeof(b), x += QUANT_QK_K) {
-		float amax = 0.0f, max = 0.0f, iscale;
+		float max, iscale;
 
-		for (int j = 0; j < QUANT_QK_K; j++) {
-			if (fabsf(x[j]) > amax) {
-				amax = fabsf(x[j]);
-				max = x[j];
-			}
-		}
 		memset(&b, 0, sizeof(b));
-		if (amax != 0.0f) {
+		if (signed_max(x, QUANT_QK_K, &max) != 0.0f) {
 			iscale = -127.0f / max;
 			for (int j = 0; j < QUANT_QK_K; j++)
 				b.qs[j] = (int8_t)round_clamp(iscale * x[j], -128, 127);
@@ -671,6 +642,10 @@ dequant_row(uint32_t t, const void *src, float *dst, size_t n)
 
 	if (ti == NULL || !quant_can_dequant(t) || n % ti->block != 0)
 		return -EINVAL;
+#if defined(__x86_64__) || defined(__i386__)
+	if (t == CP_T_F16 && cpu_use_simd())
+		return dequant_row_avx2(t, src, dst, n);
+#endif
 	if (t == CP_T_F32)
 		memmove(dst, src, n * sizeof(float));
 	else

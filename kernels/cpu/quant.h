@@ -46,6 +46,12 @@ int quant_row_act(uint32_t t, const float *src, void *dst, size_t n);
 int quant_row_act_avx2(uint32_t t, const float *src, void *dst, size_t n);
 
 /*
+ * dequant_row() with F16C for F16 (the same bits, NaN included; other
+ * types go to dequant_row()).  Call only when cpu_has_avx2(); 0 or -EINVAL.
+ */
+int dequant_row_avx2(uint32_t t, const void *src, float *dst, size_t n);
+
+/*
  * Block layouts, byte for byte as ggml stores them.  Multi-byte fields are
  * little-endian; "f16" fields hold IEEE half bit patterns (read them with
  * quant_f16()).  Weight blocks are byte arrays only, so a block may start at

@@ -3,7 +3,7 @@
  * producing the same bytes as the scalar code in quant.c: the same largest
  * magnitude (NaN ignored), the same scale arithmetic in scalar floats, the
  * same products rounded to nearest even, NaN to 0, out-of-range values
- * saturated.
+ * saturated; and F16 rows to floats with F16C (dequant_row()), exact.
  */
 #include "quant.h"
 
@@ -13,6 +13,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "dot_x86.h"
 #include "quant_bytes.h"
 #include "ttype.h"
 
@@ -21,17 +22,6 @@ static inline __m256
 amax_step(__m256 acc, __m256 v)
 {
 	return _mm256_max_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), v), acc);
-}
-
-static inline float
-hmax(__m256 v)
-{
-	__m128 m = _mm_max_ps(_mm256_castps256_ps128(v),
-	    _mm256_extractf128_ps(v, 1));
-
-	m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-	m = _mm_max_ss(m, _mm_movehdup_ps(m));
-	return _mm_cvtss_f32(m);
 }
 
 /* 8 lanes of round-half-even(v * s) as int32, NaN to 0 (saturation later). */
@@ -60,17 +50,6 @@ pack32(__m256i a, __m256i b, __m256i c, __m256i d, int8_t *q)
 	_mm256_storeu_si256((__m256i *)q, r);
 }
 
-static inline int
-hsum_i32(__m256i v)
-{
-	__m128i s = _mm_add_epi32(_mm256_castsi256_si128(v),
-	    _mm256_extracti128_si256(v, 1));
-
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-	s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-	return _mm_cvtsi128_si32(s);
-}
-
 /*
  * One Q8_0 or Q8_1 block of 32 values: f16 d at dp, quants at q; returns
  * sum(q) and the float d in *d.
@@ -86,7 +65,7 @@ block32(const float *x, uint8_t *dp, int8_t *q, float *d)
 		v[i] = _mm256_loadu_ps(x + 8 * i);
 		acc = amax_step(acc, v[i]);
 	}
-	amax = hmax(acc);
+	amax = hmax_f32(acc);
 	*d = amax / 127.0f;
 	st16(dp, fp32_to_fp16(*d));
 	s = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
@@ -111,7 +90,7 @@ block256(const float *x, struct blk_q8_K *b)
 
 	for (j = 0; j < 256; j += 8)
 		acc = amax_step(acc, _mm256_loadu_ps(x + j));
-	amax = hmax(acc);
+	amax = hmax_f32(acc);
 	memset(b, 0, sizeof(*b));
 	if (amax == 0.0f)
 		return;
@@ -185,6 +164,22 @@ quant_row_act_avx2(uint32_t t, const float *src, void *dst, size_t n)
 	default:
 		return quant_row_act(t, src, dst, n);
 	}
+}
+
+int
+dequant_row_avx2(uint32_t t, const void *src, float *dst, size_t n)
+{
+	const uint8_t *p = src;
+	size_t i = 0;
+
+	if (t != CP_T_F16)
+		return dequant_row(t, src, dst, n);
+	for (; i + 8 <= n; i += 8)
+		_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
+		    (const __m128i *)(p + 2 * i))));
+	for (; i < n; i++)
+		dst[i] = f16(p + 2 * i);
+	return 0;
 }
 
 #endif

@@ -1,10 +1,12 @@
 /*
  * quant_bytes.h - little-endian loads and stores of block fields, and the
- * quantizers' rounding, shared by the kernels' C files (not installed).
+ * quantizers' rounding and largest magnitude, shared by the kernels' C
+ * files (not installed).
  */
 #ifndef CP_QUANT_BYTES_H
 #define CP_QUANT_BYTES_H
 
+#include <math.h>
 #include <stdint.h>
 
 static inline uint16_t
@@ -47,6 +49,34 @@ round_clamp(float v, int lo, int hi)
 		return hi;
 	t = v + 12582912.0f;
 	return (int)(t - 12582912.0f);
+}
+
+/* trunc(v) clamped to [0, hi]; NaN gives 0. */
+static inline int
+trunc_clamp(float v, int hi)
+{
+	if (!(v > 0.0f))
+		return 0;
+	return v >= (float)hi ? hi : (int)v;
+}
+
+/*
+ * The value of largest magnitude among x[0..n) (the first one on a tie) in
+ * *max, its magnitude returned; NaN is skipped.
+ */
+static inline float
+signed_max(const float *x, int n, float *max)
+{
+	float amax = 0.0f;
+
+	*max = 0.0f;
+	for (int i = 0; i < n; i++) {
+		if (fabsf(x[i]) > amax) {
+			amax = fabsf(x[i]);
+			*max = x[i];
+		}
+	}
+	return amax;
 }
 
 #endif

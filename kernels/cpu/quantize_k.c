@@ -48,34 +48,6 @@ put_f16(uint8_t *p, float f)
 	return fp16_to_fp32(h);
 }
 
-/* trunc(v) clamped to [0, hi]; NaN gives 0. */
-static inline int
-trunc_clamp(float v, int hi)
-{
-	if (!(v > 0.0f))
-		return 0;
-	return v >= (float)hi ? hi : (int)v;
-}
-
-/*
- * The value of largest magnitude among x[0..n) (the first one on a tie) in
- * *max, its magnitude returned; NaN is skipped.
- */
-static float
-signed_max(const float *x, int n, float *max)
-{
-	float amax = 0.0f;
-
-	*max = 0.0f;
-	for (int i = 0; i < n; i++) {
-		if (fabsf(x[i]) > amax) {
-			amax = fabsf(x[i]);
-			*max = x[i];
-		}
-	}
-	return amax;
-}
-
 /* ---- Q4_1, Q5_0, Q5_1 ------------------------------------------------- */
 
 /*
