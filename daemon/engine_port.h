@@ -102,6 +102,8 @@ struct ep_cmd {
 				   from the ring; 0 = unknown (the engine's
 				   arrival time stands in) */
 	uint32_t flags;		/* EP_SUBMIT_* */
+	uint32_t uid;		/* the client's user (the prefix cache's
+				   scope) */
 	struct ep_params params;
 	const char *text;	/* prompt bytes (not NUL-terminated) */
 	size_t text_len;

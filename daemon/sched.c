@@ -58,8 +58,13 @@
  *      its oldest waiting request that is neither paused nor held, if the
  *      blocks for its whole sequence fit in the free blocks above the
  *      watermark (any request fits an empty pool); its first chunk starts
- *      at pos = n_cached and is min(n_seq - pos, max_prefill_chunk,
- *      budget left) tokens.  A request that does not fit ends the phase:
+ *      at pos = n_cached, or when that is 0 at what the caller's
+ *      admit_cached() says it holds (the prefix cache), and is
+ *      min(n_seq - pos, max_prefill_chunk, budget left) tokens.  The
+ *      blocks are counted as if the request held all of them alone: a
+ *      shared cached block is counted once per request holding it, so
+ *      the engine's pool always has what the plan counts, and the cache
+ *      never changes who is admitted, waits or is preempted.  A request that does not fit ends the phase:
  *      nobody overtakes it, its client keeps the turn.
  * The budget is max_batch_tokens.  A decode token costs 1 of it; a
  * prompt token at position p costs 1, or 1 + p / attention_cost_tokens
@@ -865,6 +870,12 @@ step_admit(struct sched *s)
 			return;
 		/* the first chunk follows the positions the caller holds */
 		pos = r->n_cached;
+		if (pos == 0 && c->admit_cached != NULL) {
+			pos = c->admit_cached(c->admit_arg, handle_of(s, i),
+			    r->req_id, n);
+			if (pos < 0 || pos >= n)
+				pos = 0;
+		}
 		n -= pos;
 		if (n > c->max_prefill_chunk)
 			n = c->max_prefill_chunk;

@@ -58,6 +58,16 @@ struct sched_config {
 	int attention_cost_tokens; /* > 0: a prompt token at position p
 				    counts as 1 + p / this against
 				    max_batch_tokens [0: as 1] */
+	/*
+	 * Optional, asked when a request whose leading positions the caller
+	 * does not hold (n_cached 0) is admitted: how many leading positions
+	 * of its n_seq the caller supplies itself from now on (the prefix
+	 * cache), 0 <= n < n_seq; its first chunk then starts there, as
+	 * after sched_unhold().  req is the handle, req_id the caller's id.
+	 * A value out of range counts as 0.
+	 */
+	int (*admit_cached)(void *arg, int req, uint64_t req_id, int n_seq);
+	void *admit_arg;
 };
 
 enum sched_state {

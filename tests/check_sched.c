@@ -1140,6 +1140,72 @@ START_TEST(test_held_paused)
 }
 END_TEST
 
+/* The caller's admit_cached(): what a test's table says per client. */
+struct cached_calls {
+	int n;			/* calls */
+	int give[4];		/* answer for client req_id - 1000 */
+	int last_seq;
+};
+
+static int
+give_cached(void *arg, int req, uint64_t req_id, int n_seq)
+{
+	struct cached_calls *cc = arg;
+
+	(void)req;
+	cc->n++;
+	cc->last_seq = n_seq;
+	return cc->give[req_id - 1000];
+}
+
+/*
+ * admit_cached() is asked once per admission of a request whose KV the
+ * caller does not hold: the first chunk starts at its answer, the blocks
+ * of the cached positions are counted for the request (the plan counts
+ * shared blocks as the request's own), an answer out of range counts as
+ * 0, and a request unheld with n_cached is not asked.
+ */
+START_TEST(test_admit_cached)
+{
+	struct cached_calls cc = { 0, { 32, 40, -3, 0 }, 0 };
+	struct sched_config c = { .max_batch_tokens = 32,
+	    .max_prefill_chunk = 16, .max_seqs = 4, .kv_block_tokens = 4,
+	    .kv_total_blocks = 60, .n_ctx = 128, .admit_cached = give_cached,
+	    .admit_arg = &cc };
+	struct sched *s = mk(c);
+	struct sched_plan p;
+	int h0 = add(s, 0, 40, 2), h1, h2, h3;
+
+	step(s, &p);
+	plan_is(&p, 0, 1, (struct want[]){ { h0, 32, 8, 1 } });
+	ck_assert_int_eq(cc.n, 1);
+	ck_assert_int_eq(cc.last_seq, 40);
+	ck_assert_int_eq(info(s, h0).n_blocks, 10);
+	ok(s);
+	commit(s, &p);
+	/* 40 of 40 and -3 are out of range: from position 0 */
+	h1 = add(s, 1, 40, 2);
+	h2 = add(s, 2, 20, 2);
+	step(s, &p);
+	ck_assert_int_eq(cc.n, 3);
+	plan_is(&p, 0, 3, (struct want[]){ { h0, 40, 1, 1 },
+	    { h1, 0, 16, 0 }, { h2, 0, 15, 0 } });
+	ok(s);
+	commit(s, &p);
+	/* held, then unheld with its own cached count: not asked */
+	h3 = add_held(s, 3, 30, 2);
+	step(s, &p);
+	commit(s, &p);
+	ck_assert_int_eq(sched_unhold(s, h3, 12), 0);
+	cc.n = 0;
+	step(s, &p);
+	ck_assert_int_eq(cc.n, 0);
+	ok(s);
+	commit(s, &p);
+	sched_free(s);
+}
+END_TEST
+
 START_TEST(test_unhold_errors)
 {
 	struct sched_config c = { .max_batch_tokens = 16, .max_seqs = 4,
@@ -1632,8 +1698,9 @@ sim_unhold(struct sim *m, struct sim_req *x)
 /*
  * Take x back as the worker does when a prompt that the steps prefill
  * moves to the prefill lane: only while it prefills with nothing
- * generated (not recomputing after a preemption) and not held; its blocks go back to the pool at once.  Anything else is
- * refused and changes nothing.
+ * generated (not recomputing after a preemption) and not held; its
+ * blocks go back to the pool at once.  Anything else is refused and
+ * changes nothing.
  */
 static void
 sim_hold(struct sim *m, struct sim_req *x)
@@ -2027,33 +2094,36 @@ run_workload(const struct workload *w)
  * p_held, p_unhold, p_hold.
  */
 static const struct workload workloads[] = {
-	{ "small pool, preemption", { 32, 6, 8, 64, 8, 4, 24, 1, 96, 0 },
+	{ "small pool, preemption",
+	  { 32, 6, 8, 64, 8, 4, 24, 1, 96, 0, NULL, NULL },
 	  1, 4, 600, 150, 48, 32, 3, 5, 100, 2, 10, 300, 5, true, 100, 100,
 	  20 },
 	{ "long prompts, 16-token blocks",
-	  { 64, 8, 6, 40, 5, 16, 12, 0, 200, 0 },
+	  { 64, 8, 6, 40, 5, 16, 12, 0, 200, 0, NULL, NULL },
 	  2, 5, 600, 60, 160, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100,
 	  20 },
-	{ "big pool, table full", { 128, 0, 16, 24, 3, 0, 1000, 0, 512, 0 },
+	{ "big pool, table full",
+	  { 128, 0, 16, 24, 3, 0, 1000, 0, 512, 0, NULL, NULL },
 	  3, 3, 400, 400, 300, 30, 4, 5, 100, 2, 10, 300, 2, false, 100, 100,
 	  0 },
 	{ "one-token blocks, no watermark",
-	  { 8, 3, 4, 0, 3, 1, 20, SCHED_NO_WATERMARK, 20, 0 },
+	  { 8, 3, 4, 0, 3, 1, 20, SCHED_NO_WATERMARK, 20, 0, NULL, NULL },
 	  4, 3, 800, 100, 14, 10, 4, 5, 150, 2, 10, 300, 3, true, 100, 100,
 	  20 },
-	{ "max_seqs == max_batch_tokens", { 4, 2, 4, 0, 6, 2, 16, 2, 32, 0 },
+	{ "max_seqs == max_batch_tokens",
+	  { 4, 2, 4, 0, 6, 2, 16, 2, 32, 0, NULL, NULL },
 	  5, 6, 800, 50, 12, 16, 4, 5, 150, 2, 10, 300, 3, true, 100, 100,
 	  20 },
 	{ "no cancels, no pauses, heavy preemption",
-	  { 48, 12, 12, 0, 4, 8, 30, 1, 240, 0 },
+	  { 48, 12, 12, 0, 4, 8, 30, 1, 240, 0, NULL, NULL },
 	  6, 4, 600, 120, 100, 100, 0, 0, 0, 0, 5, 100, 0, true, 100, 100,
 	  20 },
 	{ "attention cost, long prompts",
-	  { 64, 32, 6, 40, 5, 16, 40, 0, 400, 50 },
+	  { 64, 32, 6, 40, 5, 16, 40, 0, 400, 50, NULL, NULL },
 	  7, 5, 1200, 30, 360, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100,
 	  20 },
 	{ "attention cost larger than the budget",
-	  { 8, 8, 4, 0, 3, 4, 30, 1, 64, 3 },
+	  { 8, 8, 4, 0, 3, 4, 30, 1, 64, 3, NULL, NULL },
 	  8, 3, 800, 100, 40, 16, 4, 5, 150, 2, 10, 300, 3, false, 100, 100,
 	  0 },
 };
@@ -2095,6 +2165,7 @@ sched_suite(void)
 	tcase_add_test(tc, test_hold_prefilling);
 	tcase_add_test(tc, test_held_round_robin);
 	tcase_add_test(tc, test_unhold_cached);
+	tcase_add_test(tc, test_admit_cached);
 	tcase_add_test(tc, test_held_paused);
 	tcase_add_test(tc, test_unhold_errors);
 	tcase_add_test(tc, test_cancel_held);
