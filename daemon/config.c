@@ -62,6 +62,8 @@ struct cfg_key {
 static const char *const backend_values[] = { "auto", "cpu", "cuda", "null",
     NULL };
 static const char *const bool_values[] = { "false", "true", NULL };
+static const char *const prefix_values[] = { "uid", "global", "off",
+    NULL };
 static const char *const log_values[] = { "error", "warn", "info", "debug",
     NULL };
 
@@ -112,6 +114,14 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	    "run one prompt step and one decode step before serving, so that "
 	    "the first request does not pay for faulting in the model and "
 	    "scratch memory (or loading a GPU's kernels)" },
+	[CONFIG_PREFIX_CACHE] = { "prefix_cache", T_ENUM, F(prefix_cache), 0,
+	    0, 0, 0, prefix_values, "uid",
+	    "keep full KV blocks of prompts and outputs after their requests "
+	    "end, and start a request whose leading tokens they hold from "
+	    "them (the same output as computed): shared between the clients "
+	    "of one user (uid), of all users (global: a user could then learn "
+	    "by timing what another user's prompts began with), or not kept "
+	    "(off)" },
 	[CONFIG_SOCKET_PATH] = { "socket_path", T_PATH, F(socket_path), 0,
 	    0, CONFIG_SOCK_MAX - 1, 0, NULL, "",
 	    "listening socket; empty is $XDG_RUNTIME_DIR/cpd.sock" },

@@ -44,6 +44,7 @@ enum config_key {
 	CONFIG_KV_CACHE,
 	CONFIG_CONTEXT,
 	CONFIG_WARMUP,
+	CONFIG_PREFIX_CACHE,
 	CONFIG_SOCKET_PATH,
 	CONFIG_SOCKET_MODE,
 	CONFIG_SOCKET_GROUP,
@@ -103,6 +104,8 @@ struct cpd_config {
 	int context;			/* tokens per sequence, 0 = the model's */
 	int warmup;			/* 1: a prompt and a decode step before
 					   serving (worker.c), 0: none */
+	int prefix_cache;		/* PREFIX_* of worker.h: uid, global,
+					   off */
 	char socket_path[CONFIG_SOCK_MAX]; /* "" = $XDG_RUNTIME_DIR/cpd.sock */
 	int socket_mode;		/* permission bits of the socket */
 	char socket_group[CONFIG_NAME_MAX + 1]; /* "" = the daemon's group */

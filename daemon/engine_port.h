@@ -130,7 +130,9 @@ struct ep_event {
 	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens; PROGRESS:
 				   prompt tokens computed so far */
 	uint32_t n_gen;		/* DONE/ERROR: generated tokens */
-	uint32_t n_total;	/* PROGRESS: the prompt's tokens; else 0 */
+	uint32_t n_total;	/* PROGRESS: the prompt's tokens; DONE: of
+				   its n_prompt, those the prefix cache
+				   gave; else 0 */
 	uint32_t text_off;	/* text is batch->text + text_off ... */
 	uint32_t text_len;	/* ... for text_len bytes */
 	uint64_t step;		/* the step that sampled the token, computed
@@ -156,7 +158,10 @@ struct ep_batch {
  */
 struct ep_stats {
 	uint64_t steps;
-	uint64_t tokens_prompt;
+	uint64_t tokens_prompt;		/* prompt positions computed */
+	uint64_t tokens_prompt_cached;	/* ... taken from the prefix cache */
+	uint64_t kv_blocks_cached;	/* idle blocks the prefix cache keeps */
+	uint64_t prefix_evictions;	/* blocks taken back from it */
 	uint64_t tokens_generated;
 	uint64_t kv_blocks_used;
 	uint64_t kv_blocks_total;

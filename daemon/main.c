@@ -401,6 +401,7 @@ main(int argc, char **argv)
 	wp.attention_cost_tokens = cfg.attention_cost_tokens;
 	wp.prefill_lane_tokens = cfg.prefill_lane_tokens;
 	wp.no_warmup = !cfg.warmup;
+	wp.prefix_cache = cfg.prefix_cache;
 	srv_config_defaults(&sc);
 	wp.max_clients = (int)sc.max_clients;
 	wp.max_requests = sc.max_clients * sc.max_reqs > CPD_MAX_REQUESTS ?

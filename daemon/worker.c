@@ -171,6 +171,7 @@ emit_done(struct worker *w, const struct wreq *r, uint32_t finish,
 	ev.token = -1;
 	ev.n_prompt = (uint32_t)r->n_prompt;
 	ev.n_gen = (uint32_t)r->n_gen;
+	ev.n_total = (uint32_t)r->n_cached;
 	emit(w, &ev, text, len);
 }
 
@@ -413,6 +414,7 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 		return cp_err_set(e, -ENOMEM, "out of memory for %d tokens",
 		    r->cap);
 	memcpy(r->toks, w->enc, (size_t)n * sizeof(*r->toks));
+	r->uid = c->uid;
 	r->logprob = (c->flags & EP_SUBMIT_LOGPROB) != 0;
 	r->progress = (c->flags & EP_SUBMIT_PROGRESS) != 0;
 	if ((rc = submit_sampler(w, r, c, e)) < 0 ||
@@ -424,7 +426,8 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 	sr.req_id = (uint64_t)slot;
 	sr.n_prompt = n;
 	sr.max_tokens = max;
-	sr.held = wk_lane_wants(w, n);
+	/* the lane is for what the prefix cache does not hold */
+	sr.held = wk_lane_wants(w, n - wk_prefix_peek(w, r, n));
 	if ((rc = sched_add(w->sched, &sr, e)) < 0)
 		return rc;
 	r->handle = rc;
@@ -790,6 +793,11 @@ step(struct worker *w)
 		lane_set_busy(w->lane, n_ent > 0);
 	if (n_ent > 0) {
 		step_run(w, &plan, n_ent, n_tok);
+		for (k = 0; k < n_ent; k++) {
+			it = &plan.items[w->bitem[k]];
+			if (it->finish != SCHED_FIN_ERROR)
+				wk_prefix_publish(w, &w->req[it->req_id]);
+		}
 		stats_hist_add(&w->es.step_prefill, STATS_COUNT,
 		    (uint64_t)(n_tok - n_dec));
 		stats_hist_add(&w->es.step_decode, STATS_COUNT,
@@ -833,6 +841,8 @@ publish(struct worker *w)
 	es->requests_waiting = (uint64_t)ss.n_waiting;
 	es->requests_running = (uint64_t)ss.n_running;
 	es->requests_paused = (uint64_t)w->n_paused;
+	es->kv_blocks_cached = (uint64_t)kv_blocks_cached(w->kv);
+	es->prefix_evictions = kv_evictions(w->kv);
 	ep_stats_set(w->port, es);
 }
 
@@ -970,6 +980,8 @@ setup_sched(struct worker *w, const struct worker_params *p,
 	sc.kv_watermark_blocks = p->kv_watermark_blocks;
 	sc.n_ctx = w->n_ctx;
 	sc.attention_cost_tokens = p->attention_cost_tokens;
+	sc.admit_cached = wk_prefix_admit;
+	sc.admit_arg = w;
 	pool = (int64_t)sc.kv_total_blocks * kp->block_tokens;
 	w->pool_tokens = pool > INT_MAX ? INT_MAX : (int)pool;
 	return sched_new(&sc, &w->sched, e);
@@ -1052,6 +1064,10 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->req = calloc((size_t)w->max_requests, sizeof(*w->req));
 	w->free_slot = calloc((size_t)w->max_requests, sizeof(*w->free_slot));
 	w->enc = calloc((size_t)w->n_ctx, sizeof(*w->enc));
+	w->prefix = p->prefix_cache;
+	w->pfx_cap = (w->n_ctx + kv_params(w->kv)->block_tokens - 1) /
+	    kv_params(w->kv)->block_tokens;
+	w->pfx_blocks = calloc((size_t)w->pfx_cap, sizeof(*w->pfx_blocks));
 	w->prep = prep_new(w->tok, w->n_ctx, port);
 	w->btok = calloc((size_t)w->max_batch, sizeof(*w->btok));
 	w->bseq = calloc((size_t)w->max_seqs, sizeof(*w->bseq));
@@ -1065,7 +1081,7 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->id_next = malloc((size_t)w->max_requests * sizeof(*w->id_next));
 	w->id_mask--;
 	if (w->req == NULL || w->free_slot == NULL || w->enc == NULL ||
-	    w->prep == NULL || w->btok == NULL || w->bseq == NULL ||
+	    w->pfx_blocks == NULL || w->prep == NULL || w->btok == NULL || w->bseq == NULL ||
 	    w->bitem == NULL ||
 	    w->dbuf == NULL || w->sbuf == NULL || w->smp_ws == NULL ||
 	    w->id_head == NULL || w->id_next == NULL || set_eog(w) < 0) {
@@ -1121,6 +1137,7 @@ worker_free(struct worker *w)
 	free(w->btok);
 	prep_free(w->prep);
 	free(w->enc);
+	free(w->pfx_blocks);
 	free(w->free_slot);
 	free(w->req);
 	sched_free(w->sched);

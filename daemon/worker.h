@@ -50,7 +50,15 @@ struct worker_params {
 					   turns (client % max_clients) */
 	int kv_watermark_blocks;	/* sched_config's (0: its default) */
 	bool no_warmup;			/* skip warm_up() (worker.c) */
+	int prefix_cache;		/* PREFIX_UID (0, the default),
+					   PREFIX_GLOBAL or PREFIX_OFF
+					   (worker_prefix.c) */
 };
+
+/* Scopes of the prefix cache (worker_params.prefix_cache). */
+#define PREFIX_UID	0	/* shared between clients of one uid */
+#define PREFIX_GLOBAL	1	/* shared between all clients */
+#define PREFIX_OFF	2	/* every prompt computed */
 
 /*
  * Counters and occupancy the port's ep_stats (ep_stats_get()) does not

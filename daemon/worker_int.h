@@ -40,6 +40,9 @@ struct wreq {
 	int lane_shown;		/* prompt positions PROGRESS reported */
 	int lane_from;		/* positions computed before the lane */
 	bool lane_pf;		/* its import's blocks were prefaulted */
+	uint32_t uid;		/* its client's user: the cache's scope */
+	int n_cached;		/* prompt tokens its last admission took
+				   from the prefix cache */
 };
 
 struct worker {
@@ -97,6 +100,9 @@ struct worker {
 	int n_paused;			/* live requests with paused set */
 	bool dirty;			/* publish(): commands changed it */
 	struct worker_stats st;		/* the worker's other counters */
+	int prefix;			/* PREFIX_* of worker_params */
+	int32_t *pfx_blocks;		/* (pfx_cap) kv_prefix_match() out */
+	int pfx_cap;
 	pthread_mutex_t pub_lock;
 	struct worker_stats pub;	/* published copy, pub_lock */
 	pthread_t th;
@@ -109,6 +115,17 @@ void wk_emit_progress(struct worker *w, const struct wreq *r, int done);
 /* The ERROR event of live request r (its slot is freed after commit). */
 void wk_fail(struct worker *w, const struct wreq *r, int err,
     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* ---- worker_prefix.c --------------------------------------------------- */
+
+/* sched's admit_cached(): shares the cached blocks of the request. */
+int wk_prefix_admit(void *arg, int req, uint64_t req_id, int n_seq);
+
+/* Positions of r's first n tokens the cache would give now (no change). */
+int wk_prefix_peek(struct worker *w, const struct wreq *r, int n);
+
+/* Publishes r's full written blocks (after a step that ran it). */
+void wk_prefix_publish(struct worker *w, const struct wreq *r);
 
 /* ---- worker_lane.c ----------------------------------------------------- */
 

@@ -517,7 +517,8 @@ chunk_attempt(const struct cpd *d, const int32_t *want, int n_want,
 
 START_TEST(test_chunked_prefill)
 {
-	const char *args[] = { "--max-batch-tokens", "32", NULL };
+	const char *args[] = { "--max-batch-tokens", "32", "--prefix-cache",
+	    "off", NULL };
 	int32_t want[16];
 	int n_want, tries;
 	struct cp_client *c;
@@ -556,7 +557,7 @@ END_TEST
 START_TEST(test_prefill_lane)
 {
 	const char *args[] = { "--max-batch-tokens", "32", "--threads", "2",
-	    "--prefill-lane-tokens", "16", NULL };
+	    "--prefill-lane-tokens", "16", "--prefix-cache", "off", NULL };
 	int32_t want[16];
 	int n_want, tries;
 	struct cp_client *c;

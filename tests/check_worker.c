@@ -1189,6 +1189,8 @@ tw_open_lane(struct tw *t, struct rec *recs, int n_recs, int lane_min,
 	p.be.n_threads = 2;
 	p.prefill_lane_tokens = lane_min;
 	p.prefill_lane_chunk = lane_chunk;
+	/* the lane's tests send one prompt again and again */
+	p.prefix_cache = PREFIX_OFF;
 	ck_assert_msg(worker_new(&p, t->port, &t->w, &e) == 0, "%s", e.msg);
 	t->recs = recs;
 	t->n_recs = n_recs;

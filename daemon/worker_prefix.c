@@ -1,0 +1,81 @@
+/*
+ * worker_prefix.c - the prefix cache's side of the worker: a request
+ * admitted with nothing in the KV cache starts with the cached blocks
+ * that hold its leading tokens (sched's admit_cached()), and after every
+ * step each request's newly full blocks are published, so that its
+ * prompt and generated tokens serve the next request that begins the
+ * same way, and the next turn of its conversation.
+ *
+ * The cache itself (which blocks, their identity, eviction) is the KV
+ * cache's (kvcache.h); the policy is here: the scope.  A block is found
+ * only under the salt it was published with: the client's uid with
+ * PREFIX_UID (the default: a cache shared across users lets one user
+ * time another's prompts), one salt for all with PREFIX_GLOBAL, never
+ * with PREFIX_OFF.  The model, its KV type and the hash key are fixed
+ * for the daemon's life, so only the scope is salted.
+ *
+ * Exactness: a block holds the same bits whichever request, chunk or
+ * step computed it (the engine's batch and chunk invariance), so a
+ * request served from the cache samples what it would have cold.
+ */
+#include "worker_int.h"
+
+#include "kvcache.h"
+
+static uint64_t
+prefix_salt(const struct worker *w, const struct wreq *r)
+{
+	return w->prefix == PREFIX_UID ? (1ull << 32) | r->uid : 1;
+}
+
+int
+wk_prefix_admit(void *arg, int req, uint64_t req_id, int n_seq)
+{
+	struct worker *w = arg;
+	struct wreq *r;
+	int bt, m, seq, max;
+
+	(void)req;
+	if (w->prefix == PREFIX_OFF || req_id >= (uint64_t)w->max_requests)
+		return 0;
+	r = &w->req[req_id];
+	if (r->seq >= 0 || r->lane_ready || n_seq > r->n_prompt + r->n_gen)
+		return 0;
+	bt = kv_params(w->kv)->block_tokens;
+	max = (n_seq - 1) / bt;
+	/* the last position is always computed: it gives the logits */
+	m = kv_prefix_match(w->kv, prefix_salt(w, r), r->toks, n_seq - 1,
+	    w->pfx_blocks, max < w->pfx_cap ? max : w->pfx_cap);
+	if (m == 0 || (seq = kv_seq_new(w->kv)) < 0)
+		return 0;
+	if (kv_seq_share(w->kv, seq, w->pfx_blocks, m) < 0) {
+		(void)kv_seq_free(w->kv, seq);
+		return 0;
+	}
+	r->seq = seq;
+	r->n_cached = m * bt < r->n_prompt ? m * bt : r->n_prompt;
+	w->es.tokens_prompt_cached += (uint64_t)r->n_cached;
+	return m * bt;
+}
+
+int
+wk_prefix_peek(struct worker *w, const struct wreq *r, int n)
+{
+	int bt;
+
+	if (w->prefix == PREFIX_OFF || n < 2)
+		return 0;
+	bt = kv_params(w->kv)->block_tokens;
+	return bt * kv_prefix_match(w->kv, prefix_salt(w, r), r->toks, n - 1,
+	    w->pfx_blocks, (n - 1) / bt < w->pfx_cap ? (n - 1) / bt :
+	    w->pfx_cap);
+}
+
+void
+wk_prefix_publish(struct worker *w, const struct wreq *r)
+{
+	if (w->prefix == PREFIX_OFF || r->seq < 0)
+		return;
+	(void)kv_seq_publish(w->kv, r->seq, prefix_salt(w, r), r->toks,
+	    r->n_prompt + r->n_gen);
+}
