@@ -103,6 +103,9 @@ stats_wire(const struct stats_io *io, const struct ep_stats *es,
 	w->flags = io->draining ? CP_STATS_DRAINING : 0;
 
 	w->tokens_prompt = es->tokens_prompt;
+	w->tokens_prompt_cached = es->tokens_prompt_cached;
+	w->kv_blocks_cached = es->kv_blocks_cached;	/* clamped below */
+	w->prefix_evictions = es->prefix_evictions;
 	w->tokens_generated = es->tokens_generated;
 	w->steps = es->steps;
 	/* used + free == total on the wire, whatever was published. */
@@ -110,6 +113,8 @@ stats_wire(const struct stats_io *io, const struct ep_stats *es,
 	w->kv_blocks_used = es->kv_blocks_used < es->kv_blocks_total ?
 	    es->kv_blocks_used : es->kv_blocks_total;
 	w->kv_blocks_free = w->kv_blocks_total - w->kv_blocks_used;
+	if (w->kv_blocks_cached > w->kv_blocks_free)
+		w->kv_blocks_cached = w->kv_blocks_free;
 	w->requests_waiting = es->requests_waiting;
 	w->requests_running = es->requests_running;
 	w->requests_paused = es->requests_paused;

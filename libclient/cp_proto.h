@@ -253,6 +253,10 @@ struct cp_cqe {
 	union {
 		int32_t error;	/* ERROR: negative errno or CP_E*; else 0 */
 		uint32_t n_total;	/* PROGRESS: the prompt's tokens */
+		uint32_t n_cached;	/* DONE: of n_prompt, the tokens
+					   the prefix cache gave (a client
+					   that does not know it reads 0
+					   as its error) */
 	};
 	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens processed;
 				   PROGRESS: prompt tokens computed so far */
@@ -341,13 +345,15 @@ struct cp_stats_req {
  * check (libcpclient does):
  *  - clients + sum(disconnects[]) == clients_total: every accepted client
  *    is connected or ended for exactly one CP_END_* reason;
- *  - kv_blocks_used + kv_blocks_free == kv_blocks_total;
+ *  - kv_blocks_used + kv_blocks_free == kv_blocks_total, and
+ *    kv_blocks_cached <= kv_blocks_free (idle cached blocks are free to
+ *    take);
  *  - requests_active <= requests_total;
  *  - each histogram: le[] strictly increasing up to le[CP_STATS_BUCKETS -
  *    1] == UINT64_MAX, sum(n[]) == count, max in the last bucket holding
  *    samples (0 with no samples).
  */
-#define CP_STATS_VERSION	2u
+#define CP_STATS_VERSION	3u	/* 3: the prefix cache's counters */
 #define CP_STATS_BUCKETS	20u	/* histogram buckets */
 
 /* Why a session ended (disconnects[]). */
@@ -395,7 +401,11 @@ struct cp_wire_stats {
 	uint64_t flags;			/* CP_STATS_* */
 	uint64_t disconnects[CP_END_REASONS];	/* ended sessions by reason */
 	uint64_t requests_paused;	/* engine: held for a full CQ */
-	uint64_t reserved[4];		/* zero */
+	uint64_t tokens_prompt_cached;	/* prompt positions the prefix
+					   cache gave */
+	uint64_t kv_blocks_cached;	/* idle blocks the cache keeps */
+	uint64_t prefix_evictions;	/* blocks taken back from it */
+	uint64_t reserved;		/* zero */
 	struct cp_wire_hist step_prefill;	/* prompt tokens per step */
 	struct cp_wire_hist step_decode;	/* decode tokens per step */
 	struct cp_wire_hist step_seqs;		/* sequences per step */

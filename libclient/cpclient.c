@@ -512,14 +512,14 @@ stats_copy(const struct cp_wire_stats *w, struct cp_stats *out)
 	    ended != w->clients_total - w->clients)
 		return CP_EPROTO;
 	if (w->kv_blocks_used > w->kv_blocks_total ||
-	    w->kv_blocks_free != w->kv_blocks_total - w->kv_blocks_used)
+	    w->kv_blocks_free != w->kv_blocks_total - w->kv_blocks_used ||
+	    w->kv_blocks_cached > w->kv_blocks_free)
 		return CP_EPROTO;
 	if (w->requests_active > w->requests_total ||
 	    (w->flags & ~(uint64_t)CP_STATS_DRAINING))
 		return CP_EPROTO;
-	for (i = 0; i < sizeof(w->reserved) / sizeof(w->reserved[0]); i++)
-		if (w->reserved[i] != 0)
-			return CP_EPROTO;
+	if (w->reserved != 0)
+		return CP_EPROTO;
 	if (hist_copy(&w->step_prefill, &out->step_prefill) < 0 ||
 	    hist_copy(&w->step_decode, &out->step_decode) < 0 ||
 	    hist_copy(&w->step_seqs, &out->step_seqs) < 0 ||
@@ -534,6 +534,9 @@ stats_copy(const struct cp_wire_stats *w, struct cp_stats *out)
 	out->requests_total = w->requests_total;
 	out->requests_active = w->requests_active;
 	out->tokens_prompt = w->tokens_prompt;
+	out->tokens_prompt_cached = w->tokens_prompt_cached;
+	out->kv_blocks_cached = w->kv_blocks_cached;
+	out->prefix_evictions = w->prefix_evictions;
 	out->tokens_generated = w->tokens_generated;
 	out->steps = w->steps;
 	out->cq_stalls = w->cq_stalls;

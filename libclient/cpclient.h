@@ -139,8 +139,13 @@ struct cp_event {
 				   wraps at 2^32) that sampled the token,
 				   computed the prompt tokens (PROGRESS) or
 				   ended the request; 0 when none did */
-	uint32_t n_total;	/* PROGRESS: the prompt's tokens (>= n_prompt);
-				   else 0 */
+	union {
+		uint32_t n_total;	/* PROGRESS: the prompt's tokens
+					   (>= n_prompt); else 0 */
+		uint32_t n_cached;	/* DONE: of n_prompt, the tokens the
+					   prefix cache gave (their KV was
+					   not computed again) */
+	};
 };
 
 struct cp_model_info {
@@ -205,6 +210,11 @@ struct cp_stats {
 	struct cp_histogram step_seqs;		/* requests per step */
 	struct cp_histogram ttft_us;	/* request received to first token */
 	struct cp_histogram itl_us;	/* between two tokens of a request */
+	uint64_t tokens_prompt_cached;	/* prompt positions the prefix cache
+					   gave instead of computing them */
+	uint64_t kv_blocks_cached;	/* idle blocks it keeps (part of
+					   kv_blocks_free) */
+	uint64_t prefix_evictions;	/* cached blocks taken for new KV */
 };
 
 /* Fills o with defaults: path from the environment, daemon's sizes, 5 s timeout. */

@@ -414,6 +414,8 @@ take_event(struct cp_client *c, struct cp_event *ev)
 	case CP_EV_DONE:
 		ev->type = CP_EVENT_DONE;
 		ev->finish = first.finish;
+		ev->n_cached = first.n_cached <= first.n_prompt ?
+		    first.n_cached : 0;
 		break;
 	default:
 		ev->type = CP_EVENT_ERROR;

@@ -659,6 +659,8 @@ static const struct stat_row stat_rows[] = {
 	    "Requests set back to free KV cache."),
 	ROW(tokens_prompt, "cpd_prompt_tokens_total", "counter",
 	    "Prompt positions computed."),
+	ROW(tokens_prompt_cached, "cpd_prompt_tokens_cached_total", "counter",
+	    "Prompt positions the prefix cache gave instead."),
 	ROW(tokens_generated, "cpd_generated_tokens_total", "counter",
 	    "Tokens generated."),
 	ROW(steps, "cpd_steps_total", "counter", "Engine steps run."),
@@ -670,6 +672,10 @@ static const struct stat_row stat_rows[] = {
 	    "KV cache blocks free."),
 	ROW(kv_blocks_total, "cpd_kv_blocks_capacity", "gauge",
 	    "KV cache blocks in the pool."),
+	ROW(kv_blocks_cached, "cpd_kv_blocks_cached", "gauge",
+	    "Free KV cache blocks the prefix cache keeps."),
+	ROW(prefix_evictions, "cpd_prefix_evictions_total", "counter",
+	    "Cached blocks taken back for new KV."),
 };
 #undef ROW
 
@@ -816,6 +822,16 @@ prometheus(const struct cp_stats *st)
 		prom_hist(&hist_rows[i], hist_of(st, &hist_rows[i]));
 }
 
+/* Of the prompt positions served, the share the prefix cache gave. */
+static double
+prefix_hit_ratio(const struct cp_stats *st)
+{
+	double all = (double)st->tokens_prompt +
+	    (double)st->tokens_prompt_cached;
+
+	return all > 0 ? (double)st->tokens_prompt_cached / all : 0;
+}
+
 static void
 stats_json(const struct cp_stats *st)
 {
@@ -825,6 +841,7 @@ stats_json(const struct cp_stats *st)
 	for (i = 0; i < N_STAT_ROWS; i++)
 		printf("%s\"%s\":%llu", i == 0 ? "{" : ",", stat_rows[i].name,
 		    (unsigned long long)stat_value(st, &stat_rows[i]));
+	printf(",\"prefix_hit_ratio\":%.4f", prefix_hit_ratio(st));
 	printf(",\"draining\":%s,\"disconnects\":{",
 	    st->draining ? "true" : "false");
 	for (i = 0, k = 0; i < CP_DISC_REASONS; i++)
@@ -862,6 +879,7 @@ stats_table(const struct cp_stats *st)
 	for (i = 0; i < N_STAT_ROWS; i++)
 		printf("%-22s %llu\n", stat_rows[i].name,
 		    (unsigned long long)stat_value(st, &stat_rows[i]));
+	printf("%-22s %.4f\n", "prefix_hit_ratio", prefix_hit_ratio(st));
 	printf("%-22s %s\n", "draining", st->draining ? "yes" : "no");
 	for (i = 0; i < CP_DISC_REASONS; i++)
 		if (disc_names[i] != NULL || st->disconnects[i] != 0)
@@ -1151,6 +1169,7 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 			    1);
 			fputs(",\"text\":", stdout);
 			json_string(stdout, ev->text, ev->text_len);
+			printf(",\"n_cached\":%u", ev->n_cached);
 		} else {
 			printf("{\"event\":\"error\",\"error\":%d", ev->error);
 			json_key_str(stdout, "error_text",

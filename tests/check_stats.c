@@ -126,6 +126,9 @@ START_TEST(test_wire)
 	es.requests_running = 4;
 	es.requests_paused = 2;
 	es.preemptions = 8;
+	es.tokens_prompt_cached = 96;
+	es.kv_blocks_cached = 5;	/* more than free: clamped */
+	es.prefix_evictions = 11;
 	stats_hist_add(&es.step_seqs, STATS_COUNT, 5);
 	stats_wire(&io, &es, &w);
 	ck_assert_uint_eq(w.uptime_ms, 1234);
@@ -150,8 +153,10 @@ START_TEST(test_wire)
 	ck_assert_uint_eq(w.requests_running, 4);
 	ck_assert_uint_eq(w.requests_paused, 2);
 	ck_assert_uint_eq(w.preemptions, 8);
-	for (i = 0; i < sizeof(w.reserved) / sizeof(w.reserved[0]); i++)
-		ck_assert_uint_eq(w.reserved[i], 0);
+	ck_assert_uint_eq(w.tokens_prompt_cached, 96);
+	ck_assert_uint_eq(w.kv_blocks_cached, 0);
+	ck_assert_uint_eq(w.prefix_evictions, 11);
+	ck_assert_uint_eq(w.reserved, 0);
 	ck_assert_uint_eq(w.step_seqs.count, 1);
 	ck_assert_uint_eq(w.step_seqs.n[4], 1);		/* (4, 8] */
 	ck_assert_uint_eq(w.step_seqs.le[4], 8);
