@@ -23,9 +23,10 @@ $(BUILD)/bin/cpbench: override LDLIBS += $(LIBCPCLIENT_A)
 
 # check_cpd and check_daemon drive build/bin/cpd through the static client
 # library.
-$(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon: $(LIBCPCLIENT_A)
-$(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon: \
-	override LDLIBS += $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon \
+    $(BUILD)/tests/check_prefix: $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon \
+    $(BUILD)/tests/check_prefix: override LDLIBS += $(LIBCPCLIENT_A)
 
 # check_install: make install / uninstall into a scratch DESTDIR, and the
 # example program built against it; it needs the tree, this build
