@@ -46,6 +46,10 @@ usage(void)
 	    "           [--long-prompt L --long-every MS [--long-count M]] "
 	    "[-o md|json]\n"
 	    "       cpbench ipc [--socket S] [-c N,...] [-r R] [-g G] [-n N] "
+	    "[-o md|json]\n"
+	    "       cpbench prefix [--socket S] [-c N] [--system-len L] "
+	    "[--question-len Q]\n"
+	    "           [--turns T] [--turn-len U] [--gen-len G] "
 	    "[-o md|json]\n", stderr);
 }
 
@@ -64,6 +68,8 @@ main(int argc, char **argv)
 		return bench_serve(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "ipc") == 0)
 		return bench_ipc(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "prefix") == 0)
+		return bench_prefix(argc - 1, argv + 1);
 	usage();
 	return 2;
 }

@@ -45,6 +45,9 @@ int bench_kernels(int argc, char **argv);
 /* `cpbench serve ...`: clients streaming through the daemon (bench_serve.c). */
 int bench_serve(int argc, char **argv);
 
+/* `cpbench prefix ...`: a shared prompt prefix through the daemon. */
+int bench_prefix(int argc, char **argv);
+
 /* `cpbench ipc ...`: ring round trip and token delivery (bench_ipc.c). */
 int bench_ipc(int argc, char **argv);
 
