@@ -52,11 +52,8 @@ static const struct ref_case cases[] = {
 static struct be_params
 params(int batch, int max_seqs)
 {
-	struct be_params p = { 0 };
+	struct be_params p = rig_params(2, batch, max_seqs);
 
-	p.n_threads = 2;
-	p.max_batch_tokens = batch;
-	p.max_seqs = max_seqs;
 	p.n_ctx = 1024;
 	return p;
 }

@@ -46,17 +46,6 @@ Suite *cuda_backend_nodev_suite(void);
 
 /* ---- a model on a backend --------------------------------------------- */
 
-static struct be_params
-params(int batch, int max_seqs)
-{
-	struct be_params p = { 0 };
-
-	p.n_threads = 2;
-	p.max_batch_tokens = batch;
-	p.max_seqs = max_seqs;
-	return p;
-}
-
 /*
  * Load fixture rel into *m.  Returns false, saying so, when the file is
  * absent, so that a device run can carry a subset of the fixtures
@@ -216,7 +205,7 @@ compare_step(const struct vs_case *vc, const float *cpu, const float *gpu,
 START_TEST(test_vs_cpu)
 {
 	const struct vs_case *vc = &vs_cases[_i];
-	struct be_params p = params(64, 1);
+	struct be_params p = rig_params(2, 64, 1);
 	struct model *m;
 	struct rig rc, rg;
 	int32_t ids[MAX_IDS];
@@ -299,7 +288,7 @@ START_TEST(test_kv_vs_cpu)
 	static const char *const files[] = {
 		"aidreams260K.gguf", "synth/synth-tiny-F16.gguf"
 	};
-	struct be_params p = params(64, 2);
+	struct be_params p = rig_params(2, 64, 2);
 	struct model *m;
 	struct rig rc, rg;
 	int32_t ids[MAX_IDS];
@@ -375,7 +364,7 @@ START_TEST(test_kv_f32_vs_cpu)
 {
 	static const struct vs_case vc = { "synth/synth-tiny-F16.gguf", 2e-2,
 	    false, 0 };
-	struct be_params p = params(64, 1);
+	struct be_params p = rig_params(2, 64, 1);
 	struct model *m;
 	struct rig rc, rg;
 	int32_t ids[MAX_IDS];
@@ -425,7 +414,7 @@ static const int32_t aid_gen[64] = {
 /* Greedy generation on CUDA, prompt whole (_i 0) or in chunks of 5. */
 START_TEST(test_aidreams_greedy)
 {
-	struct be_params p = params(16, 1);
+	struct be_params p = rig_params(2, 16, 1);
 	struct model *m;
 	struct rig r;
 	int32_t ids[13 + 64];
@@ -469,7 +458,7 @@ static const char *const inv_models[] = {
 START_TEST(test_chunked_equals_unchunked)
 {
 	static const int chunks[] = { 1, 7, 64, 100 };
-	struct be_params p = params(256, 1);
+	struct be_params p = rig_params(2, 256, 1);
 	struct model *m;
 	struct rig r;
 	int32_t ids[MAX_IDS];
@@ -610,7 +599,7 @@ START_TEST(test_batched_equals_alone)
 {
 	static const int plen[NSEQ] = { 150, 37, 90, 5 };
 	static const int chunk[NSEQ] = { 29, 13, 48, 7 };
-	struct be_params p = params(256, NSEQ);
+	struct be_params p = rig_params(2, 256, NSEQ);
 	struct model *m;
 	struct mseq s[NSEQ];
 	struct rig r;
@@ -659,7 +648,7 @@ END_TEST
 /* The KV buffer on the device: copies in and out at offsets. */
 START_TEST(test_kv_buffer_copies)
 {
-	struct be_params p = params(16, 1);
+	struct be_params p = rig_params(2, 16, 1);
 	struct model *m;
 	struct rig r;
 	unsigned char in[1000], out[1000];
@@ -694,7 +683,7 @@ END_TEST
 START_TEST(test_auto_picks_cuda)
 {
 	const char *const *names = be_names();
-	struct be_params p = params(16, 1);
+	struct be_params p = rig_params(2, 16, 1);
 	struct model *m;
 	struct rig r;
 
@@ -715,7 +704,7 @@ END_TEST
  */
 START_TEST(test_oom_kv)
 {
-	struct be_params p = params(16, 1);
+	struct be_params p = rig_params(2, 16, 1);
 	struct cuda_device_info info;
 	struct kv_params kp = { 0 };
 	struct cp_err e = { 0 };
@@ -751,7 +740,7 @@ END_TEST
 START_TEST(test_nodev_fallback)
 {
 	const char *const *names = be_names();
-	struct be_params p = params(16, 1);
+	struct be_params p = rig_params(2, 16, 1);
 	struct cp_err e = { 0 };
 	struct backend *be = NULL;
 	struct model *m;

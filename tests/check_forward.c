@@ -54,17 +54,6 @@ rig_open_model(struct rig *r, const struct be_params *p)
 	ck_assert_msg(be_open("cpu", r->m, p, &r->be, &e) == 0, "%s", e.msg);
 }
 
-static struct be_params
-params(int threads, int batch, int max_seqs)
-{
-	struct be_params p = { 0 };
-
-	p.n_threads = threads;
-	p.max_batch_tokens = batch;
-	p.max_seqs = max_seqs;
-	return p;
-}
-
 /* ---- llama.cpp greedy references (REFERENCE.md) ----------------------- */
 
 static const int32_t aid_prompt[] = {
@@ -101,7 +90,7 @@ assert_ids(const int32_t *got, const int32_t *want, int n)
 
 START_TEST(test_aidreams_greedy)
 {
-	struct be_params p = params(2, 0, 0);
+	struct be_params p = rig_params(2, 0, 0);
 	struct rig r;
 	int32_t ids[64];
 
@@ -115,7 +104,7 @@ END_TEST
 /* The prompt ids and the text through the tokenizer, as llama-server. */
 START_TEST(test_aidreams_text)
 {
-	struct be_params p = params(2, 0, 0);
+	struct be_params p = rig_params(2, 0, 0);
 	struct cp_err e = { 0 };
 	struct tokenizer *tok;
 	struct rig r;
@@ -142,7 +131,7 @@ END_TEST
 
 START_TEST(test_plctlab_greedy)
 {
-	struct be_params p = params(2, 0, 0);
+	struct be_params p = rig_params(2, 0, 0);
 	struct rig r;
 	int32_t ids[64];
 
@@ -188,7 +177,7 @@ START_TEST(test_synth)
 	struct json *ref = ref_load("synth/REFERENCE.json");
 	const struct json *file, *results;
 	char rel[128];
-	struct be_params p = params(2, 1024, 1);
+	struct be_params p = rig_params(2, 1024, 1);
 	struct rig r;
 	size_t i;
 	int pass;
@@ -280,7 +269,7 @@ assert_chunk_invariant(struct rig *r, const char *name,
 /* Prefill in chunks of 1, 7, 16, 64 gives the logits of one step. */
 START_TEST(test_chunked_equals_unchunked)
 {
-	struct be_params p = params(2, 128, 1);
+	struct be_params p = rig_params(2, 128, 1);
 	int32_t prompt[100];
 	struct rig r;
 
@@ -300,7 +289,7 @@ START_TEST(test_chunked_long609)
 {
 	static const char *const files[] = { "synth-gqa-F16.gguf",
 	    "synth-gqa-Q4_K_M.gguf" };
-	struct be_params p = params(2, 640, 1);
+	struct be_params p = rig_params(2, 640, 1);
 	const struct json *res = NULL, *f;
 	struct json *ref = ref_load("synth/REFERENCE.json");
 	int32_t prompt[640];
@@ -337,7 +326,7 @@ START_TEST(test_threads_blocks_invariant)
 	int v;
 
 	for (v = 0; v < 4; v++) {
-		p = params(v == 0 ? 1 : v == 1 ? 2 : 3, 64, 2);
+		p = rig_params(v == 0 ? 1 : v == 1 ? 2 : 3, 64, 2);
 		p.block_tokens = v == 3 ? 5 : 0;
 		rig_init(&r, invariance_models[_i], "cpu", &p);
 		nb = 3 * (size_t)r.n_vocab * sizeof(float);
@@ -367,7 +356,7 @@ END_TEST
  */
 START_TEST(test_kv_import)
 {
-	struct be_params p = params(2, 64, 2), p1 = params(1, 16, 1);
+	struct be_params p = rig_params(2, 64, 2), p1 = rig_params(1, 16, 1);
 	struct cp_err e = { 0 };
 	struct rig a, b;
 	struct kv_cache *ka, *kb;
@@ -431,7 +420,7 @@ END_TEST
 /* be_kv_import() and be_set_threads() refuse what they cannot do. */
 START_TEST(test_kv_import_errors)
 {
-	struct be_params p = params(2, 64, 2), pf = params(1, 64, 2);
+	struct be_params p = rig_params(2, 64, 2), pf = rig_params(1, 64, 2);
 	struct cp_err e = { 0 };
 	struct rig a, b, f;
 	int32_t prompt[20];
@@ -502,7 +491,7 @@ END_TEST
  */
 START_TEST(test_kv_prefault)
 {
-	struct be_params p = params(1, 64, 2);
+	struct be_params p = rig_params(1, 64, 2);
 	struct rig r;
 	struct kv_cache *kv;
 	int32_t prompt[20], blocks[65];
@@ -575,7 +564,7 @@ rss_file_kib(void)
  */
 START_TEST(test_warmup)
 {
-	struct be_params p = params(2, 64, 2);
+	struct be_params p = rig_params(2, 64, 2);
 	struct cp_err e = { 0 };
 	struct rig r;
 	struct kv_cache *kv;
@@ -717,7 +706,7 @@ START_TEST(test_batched_equals_alone)
 	static const int plen[NSEQ] = { 5, 23, 40, 70, 17 };
 	static const int want[NSEQ] = { NGEN, NGEN, 3, NGEN, NGEN };
 	static const int preempt[NSEQ] = { 0, 4, 0, 0, 2 };
-	struct be_params p = params(2, 24, NSEQ);
+	struct be_params p = rig_params(2, 24, NSEQ);
 	struct mseq s[NSEQ];
 	int32_t alone[NSEQ][NGEN];
 	float *alone_lg[NSEQ];
@@ -1024,7 +1013,7 @@ ref_forward(const struct spec *sp, const struct spec_w *W,
 START_TEST(test_spec_equations)
 {
 	const struct spec *sp = &specs[_i];
-	struct be_params p = params(2, 16, 1);
+	struct be_params p = rig_params(2, 16, 1);
 	const char *tmp = tmp_dir();
 	struct cp_err e = { 0 };
 	struct spec_w W;
@@ -1277,7 +1266,7 @@ END_TEST
 
 START_TEST(test_batch_errors)
 {
-	struct be_params p = params(1, 16, 2);
+	struct be_params p = rig_params(1, 16, 2);
 	struct cp_err e = { 0 };
 	struct kv_cache *kv;
 	struct rig r;
@@ -1372,7 +1361,7 @@ END_TEST
 
 START_TEST(test_open_errors)
 {
-	struct be_params p = params(1, 0, 0);
+	struct be_params p = rig_params(1, 0, 0);
 	struct cp_err e = { 0 };
 	struct backend *be = (struct backend *)1;
 	struct rig r;
@@ -1418,7 +1407,7 @@ END_TEST
 /* A prompt of the whole context runs in chunks of the scratch budget. */
 START_TEST(test_context_in_chunks)
 {
-	struct be_params p = params(2, 8, 1);
+	struct be_params p = rig_params(2, 8, 1);
 	struct kv_cache *kv;
 	int32_t prompt[128];
 	float *lg;
@@ -1444,7 +1433,7 @@ END_TEST
 /* NaN weights: the step completes, the logits say so, nothing crashes. */
 START_TEST(test_damaged_weights)
 {
-	struct be_params p = params(2, 0, 0);
+	struct be_params p = rig_params(2, 0, 0);
 	struct cp_err e = { 0 };
 	char *path = fx_path("aidreams260K.gguf");
 	unsigned char *buf;

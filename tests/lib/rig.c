@@ -40,6 +40,17 @@ rig_fini(struct rig *r)
 	memset(r, 0, sizeof(*r));
 }
 
+struct be_params
+rig_params(int threads, int batch, int max_seqs)
+{
+	struct be_params p = { 0 };
+
+	p.n_threads = threads;
+	p.max_batch_tokens = batch;
+	p.max_seqs = max_seqs;
+	return p;
+}
+
 void
 rig_feed(struct rig *r, int seq, int pos, const int32_t *ids, int n,
     int chunk, float *out)

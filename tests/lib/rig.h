@@ -28,6 +28,9 @@ struct rig {
 void rig_init(struct rig *r, const char *rel, const char *name,
     const struct be_params *p);
 
+/* Backend parameters: threads, rows per step, sequences; the rest 0. */
+struct be_params rig_params(int threads, int batch, int max_seqs);
+
 /* Closes the backend and frees the model and file (r zeroed). */
 void rig_fini(struct rig *r);
 
