@@ -285,13 +285,15 @@ fwd_glu(const struct mm_args *g, const struct mm_args *u, int o0, int o1,
 		float *gr = g->y + (size_t)r * g->ldy;
 		const float *ur = u->y + (size_t)r * u->ldy;
 
+		if (act == ACT_GELU) {
+			for (int o = o0; o < o1; o++)
+				gr[o] = fwd_gelu(gr[o]) * ur[o];
+			continue;
+		}
 		for (int o = o0; o < o1; o++) {
 			float x = gr[o];
 
-			if (act == ACT_GELU)
-				gr[o] = fwd_gelu(x) * ur[o];
-			else
-				gr[o] = x / (1.0f + expf(-x)) * ur[o];
+			gr[o] = x / (1.0f + expf(-x)) * ur[o];
 		}
 	}
 }
