@@ -124,6 +124,12 @@ int wk_prefix_admit(void *arg, int req, uint64_t req_id, int n_seq);
 /* Positions of r's first n tokens the cache would give now (no change). */
 int wk_prefix_peek(struct worker *w, const struct wreq *r, int n);
 
+/*
+ * Hands r's prompt to the lane from the end of its cached blocks; the
+ * positions given, or 0 (none cached, or the lane refused: nothing done).
+ */
+int wk_prefix_lane(struct worker *w, struct wreq *r);
+
 /* Publishes r's full written blocks (after a step that ran it). */
 void wk_prefix_publish(struct worker *w, const struct wreq *r);
 

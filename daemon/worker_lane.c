@@ -34,14 +34,15 @@ wk_lane_wants(struct worker *w, int n)
 }
 
 /*
- * Hands r's prompt, all but its last token, to the lane; r was added
- * held.  When the lane refuses, r is released for an ordinary prefill.
+ * Hands r's prompt, all but its last token, to the lane, from the end of
+ * its blocks in the prefix cache (worker_prefix.c); r was added held.
+ * When the lane refuses, r is released for an ordinary prefill.
  */
 void
 wk_lane_give(struct worker *w, struct wreq *r, int slot)
 {
-	if (lane_start(w->lane, r->toks, r->n_prompt - 1,
-	    r->progress) < 0) {
+	if (wk_prefix_lane(w, r) == 0 && lane_start(w->lane, r->toks,
+	    r->n_prompt - 1, r->progress) < 0) {
 		(void)sched_unhold(w->sched, r->handle, 0);
 		return;
 	}

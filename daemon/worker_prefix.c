@@ -14,6 +14,11 @@
  * with PREFIX_OFF.  The model, its KV type and the hash key are fixed
  * for the daemon's life, so only the scope is salted.
  *
+ * A prompt that goes to the prefill lane starts there after its cached
+ * blocks too (wk_prefix_lane()): the lane copies them from a sequence
+ * that shares them for the moment, as it copies a prompt's computed
+ * positions when the prompt moves to it from the steps.
+ *
  * Exactness: a block holds the same bits whichever request, chunk or
  * step computed it (the engine's batch and chunk invariance), so a
  * request served from the cache samples what it would have cold.
@@ -21,6 +26,8 @@
 #include "worker_int.h"
 
 #include "kvcache.h"
+#include "lane.h"
+#include "log.h"
 
 static uint64_t
 prefix_salt(const struct worker *w, const struct wreq *r)
@@ -78,4 +85,30 @@ wk_prefix_publish(struct worker *w, const struct wreq *r)
 		return;
 	(void)kv_seq_publish(w->kv, r->seq, prefix_salt(w, r), r->toks,
 	    r->n_prompt + r->n_gen);
+}
+
+int
+wk_prefix_lane(struct worker *w, struct wreq *r)
+{
+	struct cp_err e = { 0 };
+	int n = r->n_prompt - 1, from, seq, rc;
+
+	if ((from = wk_prefix_peek(w, r, r->n_prompt)) == 0 || from >= n ||
+	    (seq = kv_seq_new(w->kv)) < 0)
+		return 0;
+	rc = kv_seq_share(w->kv, seq, w->pfx_blocks, from /
+	    kv_params(w->kv)->block_tokens);
+	if (rc == 0)
+		rc = lane_resume(w->lane, r->toks, n, r->progress, w->be, seq,
+		    from, &e);
+	(void)kv_seq_free(w->kv, seq);
+	if (rc < 0)
+		return 0;
+	r->n_cached = from;
+	r->lane_from = from;
+	r->lane_shown = from;
+	w->es.tokens_prompt_cached += (uint64_t)from;
+	log_debug("worker: request %llu: prompt to the prefill lane after %d "
+	    "cached tokens", (unsigned long long)r->id, from);
+	return from;
 }

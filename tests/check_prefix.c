@@ -385,6 +385,52 @@ START_TEST(test_small_pool)
 }
 END_TEST
 
+/*
+ * The prefill lane starts after the cached blocks: a long prompt that
+ * shares 600 tokens with an earlier one goes to the lane (another stream
+ * is live) from position 592, and its output is the cold one.
+ */
+START_TEST(test_lane)
+{
+	const char *off[] = { "--prefix-cache", "off", NULL };
+	const char *args[] = { "--threads", "2", "--prefill-lane-tokens",
+	    "64", "--log-level", "debug", NULL };
+	int32_t a[700], b[900], side[40];
+	struct cp_client *cs, *cb;
+	struct out cold, warm, o;
+	struct cp_event ev;
+	struct cpd d;
+	int is, ib;
+
+	make_ids(a, 700, 31);
+	make_ids(b, 900, 32);
+	memcpy(b, a, 600 * sizeof(int32_t));
+	make_ids(side, 40, 33);
+	start(&d, off);
+	run(&d, b, 900, NULL, N_GEN, &cold);
+	cpd_stop(&d);
+	start(&d, args);
+	run(&d, a, 700, NULL, 4, &o);
+	cs = client(&d);
+	cb = client(&d);
+	is = submit(cs, side, 40, NULL, 400);
+	/* the stream is live before the long prompt arrives */
+	ck_assert_int_eq(cp_next_event(cs, &ev, WAIT_MS), 0);
+	ck_assert_int_eq(ev.type, CP_EVENT_TOKEN);
+	ib = submit(cb, b, 900, NULL, N_GEN);
+	collect(cb, ib, &warm);
+	collect(cs, is, &o);
+	cp_close(cs);
+	cp_close(cb);
+	ck_assert_uint_eq(warm.n_cached, 592);
+	ck_assert_msg(cpd_log_has(&d, "prefill lane after 592 cached tokens"),
+	    "the prompt did not go to the lane from its cached blocks");
+	assert_same(&warm, &cold, "lane after the cache");
+	assert_pool_idle(&d);
+	cpd_stop(&d);
+}
+END_TEST
+
 /* With the cache off, the same prompt twice is computed twice. */
 START_TEST(test_off)
 {
@@ -483,6 +529,7 @@ prefix_suite(void)
 	tcase_add_loop_test(tc, test_cached_exact, 0, 3);
 	tcase_add_test(tc, test_conversation);
 	tcase_add_test(tc, test_small_pool);
+	tcase_add_test(tc, test_lane);
 	tcase_add_test(tc, test_off);
 	tcase_add_loop_test(tc, test_scope_users, 0, 2);
 	suite_add_tcase(s, tc);
