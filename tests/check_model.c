@@ -637,6 +637,100 @@ START_TEST(test_rope_yarn)
 }
 END_TEST
 
+/*
+ * phi3's LongRoPE: rope_factors_short up to the original context,
+ * rope_factors_long past it, and the magnitude rope.scaling.attn_factor.
+ * The cos and sin pairs of three positions with the long factors are
+ * llama.cpp c392e509's ggml_rope_ext() (NEOX, freq factors, attn_factor,
+ * ext_factor 0: how its phi3 graph calls it), read off its rotation of
+ * (1, 0) pairs by a small program against that build's libggml.
+ */
+START_TEST(test_rope_longrope)
+{
+	static const float longf[8] = { 1.0f, 1.05f, 1.3f, 2.0f, 3.5f, 6.0f,
+	    9.0f, 12.0f };
+	static const float shortf[8] = { 1.0f, 1.0f, 1.0f, 1.1f, 1.2f, 1.3f,
+	    1.4f, 1.5f };
+	static const int pos[3] = { 1, 100, 5000 };
+	static const float want[3][16] = {
+	    {
+		0.643088341f, 1.00155079f, 1.13666582f, 0.353068769f,
+		1.18671846f, 0.0914665163f, 1.19008934f, 0.018818533f,
+		1.19023335f, 0.00340067595f, 1.190238f, 0.000627310656f,
+		1.19023812f, 0.000132248693f, 1.19023812f, 3.13655328e-05f
+	    },
+	    {
+		1.0263648f, -0.602695704f, 0.319537997f, -1.14654362f,
+		0.191592976f, 1.17471659f, -0.0123098446f, 1.19017446f,
+		1.14198649f, 0.335460126f, 1.1885854f, 0.0627020225f,
+		1.19016457f, 0.0132245971f, 1.19023395f, 0.00313654938f
+	    },
+	    {
+		0.184092239f, -1.17591524f, -0.619197071f, -1.01649487f,
+		0.271015048f, 1.15897262f, -1.03460932f, -0.588430345f,
+		-0.176155895f, 1.17713034f, -1.04088104f, 0.577263653f,
+		1.01123536f, 0.62774986f, 1.17992115f, 0.156374231f
+	    },
+	};
+	static unsigned char zeros[192 * 96 * 4];
+	struct gguf_writer *w = gguf_writer_new();
+	struct cp_err e = { 0 };
+	struct model_rope r;
+	struct model *m;
+	char path[512];
+	float cs[16];
+
+	ck_assert_ptr_nonnull(w);
+	snprintf(path, sizeof(path), "%s/check_model-%ld-phi3.gguf",
+	    tmp_dir(), (long)getpid());
+	gguf_writer_set_str(w, "general.architecture", "phi3");
+	gguf_writer_set_u32(w, "phi3.context_length", 131072);
+	gguf_writer_set_u32(w, "phi3.embedding_length", 64);
+	gguf_writer_set_u32(w, "phi3.block_count", 1);
+	gguf_writer_set_u32(w, "phi3.feed_forward_length", 96);
+	gguf_writer_set_u32(w, "phi3.attention.head_count", 4);
+	gguf_writer_set_u32(w, "phi3.attention.sliding_window", 262144);
+	gguf_writer_set_f32(w, "phi3.attention.layer_norm_rms_epsilon", 1e-5f);
+	gguf_writer_set_u32(w, "phi3.rope.scaling.original_context_length",
+	    4096);
+	gguf_writer_set_f32(w, "phi3.rope.scaling.attn_factor",
+	    1.1902380714f);
+	mini_tensor(w, "token_embd.weight", CP_T_F32, 64, MINI_VOCAB, zeros);
+	mini_tensor(w, "blk.0.attn_norm.weight", CP_T_F32, 64, 0, zeros);
+	mini_tensor(w, "blk.0.attn_qkv.weight", CP_T_F32, 64, 192, zeros);
+	mini_tensor(w, "blk.0.attn_output.weight", CP_T_F32, 64, 64, zeros);
+	mini_tensor(w, "blk.0.ffn_norm.weight", CP_T_F32, 64, 0, zeros);
+	mini_tensor(w, "blk.0.ffn_up.weight", CP_T_F32, 64, 192, zeros);
+	mini_tensor(w, "blk.0.ffn_down.weight", CP_T_F32, 96, 64, zeros);
+	mini_tensor(w, "output_norm.weight", CP_T_F32, 64, 0, zeros);
+	mini_tensor(w, "output.weight", CP_T_F32, 64, MINI_VOCAB, zeros);
+	mini_tensor(w, "rope_factors_long.weight", CP_T_F32, 8, 0, longf);
+	mini_tensor(w, "rope_factors_short.weight", CP_T_F32, 8, 0, shortf);
+	ck_assert_msg(gguf_writer_write(w, path, &e) == 0, "%s", e.msg);
+	gguf_writer_free(w);
+	ck_assert_msg(model_load(path, &m, &e) == 0, "%s", e.msg);
+	unlink(path);
+	ck_assert(m->hp.rope_neox);
+	ck_assert_int_eq(m->layers[0].window, 262144);
+	/* the fused tensors' rows: Q, K, V and gate, up */
+	ck_assert_int_eq(m->layers[0].wv.rows, 64);
+	ck_assert_int_eq(m->layers[0].w_up.rows, 96);
+	r = model_rope_for_ctx(m, 0, 4096);
+	ck_assert_float_eq(r.freqs[7], 1.5f);		/* short */
+	r = model_rope_for_ctx(m, 0, 4097);
+	ck_assert_float_eq(r.freqs[7], 12.0f);		/* long */
+	ck_assert_float_eq(r.attn_factor, 1.1902380714f);
+	for (int k = 0; k < 3; k++) {
+		model_rope_cs(cs, pos[k], &r, 16);
+		for (int i = 0; i < 16; i++)
+			ck_assert_msg(fabsf(cs[i] - want[k][i]) <= 2e-6f,
+			    "position %d, value %d: %.9g, llama.cpp %.9g",
+			    pos[k], i, (double)cs[i], (double)want[k][i]);
+	}
+	model_free(m);
+}
+END_TEST
+
 START_TEST(test_mini_variants)
 {
 	struct mini mm = mini_default();
@@ -739,6 +833,7 @@ model_suite(void)
 	tcase_add_test(tc, test_mini_variants);
 	tcase_add_test(tc, test_family_refusals);
 	tcase_add_test(tc, test_rope_yarn);
+	tcase_add_test(tc, test_rope_longrope);
 	tcase_add_test(tc, test_mini_errors);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
