@@ -496,8 +496,9 @@ cached_as_nobody(const struct cpd *d, const int32_t *ids, int n)
 START_TEST(test_scope_users)
 {
 	static const char *const scope[] = { "uid", "global" };
+	char sock[108];
 	const char *args[] = { "--prefix-cache", scope[_i], "--allowed-users",
-	    "nobody", "--socket-mode", "0666", NULL };
+	    "nobody", "--socket-mode", "0666", "--socket", sock, NULL };
 	int32_t ids[200];
 	struct out o;
 	struct cpd d;
@@ -507,9 +508,12 @@ START_TEST(test_scope_users)
 		    "skipped\n");
 		return;
 	}
+	/* in /tmp, which every user can reach */
+	snprintf(sock, sizeof(sock), "/tmp/check_prefix-%ld-%d.sock",
+	    (long)getpid(), _i);
 	make_ids(ids, 200, 21);
 	start(&d, args);
-	ck_assert_int_eq(chmod(d.dir, 0755), 0);
+	snprintf(d.sock, sizeof(d.sock), "%s", sock);
 	run(&d, ids, 200, NULL, 4, &o);		/* root fills the cache */
 	run(&d, ids, 200, NULL, 4, &o);
 	ck_assert_uint_eq(o.n_cached, 192);	/* same uid: shared */
