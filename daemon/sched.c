@@ -151,6 +151,13 @@
  *     blocks.
  * 15. Every request ends visibly: finished through a nonzero items[].finish
  *     or cancelled through rel[]; none is dropped.
+ * 16. admit_cached() (the prefix cache) is asked only at an admission with
+ *     n_cached 0, after the admission was decided on the blocks of the
+ *     request's whole sequence as if it shared none: what the caller
+ *     supplies moves the first chunk's start, never who is admitted, who
+ *     waits or who is preempted, and every shared block stays counted for
+ *     each request holding it, so the plan never counts fewer blocks than
+ *     the engine's pool holds for it.
  *
  * COST: nothing is allocated after sched_new.  A step is O(running +
  * clients on the ring + waiting requests skipped for being paused or
