@@ -354,30 +354,8 @@ cuda_carve(size_t *used, size_t n)
 	return off;
 }
 
-/*
- * Floats of the model's vectors: each layer's norms, biases and head
- * norms where it has them, and output_norm.
- */
-static size_t
-cuda_vec_floats(const struct model *m)
-{
-	const struct model_hparams *hp = &m->hp;
-	size_t D = (size_t)hp->n_embd, hd = (size_t)hp->head_dim, n = D;
-	size_t qd = (size_t)hp->n_head * hd, kvd = (size_t)hp->n_head_kv * hd;
-
-	for (int il = 0; il < hp->n_layer; il++) {
-		const struct model_layer *l = &m->layers[il];
-
-		n += 2 * D + (l->bq ? qd : 0) + (l->bk ? kvd : 0) +
-		    (l->bv ? kvd : 0) + (l->q_norm ? hd : 0) +
-		    (l->k_norm ? hd : 0) + (l->post_attn_norm ? D : 0) +
-		    (l->post_ffn_norm ? D : 0);
-	}
-	return n;
-}
-
 struct cuda_plan {
-	size_t vec_off;		/* the F32 vectors (cuda_vec_floats()) */
+	size_t vec_off;		/* the model's F32 vectors (n_vec_floats) */
 	size_t x, xn, xh, q, k, v, att, gate, up, tmp, logits, meta, rope;
 };
 
@@ -422,7 +400,7 @@ cuda_plan(struct backend *be, struct cuda_plan *pl)
 	if (c->output.dt == CU_F32)
 		es = 4;
 	pl->vec_off = arena;
-	arena += cuda_round(cuda_vec_floats(m) * sizeof(float), CUDA_ALIGN);
+	arena += cuda_round(m->n_vec_floats * sizeof(float), CUDA_ALIGN);
 	c->arena_bytes = arena;
 
 	c->tc = (int)cuda_round(T, 4);
@@ -644,7 +622,7 @@ cuda_vec(float **next, const float *h, size_t n, float **out)
 	return 0;
 }
 
-/* Layer l's norms, biases and head norms, in cuda_vec_floats()'s count. */
+/* Layer l's norms, biases and head norms (part of m->n_vec_floats). */
 static int
 cuda_upload_layer_vecs(const struct model *m, const struct model_layer *l,
     struct cuda_layer *cl, float **next)

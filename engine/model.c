@@ -67,8 +67,7 @@ struct model_ld {
 	bool *used;		/* [gguf_n_tensors()] */
 	size_t n_names;		/* names stored so far */
 	size_t max_names;
-	size_t n_vec;		/* floats of vec_buf handed out */
-	size_t max_vec;
+	size_t max_vec;		/* floats of vec_buf */
 };
 
 /* Read an integer hyperparameter "<arch>.<key>" into *out. */
@@ -177,7 +176,6 @@ model_rope_scaling(struct model_ld *ld, struct model_hparams *hp,
 	float factor = 1.0f;
 	int rc, orig;
 
-	r->base = hp->rope_base;
 	r->scale = 1.0f;
 	r->attn_factor = 1.0f;
 	if ((rc = model_hp_float(ld, "rope.scaling.attn_factor", false, 1.0f,
@@ -224,7 +222,6 @@ model_rope_scaling(struct model_ld *ld, struct model_hparams *hp,
 			r->corr[1] = (float)(hp->n_rot - 1);
 	}
 done:
-	hp->rope_scale = r->scale;
 	hp->n_rope = 1;
 	return 0;
 }
@@ -372,7 +369,7 @@ model_hparams_read(struct model_ld *ld, struct cp_err *e)
 		    "'%s.rope.dimension_count' = %d must be even", ld->path,
 		    ld->arch, hp->n_rot);
 	if ((rc = model_hp_float(ld, "rope.freq_base", false, 10000.0f,
-	    1e-3f, 1e12f, &hp->rope_base, e)) < 0 ||
+	    1e-3f, 1e12f, &hp->rope[0].base, e)) < 0 ||
 	    (rc = model_hp_float(ld, "attention.layer_norm_rms_epsilon",
 	    true, 0, 0, 1.0f, &hp->rms_eps, e)) < 0 ||
 	    (rc = model_rope_scaling(ld, hp, e)) < 0)
@@ -469,11 +466,11 @@ model_vec(struct model_ld *ld, const char *name, int n, bool optional,
 	if ((rc = model_tensor(ld, name, n, 0, model_want_embd, "a vector",
 	    &t, e)) < 0)
 		return rc;
-	if (ld->n_vec + (size_t)n > ld->max_vec)
+	if (ld->m->n_vec_floats + (size_t)n > ld->max_vec)
 		return cp_err_set(e, -EINVAL, "%s: tensor '%s': more vectors "
 		    "than a %s model has", ld->path, name, ld->arch);
-	dst = ld->m->vec_buf + ld->n_vec;
-	ld->n_vec += (size_t)n;
+	dst = ld->m->vec_buf + ld->m->n_vec_floats;
+	ld->m->n_vec_floats += (size_t)n;
 	if (dequant_row(t.type, t.data, dst, (size_t)t.cols) != 0)
 		return cp_err_set(e, -EINVAL, "%s: tensor '%s': cannot convert "
 		    "%s to f32", ld->path, name, ttype_name(t.type));
@@ -769,26 +766,6 @@ model_free(struct model *m)
 	free(m);
 }
 
-/* Bytes of the F32 vectors the model keeps. */
-static uint64_t
-model_vec_bytes(const struct model *m)
-{
-	const struct model_hparams *hp = &m->hp;
-	uint64_t n = (uint64_t)hp->n_embd, qd, kvd;
-
-	qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
-	kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
-	for (int il = 0; il < hp->n_layer; il++) {
-		const struct model_layer *l = &m->layers[il];
-
-		n += 2 * (uint64_t)hp->n_embd;
-		n += l->bq != NULL ? qd + 2 * kvd : 0;
-		n += l->q_norm != NULL ? 2 * (uint64_t)hp->head_dim : 0;
-		n += l->post_attn_norm != NULL ? 2 * (uint64_t)hp->n_embd : 0;
-	}
-	return n * 4;
-}
-
 static uint64_t
 model_tensor_bytes(const struct model_tensor *t)
 {
@@ -812,7 +789,7 @@ model_weight_bytes(const struct model *m)
 		    model_tensor_bytes(&l->w_up) +
 		    model_tensor_bytes(&l->w_down);
 	}
-	return n + model_vec_bytes(m);
+	return n + (uint64_t)m->n_vec_floats * sizeof(float);
 }
 
 void
@@ -838,18 +815,6 @@ model_rope_cs(float *cs, int pos, const struct model_rope *r, int n_rot)
 		cs[2 * i + 1] = sinf(theta) * mscale;
 		t *= theta_scale;
 	}
-}
-
-void
-model_rope_row_at(float *cs, int pos, const struct model_hparams *hp, int r)
-{
-	model_rope_cs(cs, pos, &hp->rope[r], hp->n_rot);
-}
-
-void
-model_rope_row(float *cs, int pos, const struct model_hparams *hp)
-{
-	model_rope_cs(cs, pos, &hp->rope[0], hp->n_rot);
 }
 
 struct model_rope

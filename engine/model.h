@@ -85,13 +85,11 @@ struct model_hparams {
 	int head_dim;		/* elements per head (q, k and v) */
 	int n_ff;		/* feed-forward hidden width */
 	int n_rot;		/* leading dims of a head RoPE rotates, even */
-	float rope_base;	/* <arch>.rope.freq_base (= rope[0].base) */
-	float rope_scale;	/* rope[0].scale */
 	float rms_eps;		/* <arch>.attention.layer_norm_rms_epsilon */
 	bool rope_neox;		/* rotate (x[i], x[i + n_rot/2]), not
 				   adjacent pairs (x[2i], x[2i+1]) */
 	int n_rope;		/* variants in rope[], 1..MODEL_ROPES */
-	struct model_rope rope[MODEL_ROPES];
+	struct model_rope rope[MODEL_ROPES];	/* [0]: <arch>.rope.* keys */
 	enum model_act act;
 	float embd_scale;	/* the embedding row is multiplied by it */
 	float q_scale;		/* q is multiplied by it before attention
@@ -150,6 +148,7 @@ struct model {
 	struct gguf_file *gf;		/* the file the tensors point into */
 	bool owns_gf;			/* model_free() closes gf */
 	float *vec_buf;			/* storage of all F32 vectors */
+	size_t n_vec_floats;		/* floats of vec_buf in use */
 	char *names;			/* storage of the tensor names */
 };
 
@@ -178,17 +177,12 @@ const char *model_arch_list(void);
 
 /*
  * cos and sin of each rotated pair of position pos into cs[0..n_rot) for
- * RoPE variant r of hp: theta_i = pos * scale * base^(-2i / n_rot), the
- * power built by repeated multiplication in float, then divided by
- * freqs[i] where the variant has them.  The one definition every backend
- * uses, so that they rotate by the same bits.  model_rope_row() is
- * variant 0.
+ * RoPE variant r: theta_i = pos * scale * base^(-2i / n_rot), the power
+ * built by repeated multiplication in float, then divided by freqs[i]
+ * where the variant has them (see struct model_rope for YaRN and the
+ * magnitude).  The one definition every backend uses, so that they rotate
+ * by the same bits.
  */
-void model_rope_row_at(float *cs, int pos, const struct model_hparams *hp,
-    int r);
-void model_rope_row(float *cs, int pos, const struct model_hparams *hp);
-
-/* The same for variant *r itself. */
 void model_rope_cs(float *cs, int pos, const struct model_rope *r, int n_rot);
 
 /*

@@ -1039,7 +1039,7 @@ START_TEST(test_spec_equations)
 	ck_assert(r.m->tied == sp->tied);
 	ck_assert_int_eq(r.m->hp.n_head_kv, sp->n_kv);
 	ck_assert_int_eq(r.m->hp.n_rot, sp->n_rot);
-	ck_assert_float_eq(r.m->hp.rope_scale, 1.0f / sp->factor);
+	ck_assert_float_eq(r.m->hp.rope[0].scale, 1.0f / sp->factor);
 	p.kv_f32 = true;
 	rig_open_model(&r, &p);
 	seq = kv_seq_new(be_kv(r.be));

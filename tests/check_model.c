@@ -131,8 +131,8 @@ START_TEST(test_aidreams_hparams)
 	ck_assert_int_eq(hp->n_rot, 16);
 	ck_assert_int_eq(hp->n_ctx_train, 128);
 	ck_assert_float_eq_tol(hp->rms_eps, 1e-5f, 1e-12f);
-	ck_assert_float_eq(hp->rope_base, 10000.0f);
-	ck_assert_float_eq(hp->rope_scale, 1.0f);
+	ck_assert_float_eq(hp->rope[0].base, 10000.0f);
+	ck_assert_float_eq(hp->rope[0].scale, 1.0f);
 	ck_assert(!m->tied);
 	ck_assert_uint_eq(m->tok_embd.type, CP_T_F32);
 	ck_assert_int_eq(m->output.rows, 512);
@@ -627,7 +627,7 @@ START_TEST(test_rope_yarn)
 	ck_assert_msg(mini_load(&mm, &m, &e) == 0, "%s", e.msg);
 	ck_assert_int_eq(m->hp.n_rot, 32);
 	for (int k = 0; k < 3; k++) {
-		model_rope_row(cs, pos[k], &m->hp);
+		model_rope_cs(cs, pos[k], &m->hp.rope[0], m->hp.n_rot);
 		for (int i = 0; i < 32; i++)
 			ck_assert_msg(fabsf(cs[i] - want[k][i]) <= 2e-6f,
 			    "position %d, value %d: %.9g, llama.cpp %.9g",
@@ -741,7 +741,7 @@ START_TEST(test_mini_variants)
 	ck_assert_int_eq(m->hp.n_head_kv, 2);	/* defaults to head_count */
 	ck_assert_int_eq(m->hp.head_dim, 32);
 	ck_assert_int_eq(m->hp.n_rot, 32);	/* defaults to head_dim */
-	ck_assert_float_eq(m->hp.rope_base, 10000.0f);
+	ck_assert_float_eq(m->hp.rope[0].base, 10000.0f);
 	ck_assert(!m->tied);
 	model_free(m);
 	/* tied output: the embedding is the output matrix */
