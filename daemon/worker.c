@@ -427,7 +427,8 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 	sr.n_prompt = n;
 	sr.max_tokens = max;
 	/* the lane is for what the prefix cache does not hold */
-	sr.held = wk_lane_wants(w, n - wk_prefix_peek(w, r, n));
+	sr.held = wk_lane_wants(w, n) &&
+	    wk_lane_wants(w, n - wk_prefix_peek(w, r, n));
 	if ((rc = sched_add(w->sched, &sr, e)) < 0)
 		return rc;
 	r->handle = rc;

@@ -121,7 +121,10 @@ void wk_fail(struct worker *w, const struct wreq *r, int err,
 /* sched's admit_cached(): shares the cached blocks of the request. */
 int wk_prefix_admit(void *arg, int req, uint64_t req_id, int n_seq);
 
-/* Positions of r's first n tokens the cache would give now (no change). */
+/*
+ * Positions of r's first n tokens the cache would give now, their blocks
+ * in w->pfx_blocks (nothing shared yet).
+ */
 int wk_prefix_peek(struct worker *w, const struct wreq *r, int n);
 
 /*

@@ -36,46 +36,43 @@ prefix_salt(const struct worker *w, const struct wreq *r)
 }
 
 int
-wk_prefix_admit(void *arg, int req, uint64_t req_id, int n_seq)
-{
-	struct worker *w = arg;
-	struct wreq *r;
-	int bt, m, seq, max;
-
-	(void)req;
-	if (w->prefix == PREFIX_OFF || req_id >= (uint64_t)w->max_requests)
-		return 0;
-	r = &w->req[req_id];
-	if (r->seq >= 0 || r->lane_ready || n_seq > r->n_prompt + r->n_gen)
-		return 0;
-	bt = kv_params(w->kv)->block_tokens;
-	max = (n_seq - 1) / bt;
-	/* the last position is always computed: it gives the logits */
-	m = kv_prefix_match(w->kv, prefix_salt(w, r), r->toks, n_seq - 1,
-	    w->pfx_blocks, max < w->pfx_cap ? max : w->pfx_cap);
-	if (m == 0 || (seq = kv_seq_new(w->kv)) < 0)
-		return 0;
-	if (kv_seq_share(w->kv, seq, w->pfx_blocks, m) < 0) {
-		(void)kv_seq_free(w->kv, seq);
-		return 0;
-	}
-	r->seq = seq;
-	r->n_cached = m * bt < r->n_prompt ? m * bt : r->n_prompt;
-	w->es.tokens_prompt_cached += (uint64_t)r->n_cached;
-	return m * bt;
-}
-
-int
 wk_prefix_peek(struct worker *w, const struct wreq *r, int n)
 {
-	int bt;
+	int bt, max;
 
 	if (w->prefix == PREFIX_OFF || n < 2)
 		return 0;
 	bt = kv_params(w->kv)->block_tokens;
+	max = (n - 1) / bt < w->pfx_cap ? (n - 1) / bt : w->pfx_cap;
+	/* the last position is always computed: it gives the logits */
 	return bt * kv_prefix_match(w->kv, prefix_salt(w, r), r->toks, n - 1,
-	    w->pfx_blocks, (n - 1) / bt < w->pfx_cap ? (n - 1) / bt :
-	    w->pfx_cap);
+	    w->pfx_blocks, max);
+}
+
+int
+wk_prefix_admit(void *arg, int req, uint64_t req_id, int n_seq)
+{
+	struct worker *w = arg;
+	struct wreq *r;
+	int from, seq;
+
+	(void)req;
+	if (req_id >= (uint64_t)w->max_requests)
+		return 0;
+	r = &w->req[req_id];
+	if (r->seq >= 0 || r->lane_ready || n_seq > r->n_prompt + r->n_gen ||
+	    (from = wk_prefix_peek(w, r, n_seq)) == 0 ||
+	    (seq = kv_seq_new(w->kv)) < 0)
+		return 0;
+	if (kv_seq_share(w->kv, seq, w->pfx_blocks, from /
+	    kv_params(w->kv)->block_tokens) < 0) {
+		(void)kv_seq_free(w->kv, seq);
+		return 0;
+	}
+	r->seq = seq;
+	r->n_cached = from < r->n_prompt ? from : r->n_prompt;
+	w->es.tokens_prompt_cached += (uint64_t)r->n_cached;
+	return from;
 }
 
 void

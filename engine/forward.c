@@ -268,7 +268,7 @@ fwd_free(struct fwd *f)
  */
 struct fwd_mm_job {
 	int n_mat;
-	bool swiglu;		/* gated, with act */
+	bool gated;		/* a[0] = act(a[0]) * a[1] */
 	enum model_act act;
 	struct mm_args a[FWD_MAX_MATS];
 	const void *scratch[FWD_MAX_MATS];
@@ -312,7 +312,7 @@ fwd_mm_task(void *arg, int task, int thread)
 	if (o1 > j->a[i].n_out)
 		o1 = j->a[i].n_out;
 	mm_rows(&j->a[i], j->scratch[i], o0, o1);
-	if (j->swiglu) {
+	if (j->gated) {
 		mm_rows(&j->a[1], j->scratch[1], o0, o1);
 		fwd_glu(&j->a[0], &j->a[1], o0, o1, j->act);
 	}
@@ -372,7 +372,7 @@ fwd_prep_task(void *arg, int task, int thread)
 static void
 fwd_mm_run(struct fwd *f, struct fwd_mm_job *j)
 {
-	int n_task_mats = j->swiglu ? 1 : j->n_mat, n_tasks = 0, i, k;
+	int n_task_mats = j->gated ? 1 : j->n_mat, n_tasks = 0, i, k;
 	struct fwd_prep_job pj = { .j = j, .n_prep = 0 };
 
 	for (i = 0; i < j->n_mat; i++) {
@@ -796,7 +796,7 @@ fwd_layer(struct fwd *f, int il)
 	f->layer = il;
 	fwd_rows(f, fwd_row_attn_norm, T);
 	j.n_mat = 0;
-	j.swiglu = false;
+	j.gated = false;
 	fwd_mm_add(&j, &l->wq, f->xn, T, f->q);
 	fwd_mm_add(&j, &l->wk, f->xn, T, f->k);
 	fwd_mm_add(&j, &l->wv, f->xn, T, f->v);
@@ -808,13 +808,13 @@ fwd_layer(struct fwd *f, int il)
 	fwd_mm_run(f, &j);
 	fwd_rows(f, fwd_row_ffn_norm, T);
 	j.n_mat = 0;
-	j.swiglu = true;
+	j.gated = true;
 	j.act = f->m->hp.act;
 	fwd_mm_add(&j, &l->w_gate, f->xn, T, f->gate);
 	fwd_mm_add(&j, &l->w_up, f->xn, T, f->up);
 	fwd_mm_run(f, &j);
 	j.n_mat = 0;
-	j.swiglu = false;
+	j.gated = false;
 	fwd_mm_add(&j, &l->w_down, f->gate, T, f->tmp);
 	fwd_mm_run(f, &j);
 }
@@ -878,7 +878,7 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 	}
 	f->b = NULL;
 	if (n_out > 0) {
-		struct fwd_mm_job mj = { .n_mat = 0, .swiglu = false };
+		struct fwd_mm_job mj = { .n_mat = 0, .gated = false };
 
 		fwd_mm_add(&mj, &m->output, f->xn, n_out, logits);
 		fwd_mm_run(f, &mj);

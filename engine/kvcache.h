@@ -213,9 +213,6 @@ int kv_seq_publish(struct kv_cache *kv, int seq, uint64_t salt,
 int kv_blocks_cached(const struct kv_cache *kv);
 uint64_t kv_evictions(const struct kv_cache *kv);
 
-/* Free every idle cached block (held ones stay cached). */
-void kv_prefix_clear(struct kv_cache *kv);
-
 /* Verify invariants 1-4 above; 0 or -EFAULT (with e saying which broke). */
 int kv_check(const struct kv_cache *kv, struct cp_err *e);
 

@@ -343,15 +343,3 @@ kv_evictions(const struct kv_cache *kv)
 {
 	return kv->evictions;
 }
-
-void
-kv_prefix_clear(struct kv_cache *kv)
-{
-	while (kv->lru_head >= 0) {
-		int b = kv->lru_head;
-
-		kv_lru_unlink(kv, b);
-		kv_remove(kv, b);
-		kv->free_stack[kv->n_free++] = b;
-	}
-}

@@ -566,10 +566,6 @@ START_TEST(test_prefix_random)
 			ck_assert_int_eq(kv_seq_free(kv, s), 0);
 	ck_assert_int_eq(kv_blocks_free(kv), 18);
 	assert_consistent(kv);
-	kv_prefix_clear(kv);
-	ck_assert_int_eq(kv_blocks_cached(kv), 0);
-	ck_assert_int_eq(kv_blocks_free(kv), 18);
-	assert_consistent(kv);
 	kv_free(kv);
 }
 END_TEST
