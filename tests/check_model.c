@@ -573,6 +573,21 @@ START_TEST(test_family_refusals)
 }
 END_TEST
 
+/* Variant r's cos and sin pairs at pos are llama.cpp's want (n_rot). */
+static void
+assert_rope(const struct model_rope *r, int n_rot, int pos,
+    const float *want)
+{
+	float cs[64];
+
+	ck_assert_int_le(n_rot, 64);
+	model_rope_cs(cs, pos, r, n_rot);
+	for (int i = 0; i < n_rot; i++)
+		ck_assert_msg(fabsf(cs[i] - want[i]) <= 2e-6f, "position %d, "
+		    "value %d: %.9g, llama.cpp %.9g", pos, i, (double)cs[i],
+		    (double)want[i]);
+}
+
 /*
  * YaRN (rope.scaling.type yarn, factor 4, original context 4096, base
  * 10000, 32 rotated dims): the cos and sin pairs of three positions as
@@ -619,20 +634,14 @@ START_TEST(test_rope_yarn)
 	struct mini mm = mini_default();
 	struct cp_err e;
 	struct model *m;
-	float cs[32];
 
 	mm.rope_scaling = "yarn";
 	mm.rope_factor = 4.0f;
 	mm.rope_orig_ctx = 4096;
 	ck_assert_msg(mini_load(&mm, &m, &e) == 0, "%s", e.msg);
 	ck_assert_int_eq(m->hp.n_rot, 32);
-	for (int k = 0; k < 3; k++) {
-		model_rope_cs(cs, pos[k], &m->hp.rope[0], m->hp.n_rot);
-		for (int i = 0; i < 32; i++)
-			ck_assert_msg(fabsf(cs[i] - want[k][i]) <= 2e-6f,
-			    "position %d, value %d: %.9g, llama.cpp %.9g",
-			    pos[k], i, (double)cs[i], (double)want[k][i]);
-	}
+	for (int k = 0; k < 3; k++)
+		assert_rope(&m->hp.rope[0], 32, pos[k], want[k]);
 	model_free(m);
 }
 END_TEST
@@ -678,7 +687,6 @@ START_TEST(test_rope_longrope)
 	struct model_rope r;
 	struct model *m;
 	char path[512];
-	float cs[16];
 
 	ck_assert_ptr_nonnull(w);
 	snprintf(path, sizeof(path), "%s/check_model-%ld-phi3.gguf",
@@ -720,13 +728,8 @@ START_TEST(test_rope_longrope)
 	r = model_rope_for_ctx(m, 0, 4097);
 	ck_assert_float_eq(r.freqs[7], 12.0f);		/* long */
 	ck_assert_float_eq(r.attn_factor, 1.1902380714f);
-	for (int k = 0; k < 3; k++) {
-		model_rope_cs(cs, pos[k], &r, 16);
-		for (int i = 0; i < 16; i++)
-			ck_assert_msg(fabsf(cs[i] - want[k][i]) <= 2e-6f,
-			    "position %d, value %d: %.9g, llama.cpp %.9g",
-			    pos[k], i, (double)cs[i], (double)want[k][i]);
-	}
+	for (int k = 0; k < 3; k++)
+		assert_rope(&r, 16, pos[k], want[k]);
 	model_free(m);
 }
 END_TEST
