@@ -130,9 +130,9 @@ struct ep_event {
 	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens; PROGRESS:
 				   prompt tokens computed so far */
 	uint32_t n_gen;		/* DONE/ERROR: generated tokens */
-	uint32_t n_total;	/* PROGRESS: the prompt's tokens; DONE: of
-				   its n_prompt, those the prefix cache
-				   gave; else 0 */
+	uint32_t n_total;	/* PROGRESS: the prompt's tokens; else 0 */
+	uint32_t n_cached;	/* DONE: of n_prompt, the tokens the prefix
+				   cache gave; else 0 */
 	uint32_t text_off;	/* text is batch->text + text_off ... */
 	uint32_t text_len;	/* ... for text_len bytes */
 	uint64_t step;		/* the step that sampled the token, computed

@@ -940,7 +940,7 @@ sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
 			q.finish = CP_FINISH_STALLED;
 		q.n_prompt = ev->n_prompt;
 		q.n_gen = ev->n_gen;
-		q.n_cached = ev->n_total <= ev->n_prompt ? ev->n_total : 0;
+		q.n_cached = ev->n_cached <= ev->n_prompt ? ev->n_cached : 0;
 		break;
 	default:
 		q.type = CP_EV_ERROR;

@@ -171,7 +171,7 @@ emit_done(struct worker *w, const struct wreq *r, uint32_t finish,
 	ev.token = -1;
 	ev.n_prompt = (uint32_t)r->n_prompt;
 	ev.n_gen = (uint32_t)r->n_gen;
-	ev.n_total = (uint32_t)r->n_cached;
+	ev.n_cached = (uint32_t)r->n_cached;
 	emit(w, &ev, text, len);
 }
 
