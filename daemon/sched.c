@@ -52,7 +52,8 @@
  *   2. decode: each unpaused DECODING request, oldest arrival first,
  *      gets 1 token;
  *   3. continue prefills: each unpaused PREFILLING request, oldest first,
- *      gets min(rest of its sequence, max_prefill_chunk, budget left);
+ *      gets min(rest of its sequence, max_prefill_chunk, budget left),
+ *      less what the pacer (pace_rows) refuses;
  *   4. admit: while budget and max_seqs allow and nothing was preempted
  *      in this step, take the next client in round-robin order and admit
  *      its oldest waiting request that is neither paused nor held, if the
@@ -60,7 +61,9 @@
  *      watermark (any request fits an empty pool); its first chunk starts
  *      at pos = n_cached, or when that is 0 at what the caller's
  *      admit_cached() says it holds (the prefix cache), and is
- *      min(n_seq - pos, max_prefill_chunk, budget left) tokens.  The
+ *      min(n_seq - pos, max_prefill_chunk, budget left) tokens, less what
+ *      the pacer refuses (when it refuses even one row at the request's
+ *      n_cached, the phase ends).  The
  *      blocks are counted as if the request held all of them alone: a
  *      shared cached block is counted once per request holding it, so
  *      the engine's pool always has what the plan counts, and the cache
@@ -75,6 +78,12 @@
  * as long from its start to its end, instead of growing by the end to
  * set the streams' worst inter-token time.  A chunk gets at least one
  * token when any budget is left (its cost then takes the rest).
+ *
+ * The pacer (pace_begin, pace_rows, pace_take: a latency target) only
+ * lowers the prompt rows of a step: it sees the step's decodes, then
+ * every prompt chunk before it is planned, and may cut it; the step's
+ * first prompt chunk keeps at least one row, and a later one cut to 0
+ * ends phases 3 and 4.
  *
  * A decode that needs a block when none is free takes blocks from the
  * newest running request (largest arrival), preempting it, and is itself
@@ -129,7 +138,8 @@
  *     unpaused it progresses every step: its decode token, or a chunk of
  *     at least one token (min(rest of its sequence, max_prefill_chunk,
  *     max_batch_tokens - max_seqs + 1) tokens without
- *     attention_cost_tokens).  With invariant 5 this rules out deadlock, and
+ *     attention_cost_tokens and a pacer; with a pacer, at least one: the
+ *     oldest prefilling request's chunk is the step's first).  With invariant 5 this rules out deadlock, and
  *     since arrival order is total, every request eventually becomes the
  *     oldest (pauses and holds aside).
  * 12. Admission is round-robin across clients with waiting requests, one
@@ -158,6 +168,11 @@
  *     waits or who is preempted, and every shared block stays counted for
  *     each request holding it, so the plan never counts fewer blocks than
  *     the engine's pool holds for it.
+ * 17. The pacer changes only how many prompt rows a step takes (phases 3
+ *     and 4), never the decodes, the order of the chunks or who is
+ *     admitted before whom; every step that plans
+ *     prompt work plans at least one prompt row, so no prompt waits
+ *     forever for the target.
  *
  * COST: nothing is allocated after sched_new.  A step is O(running +
  * clients on the ring + waiting requests skipped for being paused or
@@ -228,6 +243,7 @@ struct sched {
 	int n_cancel;
 	int budget;			/* tokens left in the step planned */
 	bool preempted;			/* a preemption happened in this step */
+	bool prompt_planned;		/* a prompt chunk is planned in it */
 	bool open;			/* plan awaits sched_commit */
 	uint64_t arrival_next;
 	struct sched_stats st;
@@ -323,6 +339,10 @@ config_resolve(const struct sched_config *in, struct sched_config *c,
 	if ((rc = check_range(e, "attention_cost_tokens",
 	    c->attention_cost_tokens, 0, SCHED_MAX_CTX)) != 0)
 		return rc;
+	if ((c->pace_begin == NULL) != (c->pace_rows == NULL) ||
+	    (c->pace_rows == NULL) != (c->pace_take == NULL))
+		return cp_err_set(e, -EINVAL, "sched: pace_begin, pace_rows "
+		    "and pace_take go together");
 	if (c->kv_watermark_blocks == 0) {
 		c->kv_watermark_blocks = c->kv_total_blocks / 100;
 		if (c->kv_watermark_blocks < 1)
@@ -716,6 +736,27 @@ chunk_fit(const struct sched *s, int pos, int n)
 	return lo;
 }
 
+/*
+ * The rows of n prompt tokens from pos that the pacer lets the step take:
+ * all without one, at least one for the step's first prompt chunk, else
+ * 0..n.
+ */
+static int
+pace(const struct sched *s, int pos, int n)
+{
+	const struct sched_config *c = &s->cfg;
+	int m;
+
+	if (c->pace_rows == NULL)
+		return n;
+	m = c->pace_rows(c->pace_arg, pos, n);
+	if (m > n)
+		m = n;
+	if (m < 1)
+		m = s->prompt_planned ? 0 : 1;
+	return m;
+}
+
 static void
 plan_item(struct sched *s, int i, int n)
 {
@@ -737,6 +778,11 @@ plan_item(struct sched *s, int i, int n)
 	x->n = n;
 	x->logits = r->n_computed + n == r->n_prompt + r->n_gen;
 	x->finish = SCHED_RUN;
+	if (r->state == SCHED_DECODING)
+		return;
+	s->prompt_planned = true;
+	if (s->cfg.pace_take != NULL)
+		s->cfg.pace_take(s->cfg.pace_arg, x->pos, n);
 }
 
 /*
@@ -824,6 +870,10 @@ step_prefill(struct sched *s)
 		if (n > s->cfg.max_prefill_chunk)
 			n = s->cfg.max_prefill_chunk;
 		n = chunk_fit(s, r->n_computed, n);
+		if ((n = pace(s, r->n_computed, n)) == 0) {
+			s->budget = 0;	/* the step's time is spent */
+			return;
+		}
 		while (blocks_for(s, r->n_computed + n) - r->n_blocks >
 		    s->kv_free && s->run_tail != i)
 			preempt(s, s->run_tail);
@@ -873,7 +923,7 @@ step_admit(struct sched *s)
 		n = r->n_prompt + r->n_gen;
 		room = s->kv_free == c->kv_total_blocks ? s->kv_free :
 		    s->kv_free - c->kv_watermark_blocks;
-		if (blocks_for(s, n) > room)
+		if (blocks_for(s, n) > room || pace(s, r->n_cached, 1) == 0)
 			return;
 		/* the first chunk follows the positions the caller holds */
 		pos = r->n_cached;
@@ -887,6 +937,8 @@ step_admit(struct sched *s)
 		if (n > c->max_prefill_chunk)
 			n = c->max_prefill_chunk;
 		n = chunk_fit(s, pos, n);
+		if ((n = pace(s, pos, n)) == 0)
+			n = 1;	/* one row fit above, before the cache moved pos */
 		s->cursor = s->cl[cl].ring_next;
 		wait_pop(s, i);
 		run_push(s, i);
@@ -912,10 +964,21 @@ sched_step(struct sched *s, struct sched_plan *plan)
 	p->n_items = 0;
 	s->budget = s->cfg.max_batch_tokens;
 	s->preempted = false;
+	s->prompt_planned = false;
 
 	step_cancel(s);
 	step_decode(s);
 	p->n_decode = p->n_items;
+	if (s->cfg.pace_begin != NULL) {
+		int64_t pos_sum = 0;
+
+		for (k = j = 0; k < p->n_items; k++)
+			if (s->items[k].n > 0) {
+				pos_sum += s->items[k].pos;
+				j++;
+			}
+		s->cfg.pace_begin(s->cfg.pace_arg, j, pos_sum);
+	}
 	step_prefill(s);
 	if (!s->preempted)
 		step_admit(s);

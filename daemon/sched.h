@@ -68,6 +68,21 @@ struct sched_config {
 	 */
 	int (*admit_cached)(void *arg, int req, uint64_t req_id, int n_seq);
 	void *admit_arg;
+	/*
+	 * Optional, a latency target's say in each step (the worker's pacer,
+	 * pacer.h), all three or none: pace_begin() once the step's decodes
+	 * are planned, with their count and the sum of their positions;
+	 * pace_rows() before a prompt chunk, with its first position and the
+	 * rows the budget allows it, returns the rows it may take (more
+	 * than asked counts as all of them); pace_take() for each prompt
+	 * chunk planned.  The step's first prompt chunk takes at least one
+	 * row whatever pace_rows() says; after it, a chunk given 0 rows ends
+	 * the step's prompt work.
+	 */
+	void (*pace_begin)(void *arg, int n_decode, int64_t pos_sum);
+	int (*pace_rows)(void *arg, int pos, int n);
+	void (*pace_take)(void *arg, int pos, int n);
+	void *pace_arg;
 };
 
 enum sched_state {

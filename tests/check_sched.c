@@ -1578,6 +1578,8 @@ struct workload {
 	int p_held;		/* per arrival: queued held */
 	int p_unhold;		/* per held request and step */
 	int p_hold;		/* per live request and step: sched_hold() */
+	int p_pace;		/* per prompt chunk: a pacer cuts it, to 0
+				   half the time (-1: no pacer) */
 };
 
 struct sim {
@@ -1593,6 +1595,10 @@ struct sim {
 	int preempted, preempted_before, finished;
 	int cached_admitted, cached_preempted;
 	int held_back;		/* prefilling requests sched_hold() took */
+	/* the pacer's view of the step being planned */
+	int pace_decode;	/* pace_begin()'s decodes */
+	int pace_rows;		/* pace_take()'s prompt rows */
+	int pace_cut;		/* chunks the pacer cut, in all */
 };
 
 static uint64_t
@@ -1919,6 +1925,8 @@ sim_items(struct sim *m, const struct sched_plan *p)
 		while (want > 1 && sim_chunk_cost(c, it->pos, want) >
 		    c->max_batch_tokens - c->max_seqs + 1)
 			want--;
+		if (m->w->p_pace >= 0)
+			want = 1;	/* a pacer may cut it to one row */
 		SIM_INT(it->n, >=, want);
 	}
 }
@@ -2008,6 +2016,59 @@ sim_compare(struct sim *m)
 	SIM_UINT(st.finished, ==, (uint64_t)m->finished);
 }
 
+/*
+ * A pacer that cuts p_pace % of the chunks, to 0 rows half of those times
+ * (invariant 17: the step's first chunk still gets a row).
+ */
+static void
+sim_pace_begin(void *arg, int n, int64_t pos_sum)
+{
+	struct sim *m = arg;
+
+	(void)pos_sum;
+	m->pace_decode = n;
+	m->pace_rows = 0;
+}
+
+static int
+sim_pace_rows(void *arg, int pos, int n)
+{
+	struct sim *m = arg;
+
+	(void)pos;
+	if ((int)rnd(m, 100) >= m->w->p_pace)
+		return n;
+	m->pace_cut++;
+	return rnd(m, 2) == 0 ? 0 : (int)rnd(m, (uint64_t)n + 1);
+}
+
+static void
+sim_pace_take(void *arg, int pos, int n)
+{
+	struct sim *m = arg;
+
+	(void)pos;
+	m->pace_rows += n;
+}
+
+/* The plan's decodes and prompt rows are what the pacer saw (inv. 17). */
+static void
+sim_pace_check(struct sim *m, const struct sched_plan *p)
+{
+	int rows = 0, preempts = 0;
+
+	if (m->w->p_pace < 0)
+		return;
+	for (int k = p->n_decode; k < p->n_items; k++)
+		rows += p->items[k].n;
+	for (int k = 0; k < p->n_rel; k++)
+		preempts += p->rel[k].why == SCHED_REL_PREEMPT;
+	SIM_INT(p->n_decode, <=, m->pace_decode);
+	SIM_INT(rows, <=, m->pace_rows);
+	if (preempts == 0)
+		SIM_INT(rows, ==, m->pace_rows);
+}
+
 static void
 sim_one_step(struct sim *m)
 {
@@ -2015,6 +2076,7 @@ sim_one_step(struct sim *m)
 
 	m->preempted_before = m->preempted;
 	SIM_INT(sched_step(m->s, &p), ==, 0);
+	sim_pace_check(m, &p);
 	sim_releases(m, &p);
 	sim_items(m, &p);
 	sim_commit(m, &p);
@@ -2027,10 +2089,17 @@ run_workload(const struct workload *w)
 	struct kv_params kp;
 	struct cp_err e = { 0 };
 	struct sim m = { .w = w, .rng = w->seed };
+	struct sched_config c = w->cfg;
 	struct sim_req *x;
 	int t;
 
-	m.s = mk(w->cfg);
+	if (w->p_pace >= 0) {
+		c.pace_begin = sim_pace_begin;
+		c.pace_rows = sim_pace_rows;
+		c.pace_take = sim_pace_take;
+		c.pace_arg = &m;
+	}
+	m.s = mk(c);
 	m.c = *sched_config(m.s);
 	m.kv_free = m.c.kv_total_blocks;
 	m.cap = w->steps * w->n_clients;
@@ -2080,6 +2149,9 @@ run_workload(const struct workload *w)
 	if (w->p_hold > 0)
 		ck_assert_msg(m.held_back > 0, "%s: no prefill taken back",
 		    w->name);
+	if (w->p_pace > 0)
+		ck_assert_msg(m.pace_cut > 0, "%s: the pacer cut nothing",
+		    w->name);
 	kv_free(m.kv);
 	free(m.r);
 	sched_free(m.s);
@@ -2095,37 +2167,47 @@ run_workload(const struct workload *w)
  */
 static const struct workload workloads[] = {
 	{ "small pool, preemption",
-	  { 32, 6, 8, 64, 8, 4, 24, 1, 96, 0, NULL, NULL },
+	  { 32, 6, 8, 64, 8, 4, 24, 1, 96, 0, NULL, NULL, NULL, NULL, NULL, NULL },
 	  1, 4, 600, 150, 48, 32, 3, 5, 100, 2, 10, 300, 5, true, 100, 100,
-	  20 },
+	  20, -1 },
 	{ "long prompts, 16-token blocks",
-	  { 64, 8, 6, 40, 5, 16, 12, 0, 200, 0, NULL, NULL },
+	  { 64, 8, 6, 40, 5, 16, 12, 0, 200, 0, NULL, NULL, NULL, NULL, NULL, NULL },
 	  2, 5, 600, 60, 160, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100,
-	  20 },
+	  20, -1 },
 	{ "big pool, table full",
-	  { 128, 0, 16, 24, 3, 0, 1000, 0, 512, 0, NULL, NULL },
+	  { 128, 0, 16, 24, 3, 0, 1000, 0, 512, 0, NULL, NULL, NULL, NULL, NULL, NULL },
 	  3, 3, 400, 400, 300, 30, 4, 5, 100, 2, 10, 300, 2, false, 100, 100,
-	  0 },
+	  0, -1 },
 	{ "one-token blocks, no watermark",
-	  { 8, 3, 4, 0, 3, 1, 20, SCHED_NO_WATERMARK, 20, 0, NULL, NULL },
+	  { 8, 3, 4, 0, 3, 1, 20, SCHED_NO_WATERMARK, 20, 0, NULL, NULL, NULL, NULL, NULL, NULL },
 	  4, 3, 800, 100, 14, 10, 4, 5, 150, 2, 10, 300, 3, true, 100, 100,
-	  20 },
+	  20, -1 },
 	{ "max_seqs == max_batch_tokens",
-	  { 4, 2, 4, 0, 6, 2, 16, 2, 32, 0, NULL, NULL },
+	  { 4, 2, 4, 0, 6, 2, 16, 2, 32, 0, NULL, NULL, NULL, NULL, NULL, NULL },
 	  5, 6, 800, 50, 12, 16, 4, 5, 150, 2, 10, 300, 3, true, 100, 100,
-	  20 },
+	  20, -1 },
 	{ "no cancels, no pauses, heavy preemption",
-	  { 48, 12, 12, 0, 4, 8, 30, 1, 240, 0, NULL, NULL },
+	  { 48, 12, 12, 0, 4, 8, 30, 1, 240, 0, NULL, NULL, NULL, NULL, NULL, NULL },
 	  6, 4, 600, 120, 100, 100, 0, 0, 0, 0, 5, 100, 0, true, 100, 100,
-	  20 },
+	  20, -1 },
 	{ "attention cost, long prompts",
-	  { 64, 32, 6, 40, 5, 16, 40, 0, 400, 50, NULL, NULL },
+	  { 64, 32, 6, 40, 5, 16, 40, 0, 400, 50, NULL, NULL, NULL, NULL, NULL, NULL },
 	  7, 5, 1200, 30, 360, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100,
-	  20 },
+	  20, -1 },
 	{ "attention cost larger than the budget",
-	  { 8, 8, 4, 0, 3, 4, 30, 1, 64, 3, NULL, NULL },
+	  { 8, 8, 4, 0, 3, 4, 30, 1, 64, 3, NULL, NULL, NULL, NULL, NULL, NULL },
 	  8, 3, 800, 100, 40, 16, 4, 5, 150, 2, 10, 300, 3, false, 100, 100,
-	  0 },
+	  0, -1 },
+	{ "a stingy pacer, long prompts",
+	  { 64, 8, 6, 40, 5, 16, 12, 0, 200, 0, NULL, NULL, NULL, NULL, NULL,
+	    NULL },
+	  9, 5, 600, 60, 160, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100,
+	  20, 60 },
+	{ "a stingy pacer, attention cost",
+	  { 64, 32, 6, 40, 5, 16, 40, 0, 400, 50, NULL, NULL, NULL, NULL, NULL,
+	    NULL },
+	  10, 5, 1200, 30, 360, 40, 3, 3, 200, 1, 5, 200, 3, true, 100, 100,
+	  20, 90 },
 };
 
 START_TEST(test_random_workloads)
