@@ -33,7 +33,8 @@ enum cfg_type {
 	T_PATH,		/* string, no control bytes; max = longest length */
 	T_NAME,		/* user or group name or numeric id, may be "" */
 	T_ENUM,		/* one of values[] */
-	T_INT,		/* decimal integer min..max */
+	T_INT,		/* decimal integer min..max, or one of values[]
+			   (when not NULL): the first is -1, the next -2 */
 	T_MODE,		/* octal permission bits min..max, owner rw set */
 	T_KV,		/* tokens min..max, or KV_MIB_MAX MiB with a unit */
 	T_SIZE,		/* bytes min..max, optional KiB/MiB/GiB unit */
@@ -66,6 +67,7 @@ static const char *const prefix_values[] = { "uid", "global", "off",
     NULL };
 static const char *const log_values[] = { "error", "warn", "info", "debug",
     NULL };
+static const char *const auto_values[] = { "auto", NULL };
 
 #define F(f) offsetof(struct cpd_config, f)
 
@@ -92,13 +94,23 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	    "a prompt token at position p counts as 1 + p / this against "
 	    "max_batch_tokens, so that chunks shrink as a long prompt's "
 	    "context grows and its steps stay as long; 0 counts it as 1" },
+	[CONFIG_MAX_INTER_TOKEN_MS] = { "max_inter_token_ms", T_INT,
+	    F(max_inter_token_ms), 0, 0, 600000, 0, auto_values, "auto",
+	    "a latency target: each step takes only the prompt work that "
+	    "keeps it, and so the decoding streams' gap between two tokens, "
+	    "under this many milliseconds, as a model of the measured step "
+	    "times predicts, and prompts get the rest of the machine; auto is "
+	    "3 times the recent median of steps that only decode; 0 turns the "
+	    "target off (prompt chunks then follow max_prefill_chunk, and "
+	    "long ones prefill_lane_tokens)" },
 	[CONFIG_PREFILL_LANE_TOKENS] = { "prefill_lane_tokens", T_INT,
 	    F(prefill_lane_tokens), 0, 0, 1 << 24, 0, NULL, "256",
-	    "a prompt of at least this many tokens is prefilled by a second "
-	    "forward pass on its own threads (half of them) while the other "
-	    "requests' steps run on the rest, one such prompt at a time: at "
-	    "once when others are live, else when others arrive (the rest of "
-	    "it); CPU backend with 2 or more threads only; 0 never does" },
+	    "with max_inter_token_ms 0, a prompt of at least this many tokens "
+	    "is prefilled by a second forward pass on its own threads (half "
+	    "of them) while the other requests' steps run on the rest, one "
+	    "such prompt at a time: at once when others are live, else when "
+	    "others arrive (the rest of it); CPU backend with 2 or more "
+	    "threads only; 0 never does" },
 	[CONFIG_MAX_SEQS] = { "max_seqs", T_INT, F(max_seqs), 0,
 	    1, 4096, 0, NULL, "64",
 	    "most sequences in one step" },
@@ -507,6 +519,10 @@ parse_scalar(const struct cfg_key *k, const char *s, size_t len, int plain,
 	case T_MODE:
 		return parse_mode(k, s, len, v, w, wsize);
 	case T_INT:
+		if (k->values != NULL && enum_find(k, s, len, &v->i)) {
+			v->i = -1 - v->i;
+			return 0;
+		}
 		if (!plain)
 			return why(w, wsize, -EINVAL,
 			    "expected an integer, got a quoted string");
@@ -703,7 +719,9 @@ config_key_allowed(size_t i, char *buf, size_t size)
 		}
 		break;
 	case T_INT:
-		r = snprintf(buf, size, "%lld..%lld%s", k->min, k->max,
+		r = snprintf(buf, size, "%s%s%lld..%lld%s",
+		    k->values != NULL ? k->values[0] : "",
+		    k->values != NULL ? " or " : "", k->min, k->max,
 		    k->pow2 ? ", a power of two" : "");
 		break;
 	case T_MODE:
@@ -1248,6 +1266,10 @@ check_field(const struct cpd_config *c, size_t i, struct cp_err *e)
 	case T_MODE:
 	case T_MS:
 		v = *(const int *)(const void *)(base + k->off);
+		if (k->type == T_INT && k->values != NULL && v < 0) {
+			bad = -1 - v >= enum_count(k);
+			break;
+		}
 		bad = v < k->min || v > k->max ||
 		    (k->pow2 && (v & (v - 1)) != 0) ||
 		    (k->type == T_MODE && (v & 0600) != 0600);
@@ -1389,8 +1411,11 @@ config_format(const struct cpd_config *c, size_t i, char *buf, size_t size)
 		r = snprintf(buf, size, "%s", k->values[v]);
 		break;
 	case T_INT:
-		r = snprintf(buf, size, "%d",
-		    *(const int *)(const void *)(base + k->off));
+		v = *(const int *)(const void *)(base + k->off);
+		if (k->values != NULL && v < 0 && -1 - v < enum_count(k))
+			r = snprintf(buf, size, "%s", k->values[-1 - v]);
+		else
+			r = snprintf(buf, size, "%d", v);
 		break;
 	case T_MODE:
 		r = snprintf(buf, size, "%04o",

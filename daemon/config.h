@@ -39,6 +39,7 @@ enum config_key {
 	CONFIG_MAX_BATCH_TOKENS,
 	CONFIG_MAX_PREFILL_CHUNK,
 	CONFIG_ATTENTION_COST_TOKENS,
+	CONFIG_MAX_INTER_TOKEN_MS,
 	CONFIG_PREFILL_LANE_TOKENS,
 	CONFIG_MAX_SEQS,
 	CONFIG_KV_CACHE,
@@ -95,6 +96,8 @@ struct cpd_config {
 	int max_prefill_chunk;		/* prompt tokens of one sequence per step */
 	int attention_cost_tokens;	/* a prompt token at position p counts
 					   1 + p / this in the budget; 0 = 1 */
+	int max_inter_token_ms;		/* latency target (pacer.h): > 0 ms,
+					   0 off, -1 auto */
 	int prefill_lane_tokens;	/* prompts this long prefill beside the
 					   steps (lane.h); 0 = never */
 	int max_seqs;			/* sequences per step */

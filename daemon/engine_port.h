@@ -169,6 +169,13 @@ struct ep_stats {
 	uint64_t requests_running;	/* holding KV */
 	uint64_t requests_paused;	/* PAUSEd (some of the two above) */
 	uint64_t preemptions;
+	uint64_t pace_target_us;	/* the latency target; 0: none */
+	uint64_t pace_est_us;		/* the last step's predicted time */
+	uint64_t pace_meas_us;		/* and its measured time */
+	uint64_t pace_err_us;		/* mean |predicted - measured| */
+	uint64_t pace_steps;		/* steps measured with decode rows */
+	uint64_t pace_missed;		/* of those, over the target */
+	uint64_t pace_missed_us;	/* by this much in all */
 	struct stats_hist step_prefill;	/* STATS_COUNT: prompt tokens */
 	struct stats_hist step_decode;	/* STATS_COUNT: decode tokens */
 	struct stats_hist step_seqs;	/* STATS_COUNT: sequences */

@@ -399,6 +399,7 @@ main(int argc, char **argv)
 		wp.be.kv_tokens = auto_kv_tokens(m, cfg.context);
 	wp.max_prefill_chunk = cfg.max_prefill_chunk;
 	wp.attention_cost_tokens = cfg.attention_cost_tokens;
+	wp.max_inter_token_ms = cfg.max_inter_token_ms;
 	wp.prefill_lane_tokens = cfg.prefill_lane_tokens;
 	wp.no_warmup = !cfg.warmup;
 	wp.prefix_cache = cfg.prefix_cache;

@@ -106,6 +106,14 @@ stats_wire(const struct stats_io *io, const struct ep_stats *es,
 	w->tokens_prompt_cached = es->tokens_prompt_cached;
 	w->kv_blocks_cached = es->kv_blocks_cached;	/* clamped below */
 	w->prefix_evictions = es->prefix_evictions;
+	w->pace_target_us = es->pace_target_us;
+	w->pace_est_us = es->pace_est_us;
+	w->pace_meas_us = es->pace_meas_us;
+	w->pace_err_us = es->pace_err_us;
+	w->pace_steps = es->pace_steps;
+	w->pace_missed = es->pace_missed < es->pace_steps ? es->pace_missed :
+	    es->pace_steps;
+	w->pace_missed_us = es->pace_missed_us;
 	w->tokens_generated = es->tokens_generated;
 	w->steps = es->steps;
 	/* used + free == total on the wire, whatever was published. */

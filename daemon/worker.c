@@ -751,6 +751,7 @@ step(struct worker *w)
 	struct sched_item *it;
 	struct wreq *r;
 	int k, rc, n_ent = 0, n_tok = 0, n_dec = 0;
+	uint64_t t0 = stats_now_ns();
 	bool sent;
 
 	/* Events of this step carry its number (emit()). */
@@ -794,6 +795,7 @@ step(struct worker *w)
 		lane_set_busy(w->lane, n_ent > 0);
 	if (n_ent > 0) {
 		step_run(w, &plan, n_ent, n_tok);
+		wk_pace_step(w, &plan, n_ent, t0);
 		for (k = 0; k < n_ent; k++) {
 			it = &plan.items[w->bitem[k]];
 			if (it->finish != SCHED_FIN_ERROR)
@@ -983,6 +985,7 @@ setup_sched(struct worker *w, const struct worker_params *p,
 	sc.attention_cost_tokens = p->attention_cost_tokens;
 	sc.admit_cached = wk_prefix_admit;
 	sc.admit_arg = w;
+	wk_pace_setup(w, p, &sc);
 	pool = (int64_t)sc.kv_total_blocks * kp->block_tokens;
 	w->pool_tokens = pool > INT_MAX ? INT_MAX : (int)pool;
 	return sched_new(&sc, &w->sched, e);

@@ -38,6 +38,9 @@ struct worker_params {
 					   (0 or above max_batch_tokens: the
 					   budget) */
 	int attention_cost_tokens;	/* sched_config's (0: off) */
+	int max_inter_token_ms;		/* the latency target (pacer.h):
+					   > 0 ms, -1 derived, 0 none (and
+					   the prefill lane may run) */
 	int prefill_lane_tokens;	/* prompts this long (and longer)
 					   prefill in the lane (lane.h) when
 					   it is free; 0: no lane.  CPU

@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "engine_port.h"
+#include "pacer.h"
 #include "sched.h"
 #include "tokenizer.h"
 #include "worker.h"
@@ -103,6 +104,8 @@ struct worker {
 	int prefix;			/* PREFIX_* of worker_params */
 	int32_t *pfx_blocks;		/* (pfx_cap) kv_prefix_match() out */
 	int pfx_cap;
+	struct pacer pacer;		/* the latency target (pacer.h) */
+	uint64_t t_pace_log_ns;		/* its last line in the log */
 	pthread_mutex_t pub_lock;
 	struct worker_stats pub;	/* published copy, pub_lock */
 	pthread_t th;
@@ -135,6 +138,16 @@ int wk_prefix_lane(struct worker *w, struct wreq *r);
 
 /* Publishes r's full written blocks (after a step that ran it). */
 void wk_prefix_publish(struct worker *w, const struct wreq *r);
+
+/* ---- worker_pace.c ----------------------------------------------------- */
+
+/* The pacer for p's target, and its hooks in sc when there is one. */
+void wk_pace_setup(struct worker *w, const struct worker_params *p,
+    struct sched_config *sc);
+
+/* plan's n_ent entries ran from t0 to w->t_step_ns: into the model. */
+void wk_pace_step(struct worker *w, const struct sched_plan *plan, int n_ent,
+    uint64_t t0);
 
 /* ---- worker_lane.c ----------------------------------------------------- */
 

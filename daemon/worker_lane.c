@@ -220,15 +220,19 @@ wake_engine(void *arg)
 	ep_wake_engine(arg);
 }
 
-/* The prefill lane, when asked for and the backend can share its cores. */
+/*
+ * The prefill lane, when asked for, the backend can share its cores and no
+ * latency target paces the steps: with one, a long prompt's chunks in the
+ * steps take all the time the streams leave (BENCHMARKS-serve.md).
+ */
 int
 wk_lane_setup(struct worker *w, const struct worker_params *p,
     struct cp_err *e)
 {
 	struct lane_params lp;
 
-	if (p->prefill_lane_tokens <= 0 || strcmp(be_name(w->be), "cpu") != 0 ||
-	    w->threads_all < 2)
+	if (p->prefill_lane_tokens <= 0 || pacer_on(&w->pacer) ||
+	    strcmp(be_name(w->be), "cpu") != 0 || w->threads_all < 2)
 		return 0;
 	memset(&lp, 0, sizeof(lp));
 	lp.model = w->model;

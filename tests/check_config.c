@@ -154,6 +154,7 @@ assert_spec_defaults(const struct cpd_config *c)
 	ck_assert_int_eq(c->client_stall_timeout_ms, 30000);
 	ck_assert_int_eq(c->drain_timeout_ms, 10000);
 	ck_assert_int_eq(c->log_level, CONFIG_LOG_INFO);
+	ck_assert_int_eq(c->max_inter_token_ms, -1);	/* auto */
 }
 
 /* The message of e starts with "t.yaml:line:col: " and holds want. */
@@ -401,6 +402,7 @@ START_TEST(test_every_key_takes_effect)
 	    "drain_timeout: 0ms\n"
 	    "attention_cost_tokens: 1500\n"
 	    "prefill_lane_tokens: 700\n"
+	    "max_inter_token_ms: 40\n"
 	    "warmup: false\n"
 	    "prefix_cache: global\n";
 	struct cpd_config c;
@@ -435,6 +437,7 @@ START_TEST(test_every_key_takes_effect)
 	ck_assert_int_eq(c.drain_timeout_ms, 0);
 	ck_assert_int_eq(c.attention_cost_tokens, 1500);
 	ck_assert_int_eq(c.prefill_lane_tokens, 700);
+	ck_assert_int_eq(c.max_inter_token_ms, 40);
 	ck_assert_int_eq(c.warmup, 0);
 	ck_assert_int_eq(c.prefix_cache, 1);	/* global */
 	ck_assert_str_eq(c.file, "t.yaml");
@@ -501,6 +504,11 @@ START_TEST(test_value_forms)
 	ck_assert_int_eq(parse("model: \"/m/\xc3\xa9t\xc3\xa9.gguf\"\n", &c, &e),
 	    0);
 	ck_assert_str_eq(c.model, "/m/\xc3\xa9t\xc3\xa9.gguf");
+	/* a word where a number may stand */
+	ck_assert_int_eq(parse("max_inter_token_ms: auto\n", &c, &e), 0);
+	ck_assert_int_eq(c.max_inter_token_ms, -1);
+	ck_assert_int_eq(config_set(&c, "max_inter_token_ms", "0", &e), 0);
+	ck_assert_int_eq(c.max_inter_token_ms, 0);
 }
 END_TEST
 
@@ -551,6 +559,11 @@ static const struct bad bad_values[] = {
 	{ "max_seqs: 4097\n", -ERANGE, 1, 11, "allowed: 1..4096" },
 	{ "context: 1048577\n", -ERANGE, 1, 10, "allowed: 0..1048576" },
 	{ "backend: gpu\n", -EINVAL, 1, 10, "allowed: auto, cpu, cuda" },
+	{ "max_inter_token_ms: fast\n", -EINVAL, 1, 21, "'fast' is not a "
+	    "decimal integer; allowed: auto or 0..600000" },
+	{ "max_inter_token_ms: 600001\n", -ERANGE, 1, 21, "out of range" },
+	{ "max_inter_token_ms: -1\n", -ERANGE, 1, 21, "out of range" },
+	{ "max_inter_token_ms: 40ms\n", -EINVAL, 1, 21, "not a decimal" },
 	{ "backend: CPU\n", -EINVAL, 1, 10, "'CPU' is not a known value" },
 	{ "log_level: verbose\n", -EINVAL, 1, 12,
 	    "allowed: error, warn, info, debug" },

@@ -518,7 +518,7 @@ chunk_attempt(const struct cpd *d, const int32_t *want, int n_want,
 START_TEST(test_chunked_prefill)
 {
 	const char *args[] = { "--max-batch-tokens", "32", "--prefix-cache",
-	    "off", NULL };
+	    "off", "--max-inter-token-ms", "0", NULL };
 	int32_t want[16];
 	int n_want, tries;
 	struct cp_client *c;
@@ -546,6 +546,42 @@ START_TEST(test_chunked_prefill)
 END_TEST
 
 /*
+ * The same under a latency target: the pacer sizes the prompt's chunks
+ * (how, depends on the machine's speed; check_pacer.c tests the policy),
+ * the ids are still the unchunked ones, the streams keep a token every
+ * step, and the stats carry the target and the measured steps.
+ */
+START_TEST(test_paced_prefill)
+{
+	const char *args[] = { "--max-batch-tokens", "32", "--prefix-cache",
+	    "off", "--max-inter-token-ms", "40", NULL };
+	int32_t want[16];
+	int n_want, tries;
+	struct cp_client *c;
+	struct cp_stats st;
+	struct cpd d;
+
+	n_want = golden(long_prompt, 16, want);
+	ck_assert_int_eq(n_want, 16);
+	cpd_start(&d, args);
+	for (tries = 0; tries < 5 && !chunk_attempt(&d, want, n_want, 1,
+	    NULL); tries++)
+		;
+	ck_assert_msg(tries < 5, "the streams never outlived the prefill");
+	c = client(&d, 0);
+	stats(c, &st);
+	ck_assert_uint_eq(st.pace_target_us, 40000);
+	ck_assert_uint_gt(st.pace_steps, 0);
+	ck_assert_uint_le(st.pace_missed, st.pace_steps);
+	ck_assert_uint_gt(st.pace_meas_us, 0);
+	ck_assert_uint_le(st.step_prefill.max, 32);
+	ck_assert_uint_eq(st.preemptions, 0);
+	cp_close(c);
+	cpd_stop(&d);
+}
+END_TEST
+
+/*
  * The same through the prefill lane (2 threads, prompts of 16 tokens or
  * more): the long prompt's first 99 positions are computed beside the
  * steps, in one lane chunk (LANE_CHUNK rows), so its progress reports 99
@@ -557,7 +593,8 @@ END_TEST
 START_TEST(test_prefill_lane)
 {
 	const char *args[] = { "--max-batch-tokens", "32", "--threads", "2",
-	    "--prefill-lane-tokens", "16", "--prefix-cache", "off", NULL };
+	    "--prefill-lane-tokens", "16",
+	    "--max-inter-token-ms", "0", "--prefix-cache", "off", NULL };
 	int32_t want[16];
 	int n_want, tries;
 	struct cp_client *c;
@@ -1175,6 +1212,7 @@ daemon_suite(void)
 	tcase_add_test(tc, test_sixteen_processes);
 	tcase_add_test(tc, test_chunked_prefill);
 	tcase_add_test(tc, test_prefill_lane);
+	tcase_add_test(tc, test_paced_prefill);
 	tcase_add_test(tc, test_prefill_progress);
 	tcase_add_test(tc, test_client_killed);
 	tcase_add_test(tc, test_garbage_clients);

@@ -394,7 +394,7 @@ START_TEST(test_lane)
 {
 	const char *off[] = { "--prefix-cache", "off", NULL };
 	const char *args[] = { "--threads", "2", "--prefill-lane-tokens",
-	    "64", "--log-level", "debug", NULL };
+	    "64", "--max-inter-token-ms", "0", "--log-level", "debug", NULL };
 	int32_t a[700], b[900], side[40];
 	struct cp_client *cs, *cb;
 	struct out cold, warm, o;
