@@ -349,11 +349,13 @@ struct cp_stats_req {
  *    kv_blocks_cached <= kv_blocks_free (idle cached blocks are free to
  *    take);
  *  - requests_active <= requests_total;
+ *  - pace_missed <= pace_steps;
  *  - each histogram: le[] strictly increasing up to le[CP_STATS_BUCKETS -
  *    1] == UINT64_MAX, sum(n[]) == count, max in the last bucket holding
  *    samples (0 with no samples).
  */
-#define CP_STATS_VERSION	3u	/* 3: the prefix cache's counters */
+#define CP_STATS_VERSION	4u	/* 3: the prefix cache's counters;
+					   4: the latency target's */
 #define CP_STATS_BUCKETS	20u	/* histogram buckets */
 
 /* Why a session ended (disconnects[]). */
@@ -405,6 +407,14 @@ struct cp_wire_stats {
 					   cache gave */
 	uint64_t kv_blocks_cached;	/* idle blocks the cache keeps */
 	uint64_t prefix_evictions;	/* blocks taken back from it */
+	uint64_t pace_target_us;	/* max_inter_token_ms now; 0: none */
+	uint64_t pace_est_us;		/* the step-time model's estimate of
+					   the last step with decodes */
+	uint64_t pace_meas_us;		/* and that step's measured time */
+	uint64_t pace_err_us;		/* the model's mean |error| */
+	uint64_t pace_steps;		/* steps with decodes measured */
+	uint64_t pace_missed;		/* of those, over the target */
+	uint64_t pace_missed_us;	/* their time over it, in all */
 	uint64_t reserved;		/* zero */
 	struct cp_wire_hist step_prefill;	/* prompt tokens per step */
 	struct cp_wire_hist step_decode;	/* decode tokens per step */
@@ -497,11 +507,11 @@ _Static_assert(offsetof(struct cp_wire_stats, kv_blocks_free) == 104,
     "stats.kv_blocks_free");
 _Static_assert(offsetof(struct cp_wire_stats, disconnects) == 152,
     "stats.disconnects");
-_Static_assert(offsetof(struct cp_wire_stats, step_prefill) == 256,
+_Static_assert(offsetof(struct cp_wire_stats, step_prefill) == 312,
     "stats.step_prefill");
-_Static_assert(sizeof(struct cp_wire_stats) == 256 + 5 * 352,
+_Static_assert(sizeof(struct cp_wire_stats) == 312 + 5 * 352,
     "cp_wire_stats size");
-_Static_assert(sizeof(struct cp_stats_msg) == 16 + 2016, "cp_stats_msg size");
+_Static_assert(sizeof(struct cp_stats_msg) == 16 + 2072, "cp_stats_msg size");
 _Static_assert(offsetof(struct cp_stats_msg, stats_bytes) == 12,
     "stats_msg.stats_bytes");
 _Static_assert(offsetof(struct cp_stats_msg, stats) == 16, "stats_msg.stats");

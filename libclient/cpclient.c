@@ -516,6 +516,7 @@ stats_copy(const struct cp_wire_stats *w, struct cp_stats *out)
 	    w->kv_blocks_cached > w->kv_blocks_free)
 		return CP_EPROTO;
 	if (w->requests_active > w->requests_total ||
+	    w->pace_missed > w->pace_steps ||
 	    (w->flags & ~(uint64_t)CP_STATS_DRAINING))
 		return CP_EPROTO;
 	if (w->reserved != 0)
@@ -537,6 +538,13 @@ stats_copy(const struct cp_wire_stats *w, struct cp_stats *out)
 	out->tokens_prompt_cached = w->tokens_prompt_cached;
 	out->kv_blocks_cached = w->kv_blocks_cached;
 	out->prefix_evictions = w->prefix_evictions;
+	out->pace_target_us = w->pace_target_us;
+	out->pace_est_us = w->pace_est_us;
+	out->pace_meas_us = w->pace_meas_us;
+	out->pace_err_us = w->pace_err_us;
+	out->pace_steps = w->pace_steps;
+	out->pace_missed = w->pace_missed;
+	out->pace_missed_us = w->pace_missed_us;
 	out->tokens_generated = w->tokens_generated;
 	out->steps = w->steps;
 	out->cq_stalls = w->cq_stalls;

@@ -215,6 +215,17 @@ struct cp_stats {
 	uint64_t kv_blocks_cached;	/* idle blocks it keeps (part of
 					   kv_blocks_free) */
 	uint64_t prefix_evictions;	/* cached blocks taken for new KV */
+	/* the latency target (cpd.yaml(5) max_inter_token_ms): */
+	uint64_t pace_target_us;	/* the target now; 0: none */
+	uint64_t pace_est_us;		/* the step-time model's estimate of
+					   the last step with decoding
+					   streams */
+	uint64_t pace_meas_us;		/* that step's measured time */
+	uint64_t pace_err_us;		/* the model's mean |error|, recent
+					   steps */
+	uint64_t pace_steps;		/* steps with decoding streams */
+	uint64_t pace_missed;		/* of those, over the target */
+	uint64_t pace_missed_us;	/* by this much in all */
 };
 
 /* Fills o with defaults: path from the environment, daemon's sizes, 5 s timeout. */

@@ -632,9 +632,11 @@ struct stat_row {
 	const char *type;	/* "counter" or "gauge" */
 	const char *help;
 	size_t off;		/* a uint64_t in struct cp_stats */
+	double scale;		/* Prometheus unit per daemon unit; 0: as is */
 };
 
-#define ROW(n, m, t, h) { #n, m, t, h, offsetof(struct cp_stats, n) }
+#define ROW(n, m, t, h) { #n, m, t, h, offsetof(struct cp_stats, n), 0 }
+#define ROWU(n, m, t, h, s) { #n, m, t, h, offsetof(struct cp_stats, n), s }
 static const struct stat_row stat_rows[] = {
 	ROW(uptime_ms, "cpd_uptime_seconds", "gauge",
 	    "Time since the daemon started."),
@@ -676,8 +678,24 @@ static const struct stat_row stat_rows[] = {
 	    "Free KV cache blocks the prefix cache keeps."),
 	ROW(prefix_evictions, "cpd_prefix_evictions_total", "counter",
 	    "Cached blocks taken back for new KV."),
+	ROWU(pace_target_us, "cpd_inter_token_target_seconds", "gauge",
+	    "The latency target prompt work is paced to; 0 when none.", 1e-6),
+	ROWU(pace_est_us, "cpd_step_estimated_seconds", "gauge",
+	    "The step-time model's estimate of the last step with decoding "
+	    "streams.", 1e-6),
+	ROWU(pace_meas_us, "cpd_step_measured_seconds", "gauge",
+	    "That step's measured time.", 1e-6),
+	ROWU(pace_err_us, "cpd_step_estimate_error_seconds", "gauge",
+	    "The step-time model's mean absolute error, recent steps.", 1e-6),
+	ROW(pace_steps, "cpd_paced_steps_total", "counter",
+	    "Steps with decoding streams, measured against the target."),
+	ROW(pace_missed, "cpd_target_missed_steps_total", "counter",
+	    "Of those, steps over the target."),
+	ROWU(pace_missed_us, "cpd_target_missed_seconds_total", "counter",
+	    "Time those steps took over the target, in all.", 1e-6),
 };
 #undef ROW
+#undef ROWU
 
 #define N_STAT_ROWS	(sizeof(stat_rows) / sizeof(stat_rows[0]))
 
@@ -806,8 +824,11 @@ prometheus(const struct cp_stats *st)
 			printf("%s %llu.%03llu\n", row->metric,
 			    (unsigned long long)(v / 1000),
 			    (unsigned long long)(v % 1000));
-		else
-			printf("%s %llu\n", row->metric, (unsigned long long)v);
+		else {
+			printf("%s ", row->metric);
+			prom_value(v, row->scale);
+			putchar('\n');
+		}
 	}
 	printf("# HELP cpd_draining Whether the daemon is stopping.\n"
 	    "# TYPE cpd_draining gauge\ncpd_draining %d\n", st->draining != 0);

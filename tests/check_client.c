@@ -1240,6 +1240,9 @@ START_TEST(test_lying_stats)
 	case 13:
 		m.hdr.type = CP_MSG_WELCOME;
 		break;
+	case 14:
+		m.stats.pace_missed = m.stats.pace_steps + 1;
+		break;
 	}
 	ck_assert_int_eq(sess_send(f.s->fd, &m, len, NULL, 0), 0);
 	memset(&st, 0xa5, sizeof(st));
@@ -1315,7 +1318,7 @@ client_suite(int k0)
 	tcase_add_test(tl, test_lying_handshake);
 	tcase_add_loop_test(tl, test_lying_rings, 0, 11);
 	tcase_add_test(tl, test_fake_progress);
-	tcase_add_loop_test(tl, test_lying_stats, 0, 14);
+	tcase_add_loop_test(tl, test_lying_stats, 0, 15);
 	tcase_set_timeout(tl, 20);
 	suite_add_tcase(s, tl);
 	return s;

@@ -129,6 +129,13 @@ START_TEST(test_wire)
 	es.tokens_prompt_cached = 96;
 	es.kv_blocks_cached = 5;	/* more than free: clamped */
 	es.prefix_evictions = 11;
+	es.pace_target_us = 40000;
+	es.pace_est_us = 38000;
+	es.pace_meas_us = 41000;
+	es.pace_err_us = 900;
+	es.pace_steps = 12;
+	es.pace_missed = 13;		/* more than the steps: clamped */
+	es.pace_missed_us = 7000;
 	stats_hist_add(&es.step_seqs, STATS_COUNT, 5);
 	stats_wire(&io, &es, &w);
 	ck_assert_uint_eq(w.uptime_ms, 1234);
@@ -156,6 +163,13 @@ START_TEST(test_wire)
 	ck_assert_uint_eq(w.tokens_prompt_cached, 96);
 	ck_assert_uint_eq(w.kv_blocks_cached, 0);
 	ck_assert_uint_eq(w.prefix_evictions, 11);
+	ck_assert_uint_eq(w.pace_target_us, 40000);
+	ck_assert_uint_eq(w.pace_est_us, 38000);
+	ck_assert_uint_eq(w.pace_meas_us, 41000);
+	ck_assert_uint_eq(w.pace_err_us, 900);
+	ck_assert_uint_eq(w.pace_steps, 12);
+	ck_assert_uint_eq(w.pace_missed, 12);
+	ck_assert_uint_eq(w.pace_missed_us, 7000);
 	ck_assert_uint_eq(w.reserved, 0);
 	ck_assert_uint_eq(w.step_seqs.count, 1);
 	ck_assert_uint_eq(w.step_seqs.n[4], 1);		/* (4, 8] */
