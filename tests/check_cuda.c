@@ -41,15 +41,18 @@ END_TEST
 static Suite *
 cuda_suite(void)
 {
-	Suite *s = suite_create("cuda");
-	TCase *tc = tcase_create("probe");
+	const struct suite_test probe[] = {
+		{ test_probe_device, 0, 0 },
+		{ test_selftest_kernel, 0, 0 },
+		{ test_bad_device, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "probe", 60, probe, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_probe_device);
-	tcase_add_test(tc, test_selftest_kernel);
-	tcase_add_test(tc, test_bad_device);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("cuda", tcases);
 }
 
 /*
@@ -87,12 +90,10 @@ int
 main(void)
 {
 	char why[256] = "";
-	int nfail;
 
 	if (probe_in_child(why, sizeof(why)) == 0) {
 		printf("check_cuda: skipped, no usable CUDA device: %s\n", why);
 		return 77;
 	}
-	nfail = suite_run(cuda_suite());
-	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return suite_main(cuda_suite());
 }

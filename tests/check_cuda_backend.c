@@ -769,42 +769,50 @@ END_TEST
 Suite *
 cuda_backend_suite(void)
 {
-	Suite *s = suite_create("cuda_backend");
-	TCase *vs = tcase_create("vs_cpu");
-	TCase *inv = tcase_create("invariance");
-	TCase *misc = tcase_create("misc");
+	const struct suite_test vs_cpu[] = {
+		{ test_vs_cpu, 0,
+		    (int)(sizeof(vs_cases) / sizeof(vs_cases[0])) },
+		{ test_kv_vs_cpu, 0, 2 },
+		{ test_kv_f32_vs_cpu, 0, 0 },
+		{ test_aidreams_greedy, 0, 2 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test invariance[] = {
+		{ test_chunked_equals_unchunked, 0,
+		    (int)(sizeof(inv_models) / sizeof(inv_models[0])) },
+		{ test_batched_equals_alone, 0,
+		    (int)(sizeof(inv_models) / sizeof(inv_models[0])) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test misc[] = {
+		{ test_kv_buffer_copies, 0, 0 },
+		{ test_auto_picks_cuda, 0, 0 },
+		{ test_oom_kv, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "vs_cpu", 120, vs_cpu, NULL },
+		{ "invariance", 120, invariance, NULL },
+		{ "misc", 120, misc, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_loop_test(vs, test_vs_cpu, 0,
-	    (int)(sizeof(vs_cases) / sizeof(vs_cases[0])));
-	tcase_add_loop_test(vs, test_kv_vs_cpu, 0, 2);
-	tcase_add_test(vs, test_kv_f32_vs_cpu);
-	tcase_add_loop_test(vs, test_aidreams_greedy, 0, 2);
-	tcase_set_timeout(vs, 120);
-	suite_add_tcase(s, vs);
-	tcase_add_loop_test(inv, test_chunked_equals_unchunked, 0,
-	    (int)(sizeof(inv_models) / sizeof(inv_models[0])));
-	tcase_add_loop_test(inv, test_batched_equals_alone, 0,
-	    (int)(sizeof(inv_models) / sizeof(inv_models[0])));
-	tcase_set_timeout(inv, 120);
-	suite_add_tcase(s, inv);
-	tcase_add_test(misc, test_kv_buffer_copies);
-	tcase_add_test(misc, test_auto_picks_cuda);
-	tcase_add_test(misc, test_oom_kv);
-	tcase_set_timeout(misc, 120);
-	suite_add_tcase(s, misc);
-	return s;
+	return suite_make("cuda_backend", tcases);
 }
 
 Suite *
 cuda_backend_nodev_suite(void)
 {
-	Suite *s = suite_create("cuda_backend_nodev");
-	TCase *tc = tcase_create("registry");
+	const struct suite_test registry[] = {
+		{ test_nodev_fallback, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "registry", 60, registry, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_nodev_fallback);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("cuda_backend_nodev", tcases);
 }
 
 /*
@@ -858,7 +866,7 @@ int
 main(void)
 {
 	char why[256], *p = fx_path("aidreams260K.gguf");
-	int n_dev, failed;
+	int n_dev;
 
 	if (p == NULL) {
 		printf("check_cuda_backend: skipped, fixtures not found in "
@@ -867,14 +875,7 @@ main(void)
 	}
 	free(p);
 	n_dev = probe_in_child(why, sizeof(why));
-	failed = suite_run(n_dev > 0 ? cuda_backend_suite() :
-	    cuda_backend_nodev_suite());
-	if (failed != 0)
-		return EXIT_FAILURE;
-	if (n_dev <= 0) {
-		printf("check_cuda_backend: GPU tests skipped, no usable CUDA "
-		    "device: %s\n", why);
-		return 77;
-	}
-	return EXIT_SUCCESS;
+	return suite_main_some(n_dev > 0 ? cuda_backend_suite() :
+	    cuda_backend_nodev_suite(), n_dev > 0, "check_cuda_backend: GPU "
+	    "tests skipped, no usable CUDA device: %s\n", why);
 }

@@ -51,6 +51,7 @@
 
 #include "cuda_ops.h"
 #include "cuda_probe.h"
+#include "lib/suite.h"
 #include "quant.h"
 
 Suite *cuda_kernels_suite(void);
@@ -1399,49 +1400,55 @@ END_TEST
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* A test case of s whose tests get a device, a stream and 120 s. */
-static TCase *
-device_case(Suite *s, const char *name)
-{
-	TCase *tc = tcase_create(name);
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	suite_add_tcase(s, tc);
-	return tc;
-}
-
 Suite *
 cuda_kernels_suite(void)
 {
-	Suite *s = suite_create("cuda_kernels");
-	TCase *tc;
+	const struct suite_test runtime[] = {
+		{ test_rt_memory, 0, 0 },
+		{ test_rt_failed_call_not_reported_by_next_launch, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test rows[] = {
+		{ test_embed, 0, N_OF(embed_cases) },
+		{ test_rmsnorm, 0, N_OF(norm_cases) },
+		{ test_swiglu_add, 0, N_OF(ew_cases) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test kv[] = {
+		{ test_rope_store, 0, N_OF(rope_cases) },
+		{ test_attention, 0, N_OF(att_cases) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test gemm[] = {
+		{ test_convert_gemm, 0, N_OF(mm_cases) },
+		{ NULL, 0, 0 }
+	};
+	/* Each test gets a device, a stream and 120 s. */
+	const struct suite_fixture device = { setup, teardown, true };
+	const struct suite_case tcases[] = {
+		{ "runtime", 120, runtime, &device },
+		{ "rows", 120, rows, &device },
+		{ "kv", 120, kv, &device },
+		{ "gemm", 120, gemm, &device },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tc = device_case(s, "runtime");
-	tcase_add_test(tc, test_rt_memory);
-	tcase_add_test(tc, test_rt_failed_call_not_reported_by_next_launch);
-	tc = device_case(s, "rows");
-	tcase_add_loop_test(tc, test_embed, 0, N_OF(embed_cases));
-	tcase_add_loop_test(tc, test_rmsnorm, 0, N_OF(norm_cases));
-	tcase_add_loop_test(tc, test_swiglu_add, 0, N_OF(ew_cases));
-	tc = device_case(s, "kv");
-	tcase_add_loop_test(tc, test_rope_store, 0, N_OF(rope_cases));
-	tcase_add_loop_test(tc, test_attention, 0, N_OF(att_cases));
-	tc = device_case(s, "gemm");
-	tcase_add_loop_test(tc, test_convert_gemm, 0, N_OF(mm_cases));
-	return s;
+	return suite_make("cuda_kernels", tcases);
 }
 
 Suite *
 cuda_kernels_args_suite(void)
 {
-	Suite *s = suite_create("cuda_kernels_args");
-	TCase *tc = tcase_create("args");
+	const struct suite_test args[] = {
+		{ test_args, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "args", 30, args, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_args);
-	tcase_set_timeout(tc, 30);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("cuda_kernels_args", tcases);
 }
 
 /*
