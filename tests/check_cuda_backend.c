@@ -26,11 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "cuda_probe.h"
+#include "lib/child.h"
 #include "kvcache.h"
 #include "lib/fixtures.h"
 #include "lib/rig.h"
@@ -816,49 +816,18 @@ cuda_backend_nodev_suite(void)
 }
 
 /*
- * Count the usable devices in a child process, so this one never
- * initializes CUDA; the reason for none goes to why.
+ * Usable devices: those cuda_probe_count() sees, when device 0 passes the
+ * self-test.  Run in a child (child_probe()): CUDA does not survive fork().
  */
 static int
-probe_in_child(char *why, size_t len)
+usable_devices(char *why, size_t len)
 {
-	int fd[2], st, n = 0;
-	ssize_t got;
-	pid_t pid;
-	char buf[300];
+	int n = cuda_probe_count(why, len);
 
-	snprintf(why, len, "probe failed");
-	if (pipe(fd) != 0)
-		return 0;
-	if ((pid = fork()) < 0) {
-		close(fd[0]);
-		close(fd[1]);
+	if (n > 0 && cuda_probe_selftest(0) != 0) {
+		snprintf(why, len, "device 0 fails the self-test");
 		return 0;
 	}
-	if (pid == 0) {
-		char w[256] = "";
-		int c = cuda_probe_count(w, sizeof(w));
-
-		if (c > 0 && cuda_probe_selftest(0) != 0) {
-			c = 0;
-			snprintf(w, sizeof(w), "device 0 fails the self-test");
-		}
-		snprintf(buf, sizeof(buf), "%d %s", c, w);
-		if (write(fd[1], buf, strlen(buf) + 1) < 0)
-			_exit(1);
-		_exit(0);
-	}
-	close(fd[1]);
-	got = read(fd[0], buf, sizeof(buf) - 1);
-	close(fd[0]);
-	(void)waitpid(pid, &st, 0);
-	if (got <= 0)
-		return 0;
-	buf[got] = '\0';
-	if (sscanf(buf, "%d", &n) != 1)
-		n = 0;
-	snprintf(why, len, "%s", strchr(buf, ' ') != NULL ?
-	    strchr(buf, ' ') + 1 : "");
 	return n;
 }
 
@@ -874,7 +843,7 @@ main(void)
 		return 77;
 	}
 	free(p);
-	n_dev = probe_in_child(why, sizeof(why));
+	n_dev = child_probe(usable_devices, why, sizeof(why));
 	return suite_main_some(n_dev > 0 ? cuda_backend_suite() :
 	    cuda_backend_nodev_suite(), n_dev > 0, "check_cuda_backend: GPU "
 	    "tests skipped, no usable CUDA device: %s\n", why);

@@ -46,11 +46,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda_ops.h"
 #include "cuda_probe.h"
+#include "lib/child.h"
 #include "lib/suite.h"
 #include "quant.h"
 
@@ -1452,39 +1452,18 @@ cuda_kernels_args_suite(void)
 }
 
 /*
- * Usable devices (those passing the self-test), counted in a child so that
- * this process never starts the CUDA runtime; the reason for none goes to
- * why through a pipe.
+ * Usable devices: those cuda_probe_count() sees, when device 0 passes the
+ * self-test.  Run in a child (child_probe()): CUDA does not survive fork().
  */
 static int
-probe_in_child(char *why, size_t len)
+usable_devices(char *why, size_t len)
 {
-	int fd[2], st, n = 0;
-	ssize_t got;
-	pid_t pid;
+	int n = cuda_probe_count(why, len);
 
-	snprintf(why, len, "probe failed");
-	if (pipe(fd) != 0)
+	if (n > 0 && cuda_probe_selftest(0) != 0) {
+		snprintf(why, len, "device 0 fails the self-test");
 		return 0;
-	if ((pid = fork()) == 0) {
-		char w[256] = "";
-
-		close(fd[0]);
-		n = cuda_probe_count(w, sizeof(w));
-		if (n > 0 && cuda_probe_selftest(0) != 0) {
-			n = 0;
-			snprintf(w, sizeof(w), "device 0 fails the self-test");
-		}
-		(void)!write(fd[1], w, strlen(w));
-		_exit(n > 100 ? 100 : n);
 	}
-	close(fd[1]);
-	got = pid > 0 ? read(fd[0], why, len - 1) : -1;
-	if (got >= 0)
-		why[got] = '\0';
-	close(fd[0]);
-	if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st))
-		n = WEXITSTATUS(st);
 	return n;
 }
 
@@ -1496,7 +1475,7 @@ main(void)
 	int n_dev, failed;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	n_dev = probe_in_child(why, sizeof(why));
+	n_dev = child_probe(usable_devices, why, sizeof(why));
 	sr = srunner_create(cuda_kernels_args_suite());
 	if (n_dev > 0)
 		srunner_add_suite(sr, cuda_kernels_suite());
