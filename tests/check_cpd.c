@@ -355,11 +355,8 @@ main(void)
 	int rc;
 
 	paths();
-	if (prog_find(cpd_bin, sizeof(cpd_bin), "cpd", NULL) != 0) {
-		printf("check_cpd: skipped, %s is not built\n", cpd_bin);
-		return 77;
-	}
-	if ((model = fx_need("aidreams260K.gguf")) == NULL)
+	if ((model = cpd_need("check_cpd", cpd_bin, NULL, sizeof(cpd_bin),
+	    "aidreams260K.gguf")) == NULL)
 		return 77;
 	rc = suite_main(cpd_suite());
 	free(model);

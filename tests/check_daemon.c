@@ -36,7 +36,6 @@
 #include "lib/clock.h"
 #include "lib/cpd_harness.h"
 #include "lib/cpd_proc.h"
-#include "lib/fixtures.h"
 #include "lib/prog.h"
 #include "lib/suite.h"
 #include "lib/tmpdir.h"
@@ -1196,14 +1195,8 @@ main(void)
 {
 	int rc;
 
-	if (prog_find(cpd_bin, sizeof(cpd_bin), "cpd", NULL) != 0 ||
-	    prog_find(cpmodel_bin, sizeof(cpmodel_bin), "cpmodel",
-	    NULL) != 0) {
-		printf("check_daemon: skipped, %s or %s is not built\n",
-		    cpd_bin, cpmodel_bin);
-		return 77;
-	}
-	if ((model = fx_need("aidreams260K.gguf")) == NULL)
+	if ((model = cpd_need("check_daemon", cpd_bin, cpmodel_bin,
+	    sizeof(cpd_bin), "aidreams260K.gguf")) == NULL)
 		return 77;
 	signal(SIGPIPE, SIG_IGN);
 	rc = suite_main(daemon_suite());

@@ -548,14 +548,8 @@ main(void)
 {
 	int rc;
 
-	if (prog_find(cpd_bin, sizeof(cpd_bin), "cpd", NULL) != 0 ||
-	    prog_find(cpmodel_bin, sizeof(cpmodel_bin), "cpmodel",
-	    NULL) != 0) {
-		printf("check_prefix: skipped, %s or %s is not built\n",
-		    cpd_bin, cpmodel_bin);
-		return 77;
-	}
-	if ((model = fx_need(MODEL_REL)) == NULL)
+	if ((model = cpd_need("check_prefix", cpd_bin, cpmodel_bin,
+	    sizeof(cpd_bin), MODEL_REL)) == NULL)
 		return 77;
 	signal(SIGPIPE, SIG_IGN);
 	make_sys_prompt();
