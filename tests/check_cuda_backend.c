@@ -815,22 +815,6 @@ cuda_backend_nodev_suite(void)
 	return suite_make("cuda_backend_nodev", tcases);
 }
 
-/*
- * Usable devices: those cuda_probe_count() sees, when device 0 passes the
- * self-test.  Run in a child (child_probe()): CUDA does not survive fork().
- */
-static int
-usable_devices(char *why, size_t len)
-{
-	int n = cuda_probe_count(why, len);
-
-	if (n > 0 && cuda_probe_selftest(0) != 0) {
-		snprintf(why, len, "device 0 fails the self-test");
-		return 0;
-	}
-	return n;
-}
-
 int
 main(void)
 {
@@ -843,7 +827,7 @@ main(void)
 		return 77;
 	}
 	free(p);
-	n_dev = child_probe(usable_devices, why, sizeof(why));
+	n_dev = child_probe(cuda_probe_usable, why, sizeof(why));
 	return suite_main_some(n_dev > 0 ? cuda_backend_suite() :
 	    cuda_backend_nodev_suite(), n_dev > 0, "check_cuda_backend: GPU "
 	    "tests skipped, no usable CUDA device: %s\n", why);

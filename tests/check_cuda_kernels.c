@@ -1451,22 +1451,6 @@ cuda_kernels_args_suite(void)
 	return suite_make("cuda_kernels_args", tcases);
 }
 
-/*
- * Usable devices: those cuda_probe_count() sees, when device 0 passes the
- * self-test.  Run in a child (child_probe()): CUDA does not survive fork().
- */
-static int
-usable_devices(char *why, size_t len)
-{
-	int n = cuda_probe_count(why, len);
-
-	if (n > 0 && cuda_probe_selftest(0) != 0) {
-		snprintf(why, len, "device 0 fails the self-test");
-		return 0;
-	}
-	return n;
-}
-
 int
 main(void)
 {
@@ -1475,7 +1459,7 @@ main(void)
 	int n_dev, failed;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	n_dev = child_probe(usable_devices, why, sizeof(why));
+	n_dev = child_probe(cuda_probe_usable, why, sizeof(why));
 	sr = srunner_create(cuda_kernels_args_suite());
 	if (n_dev > 0)
 		srunner_add_suite(sr, cuda_kernels_suite());
