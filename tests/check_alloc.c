@@ -341,21 +341,22 @@ END_TEST
 Suite *
 alloc_suite(void)
 {
-	Suite *s = suite_create("alloc");
-	TCase *tc = tcase_create("per-token path");
+	const struct suite_test per_token_path[] = {
+		{ test_counter_counts, 0, 0 },
+		{ test_steps_allocate_nothing, 0, N_MODELS },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "per-token path", 60, per_token_path, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_counter_counts);
-	tcase_add_loop_test(tc, test_steps_allocate_nothing, 0, N_MODELS);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("alloc", tcases);
 }
 
 int
 main(void)
 {
-	int failed;
-
 #ifdef ALLOC_SANITIZED
 	puts("check_alloc: the allocator cannot be interposed under "
 	    "a sanitizer, skipped");
@@ -377,6 +378,5 @@ main(void)
 			return 77;
 		}
 	}
-	failed = suite_run(alloc_suite());
-	return failed == 0 ? 0 : 1;
+	return suite_main(alloc_suite());
 }

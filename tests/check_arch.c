@@ -23,6 +23,7 @@
 #include "lib/json.h"
 #include "lib/refcheck.h"
 #include "lib/rig.h"
+#include "lib/suite.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -361,20 +362,23 @@ END_TEST
 Suite *
 arch_suite(void)
 {
-	Suite *s = suite_create("arch");
-	TCase *ref = tcase_create("reference");
-	TCase *inv = tcase_create("invariance");
+	const struct suite_test reference[] = {
+		{ test_reference, 0, N_CASES },
+		{ test_layer_description, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test invariance[] = {
+		{ test_chunked_equals_unchunked, 0, N_CASES / 2 },
+		{ test_batched_equals_alone, 0, N_CASES / 2 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "reference", 600, reference, NULL },
+		{ "invariance", 900, invariance, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(ref, 600);
-	tcase_set_timeout(inv, 900);
-	tcase_add_loop_test(ref, test_reference, 0, N_CASES);
-	tcase_add_test(ref, test_layer_description);
-	tcase_add_loop_test(inv, test_chunked_equals_unchunked, 0,
-	    N_CASES / 2);
-	tcase_add_loop_test(inv, test_batched_equals_alone, 0, N_CASES / 2);
-	suite_add_tcase(s, ref);
-	suite_add_tcase(s, inv);
-	return s;
+	return suite_make("arch", tcases);
 }
 
 int

@@ -20,6 +20,7 @@
 #include "kvcache.h"
 #include "lib/fixtures.h"
 #include "lib/rig.h"
+#include "lib/suite.h"
 #include "sampler.h"
 
 Suite *backend_null_suite(void);
@@ -253,18 +254,21 @@ END_TEST
 Suite *
 backend_null_suite(void)
 {
-	Suite *s = suite_create("backend_null");
-	TCase *tc = tcase_create("null");
+	const struct suite_test null[] = {
+		{ test_registry, 0, 0 },
+		{ test_stream_by_position, 0, 0 },
+		{ test_rows_per_entry, 0, 0 },
+		{ test_invalid_batch, 0, 0 },
+		{ test_sampled_stream, 0, 0 },
+		{ test_kv_storage, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "null", 30, null, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_registry);
-	tcase_add_test(tc, test_stream_by_position);
-	tcase_add_test(tc, test_rows_per_entry);
-	tcase_add_test(tc, test_invalid_batch);
-	tcase_add_test(tc, test_sampled_stream);
-	tcase_add_test(tc, test_kv_storage);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("backend_null", tcases);
 }
 
 int

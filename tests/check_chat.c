@@ -1136,30 +1136,32 @@ END_TEST
 Suite *
 chat_suite(void)
 {
-	Suite *s = suite_create("chat");
-	TCase *tc;
+	const struct suite_test detect[] = {
+		{ test_detect_real, 0, (int)N_REAL },
+		{ test_detect_embedded, 0, (int)N_REAL },
+		{ test_detect_edges, 0, 0 },
+		{ test_names, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test fixtures[] = {
+		{ test_detect_fixtures, 0, (int)N_FIXTURE_TMPL },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test format[] = {
+		{ test_format_golden, 0, (int)N_GOLDEN },
+		{ test_format_golden_complete, 0, 0 },
+		{ test_format_bytes, 0, 0 },
+		{ test_format_errors, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "detect", 0, detect, NULL },
+		{ "fixtures", 0, fixtures_present() ? fixtures : NULL, NULL },
+		{ "format", 0, format, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tc = tcase_create("detect");
-	tcase_add_loop_test(tc, test_detect_real, 0, (int)N_REAL);
-	tcase_add_loop_test(tc, test_detect_embedded, 0, (int)N_REAL);
-	tcase_add_test(tc, test_detect_edges);
-	tcase_add_test(tc, test_names);
-	suite_add_tcase(s, tc);
-
-	if (fixtures_present()) {
-		tc = tcase_create("fixtures");
-		tcase_add_loop_test(tc, test_detect_fixtures, 0,
-		    (int)N_FIXTURE_TMPL);
-		suite_add_tcase(s, tc);
-	}
-
-	tc = tcase_create("format");
-	tcase_add_loop_test(tc, test_format_golden, 0, (int)N_GOLDEN);
-	tcase_add_test(tc, test_format_golden_complete);
-	tcase_add_test(tc, test_format_bytes);
-	tcase_add_test(tc, test_format_errors);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("chat", tcases);
 }
 
 int
@@ -1167,11 +1169,7 @@ main(void)
 {
 	bool fixtures = fixtures_present();
 
-	if (suite_run(chat_suite()) != 0)
-		return 1;
-	if (fixtures)
-		return 0;
-	printf("check_chat: no fixtures in %s (CP_FIXTURES): the models' "
-	    "own templates were not checked\n", fx_dir());
-	return 77;
+	return suite_main_some(chat_suite(), fixtures, "check_chat: no "
+	    "fixtures in %s (CP_FIXTURES): the models' own templates were not "
+	    "checked\n", fx_dir());
 }

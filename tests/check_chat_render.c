@@ -648,30 +648,31 @@ END_TEST
 Suite *
 chat_render_suite(void)
 {
-	Suite *s = suite_create("chat_render");
-	TCase *tc;
+	const struct suite_test golden[] = {
+		{ test_render_llamacpp, 0, (int)N_OF(llamacpp_goldens) },
+		{ test_render_more, 0, (int)N_OF(more_goldens) },
+		{ test_render_complete, 0, 0 },
+		{ test_render_truncated, 0, (int)N_OF(llamacpp_goldens) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test api[] = {
+		{ test_render_bytes, 0, 0 },
+		{ test_render_errors, 0, 0 },
+		{ test_roles, 0, 0 },
+		{ test_format_is_render, CHAT_UNKNOWN + 1, CHAT_KIND_COUNT },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "golden", 0, golden, NULL },
+		{ "api", 0, api, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tc = tcase_create("golden");
-	tcase_add_loop_test(tc, test_render_llamacpp, 0,
-	    (int)N_OF(llamacpp_goldens));
-	tcase_add_loop_test(tc, test_render_more, 0, (int)N_OF(more_goldens));
-	tcase_add_test(tc, test_render_complete);
-	tcase_add_loop_test(tc, test_render_truncated, 0,
-	    (int)N_OF(llamacpp_goldens));
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("api");
-	tcase_add_test(tc, test_render_bytes);
-	tcase_add_test(tc, test_render_errors);
-	tcase_add_test(tc, test_roles);
-	tcase_add_loop_test(tc, test_format_is_render, CHAT_UNKNOWN + 1,
-	    CHAT_KIND_COUNT);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("chat_render", tcases);
 }
 
 int
 main(void)
 {
-	return suite_run(chat_render_suite()) == 0 ? 0 : 1;
+	return suite_main(chat_render_suite());
 }

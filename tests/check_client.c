@@ -1286,42 +1286,45 @@ END_TEST
 Suite *
 client_suite(int k0)
 {
-	Suite *s = suite_create("client");
-	TCase *te = tcase_create("e2e");
-	TCase *tf = tcase_create("features");
-	TCase *tl = tcase_create("lying");
-
 	/* _i picks the io loop: futex, pipes, epoll (from k0). */
-	tcase_add_loop_test(te, test_echo, k0, 3);
-	tcase_add_loop_test(te, test_many_processes, k0, 3);
-	tcase_add_loop_test(te, test_cancel, k0, 3);
-	tcase_add_loop_test(te, test_client_killed, k0, 3);
-	tcase_add_loop_test(te, test_daemon_killed, k0, 6);
-	tcase_add_loop_test(te, test_event_fd, k0, 3);
-	tcase_add_loop_test(te, test_long_prompt_fragments, k0, 3);
-	tcase_add_loop_test(te, test_wake_latency, k0, 3);
-	tcase_set_timeout(te, 30);
-	suite_add_tcase(s, te);
+	const struct suite_test e2e[] = {
+		{ test_echo, k0, 3 },
+		{ test_many_processes, k0, 3 },
+		{ test_cancel, k0, 3 },
+		{ test_client_killed, k0, 3 },
+		{ test_daemon_killed, k0, 6 },
+		{ test_event_fd, k0, 3 },
+		{ test_long_prompt_fragments, k0, 3 },
+		{ test_wake_latency, k0, 3 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test features[] = {
+		{ test_params_stops_tokens, 0, 0 },
+		{ test_busy_and_stats, 0, 0 },
+		{ test_full_cq_stalls, 0, 0 },
+		{ test_threads, 0, 0 },
+		{ test_refusals, 0, 0 },
+		{ test_env_forces_loop, 0, 0 },
+		{ test_socket_path, 0, 0 },
+		{ test_exports_only_cp, 0, 0 },
+		{ test_progress, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test lying[] = {
+		{ test_lying_handshake, 0, 0 },
+		{ test_lying_rings, 0, 11 },
+		{ test_fake_progress, 0, 0 },
+		{ test_lying_stats, 0, 15 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "e2e", 30, e2e, NULL },
+		{ "features", 30, features, NULL },
+		{ "lying", 20, lying, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tf, test_params_stops_tokens);
-	tcase_add_test(tf, test_busy_and_stats);
-	tcase_add_test(tf, test_full_cq_stalls);
-	tcase_add_test(tf, test_threads);
-	tcase_add_test(tf, test_refusals);
-	tcase_add_test(tf, test_env_forces_loop);
-	tcase_add_test(tf, test_socket_path);
-	tcase_add_test(tf, test_exports_only_cp);
-	tcase_add_test(tf, test_progress);
-	tcase_set_timeout(tf, 30);
-	suite_add_tcase(s, tf);
-
-	tcase_add_test(tl, test_lying_handshake);
-	tcase_add_loop_test(tl, test_lying_rings, 0, 11);
-	tcase_add_test(tl, test_fake_progress);
-	tcase_add_loop_test(tl, test_lying_stats, 0, 15);
-	tcase_set_timeout(tl, 20);
-	suite_add_tcase(s, tl);
-	return s;
+	return suite_make("client", tcases);
 }
 
 int
@@ -1334,5 +1337,5 @@ main(void)
 	if (k0 > 0)
 		printf("check_client: io_uring futex opcodes unavailable on "
 		    "this kernel: the futex loop's cases skipped\n");
-	return suite_run(client_suite(k0)) == 0 ? 0 : 1;
+	return suite_main(client_suite(k0));
 }

@@ -1018,58 +1018,62 @@ END_TEST
 Suite *
 config_suite(void)
 {
-	Suite *s = suite_create("config");
-	TCase *tc;
+	const struct suite_test table[] = {
+		{ test_defaults_match_spec, 0, 0 },
+		{ test_table_defaults_parse, 0, 0 },
+		{ test_sample_equals_defaults, 0, 0 },
+		{ test_sample_lists_every_key_once, 0, 0 },
+		{ test_man_documents_every_key, 0, 0 },
+		{ test_man_examples_parse, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test values[] = {
+		{ test_every_key_takes_effect, 0, 0 },
+		{ test_value_forms, 0, 0 },
+		{ test_empty_documents_give_defaults, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test errors[] = {
+		{ test_bad_values, 0,
+		    (int)(sizeof(bad_values) / sizeof(bad_values[0])) },
+		{ test_bad_documents, 0,
+		    (int)(sizeof(bad_docs) / sizeof(bad_docs[0])) },
+		{ test_nul_byte_in_file, 0, 0 },
+		{ test_error_keeps_previous_config, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test files[] = {
+		{ test_load_file_errors, 0, 0 },
+		{ test_write_round_trip, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test overrides[] = {
+		{ test_flags_override_file, 0, 0 },
+		{ test_set_long_values, 0, 0 },
+		{ test_validate_cross_keys, 0, 0 },
+		{ test_validate_direct_writes, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test hostile[] = {
+		{ test_hostile_shapes, 0, 0 },
+		{ test_mutated_sample, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "table", 0, table, NULL },
+		{ "values", 0, values, NULL },
+		{ "errors", 0, errors, NULL },
+		{ "files", 30, files, NULL },
+		{ "overrides", 0, overrides, NULL },
+		{ "hostile", 60, hostile, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tc = tcase_create("table");
-	tcase_add_test(tc, test_defaults_match_spec);
-	tcase_add_test(tc, test_table_defaults_parse);
-	tcase_add_test(tc, test_sample_equals_defaults);
-	tcase_add_test(tc, test_sample_lists_every_key_once);
-	tcase_add_test(tc, test_man_documents_every_key);
-	tcase_add_test(tc, test_man_examples_parse);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("values");
-	tcase_add_test(tc, test_every_key_takes_effect);
-	tcase_add_test(tc, test_value_forms);
-	tcase_add_test(tc, test_empty_documents_give_defaults);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("errors");
-	tcase_add_loop_test(tc, test_bad_values, 0,
-	    (int)(sizeof(bad_values) / sizeof(bad_values[0])));
-	tcase_add_loop_test(tc, test_bad_documents, 0,
-	    (int)(sizeof(bad_docs) / sizeof(bad_docs[0])));
-	tcase_add_test(tc, test_nul_byte_in_file);
-	tcase_add_test(tc, test_error_keeps_previous_config);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("files");
-	tcase_add_test(tc, test_load_file_errors);
-	tcase_add_test(tc, test_write_round_trip);
-	tcase_set_timeout(tc, 30);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("overrides");
-	tcase_add_test(tc, test_flags_override_file);
-	tcase_add_test(tc, test_set_long_values);
-	tcase_add_test(tc, test_validate_cross_keys);
-	tcase_add_test(tc, test_validate_direct_writes);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("hostile");
-	tcase_add_test(tc, test_hostile_shapes);
-	tcase_add_test(tc, test_mutated_sample);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("config", tcases);
 }
 
 int
 main(void)
 {
-	int failed = suite_run(config_suite());
-
-	return failed == 0 ? 0 : 1;
+	return suite_main(config_suite());
 }

@@ -18,6 +18,7 @@
 #include "lib/json.h"
 #include "lib/mock_engine.h"
 #include "lib/prog.h"
+#include "lib/suite.h"
 #include "server.h"
 
 static Suite *cpbench_suite(void);
@@ -212,18 +213,21 @@ END_TEST
 static Suite *
 cpbench_suite(void)
 {
-	Suite *s = suite_create("cpbench");
-	TCase *tc = tcase_create("runs");
+	const struct suite_test runs[] = {
+		{ test_mixed, 0, 0 },
+		{ test_mixed_at_0, 0, 0 },
+		{ test_engine, 0, 0 },
+		{ test_split, 0, 0 },
+		{ test_serve_baseline, 0, 0 },
+		{ test_bad_args, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "runs", 120, runs, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_mixed);
-	tcase_add_test(tc, test_mixed_at_0);
-	tcase_add_test(tc, test_engine);
-	tcase_add_test(tc, test_split);
-	tcase_add_test(tc, test_serve_baseline);
-	tcase_add_test(tc, test_bad_args);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("cpbench", tcases);
 }
 
 int

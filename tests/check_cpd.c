@@ -331,34 +331,34 @@ END_TEST
 static Suite *
 cpd_suite(void)
 {
-	Suite *s = suite_create("cpd");
-	TCase *tc = tcase_create("program");
+	const struct suite_test program[] = {
+		{ test_greedy_reference, 0, 0 },
+		{ test_clients_share_model, 0, 0 },
+		{ test_check_config, 0, 0 },
+		{ test_bad_invocations, 0, 0 },
+		{ test_socket_in_use, 0, 0 },
+		{ test_cpq_text, 0, 0 },
+		{ test_warmup, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "program", 120, program, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_greedy_reference);
-	tcase_add_test(tc, test_clients_share_model);
-	tcase_add_test(tc, test_check_config);
-	tcase_add_test(tc, test_bad_invocations);
-	tcase_add_test(tc, test_socket_in_use);
-	tcase_add_test(tc, test_cpq_text);
-	tcase_add_test(tc, test_warmup);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("cpd", tcases);
 }
 
 int
 main(void)
 {
-	int nfail;
+	int rc;
 
 	paths();
-	if (prog_find(cpd_bin, sizeof(cpd_bin), "cpd", NULL) != 0) {
-		printf("check_cpd: skipped, %s is not built\n", cpd_bin);
+	if ((model = cpd_need("check_cpd", cpd_bin, NULL, sizeof(cpd_bin),
+	    "aidreams260K.gguf")) == NULL)
 		return 77;
-	}
-	if ((model = fx_need("aidreams260K.gguf")) == NULL)
-		return 77;
-	nfail = suite_run(cpd_suite());
+	rc = suite_main(cpd_suite());
 	free(model);
-	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return rc;
 }

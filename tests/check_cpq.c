@@ -870,60 +870,60 @@ END_TEST
 Suite *
 cpq_suite(void)
 {
-	Suite *s = suite_create("cpq");
-	TCase *tc;
-
-	tc = tcase_create("stream");
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_text);
-	tcase_add_test(tc, test_streams);
-	tcase_add_test(tc, test_stdin);
-	tcase_add_test(tc, test_ids);
-	tcase_add_test(tc, test_max_tokens_and_stop);
-	tcase_add_test(tc, test_json);
-	tcase_add_test(tc, test_json_progress);
-	tcase_add_test(tc, test_request_error);
-	tcase_add_test(tc, test_prompt_too_long);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("chat");
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_chat);
-	tcase_add_test(tc, test_chat_unknown);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("failures");
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_no_daemon);
-	tcase_add_loop_test(tc, test_bad_args, 0, N_BAD);
-	tcase_add_test(tc, test_stops_too_long);
-	tcase_add_test(tc, test_help);
-	tcase_add_test(tc, test_daemon_dies);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("signals");
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_sigint);
+	const struct suite_test stream[] = {
+		{ test_text, 0, 0 },
+		{ test_streams, 0, 0 },
+		{ test_stdin, 0, 0 },
+		{ test_ids, 0, 0 },
+		{ test_max_tokens_and_stop, 0, 0 },
+		{ test_json, 0, 0 },
+		{ test_json_progress, 0, 0 },
+		{ test_request_error, 0, 0 },
+		{ test_prompt_too_long, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test chat[] = {
+		{ test_chat, 0, 0 },
+		{ test_chat_unknown, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test failures[] = {
+		{ test_no_daemon, 0, 0 },
+		{ test_bad_args, 0, N_BAD },
+		{ test_stops_too_long, 0, 0 },
+		{ test_help, 0, 0 },
+		{ test_daemon_dies, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test signals[] = {
+		{ test_sigint, 0, 0 },
 #ifndef __SANITIZE_THREAD__
-	/*
-	 * ThreadSanitizer runs a handler only when a call it intercepts
-	 * returns, and the SA_RESTART read of the prompt never returns.
-	 */
-	tcase_add_test(tc, test_sigint_before_prompt);
+		/*
+		 * ThreadSanitizer runs a handler only when a call it
+		 * intercepts returns, and the SA_RESTART read of the prompt
+		 * never returns.
+		 */
+		{ test_sigint_before_prompt, 0, 0 },
 #endif
-	tcase_add_test(tc, test_wait_line_on_tty);
-	tcase_add_test(tc, test_progress_line_on_tty);
-	suite_add_tcase(s, tc);
-	return s;
+		{ test_wait_line_on_tty, 0, 0 },
+		{ test_progress_line_on_tty, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "stream", 30, stream, NULL },
+		{ "chat", 30, chat, NULL },
+		{ "failures", 30, failures, NULL },
+		{ "signals", 30, signals, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
+
+	return suite_make("cpq", tcases);
 }
 
 int
 main(void)
 {
-	int failed;
-
 	if (cq_find_cpq() < 0)
 		return 77;
-	failed = suite_run(cpq_suite());
-	return failed != 0 ? 1 : 0;
+	return suite_main(cpq_suite());
 }

@@ -348,23 +348,23 @@ END_TEST
 Suite *
 cpq_stats_suite(void)
 {
-	Suite *s = suite_create("cpq_stats");
-	TCase *tc = tcase_create("info");
+	const struct suite_test info[] = {
+		{ test_info, 0, 0 },
+		{ test_stats, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "info", 30, info, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_info);
-	tcase_add_test(tc, test_stats);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("cpq_stats", tcases);
 }
 
 int
 main(void)
 {
-	int failed;
-
 	if (cq_find_cpq() < 0)
 		return 77;
-	failed = suite_run(cpq_stats_suite());
-	return failed != 0 ? 1 : 0;
+	return suite_main(cpq_stats_suite());
 }

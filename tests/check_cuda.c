@@ -5,12 +5,9 @@
  */
 #include <check.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "cuda_probe.h"
+#include "lib/child.h"
 #include "lib/suite.h"
 
 START_TEST(test_probe_device)
@@ -41,58 +38,29 @@ END_TEST
 static Suite *
 cuda_suite(void)
 {
-	Suite *s = suite_create("cuda");
-	TCase *tc = tcase_create("probe");
+	const struct suite_test probe[] = {
+		{ test_probe_device, 0, 0 },
+		{ test_selftest_kernel, 0, 0 },
+		{ test_bad_device, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "probe", 60, probe, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_probe_device);
-	tcase_add_test(tc, test_selftest_kernel);
-	tcase_add_test(tc, test_bad_device);
-	suite_add_tcase(s, tc);
-	return s;
-}
-
-/*
- * Devices seen by a child process: the CUDA runtime must not be started in
- * this process, whose Check tests run in forked children (CUDA does not
- * survive fork()).  The child writes its reason into why through a pipe.
- */
-static int
-probe_in_child(char *why, size_t len)
-{
-	int fd[2], st, n = 0;
-	ssize_t got;
-	pid_t pid;
-
-	if (pipe(fd) < 0 || (pid = fork()) < 0)
-		return 0;
-	if (pid == 0) {
-		char buf[256] = "";
-
-		close(fd[0]);
-		n = cuda_probe_count(buf, sizeof(buf));
-		(void)!write(fd[1], buf, strlen(buf));
-		_exit(n > 100 ? 100 : n);
-	}
-	close(fd[1]);
-	got = read(fd[0], why, len - 1);
-	why[got > 0 ? got : 0] = '\0';
-	close(fd[0]);
-	if (waitpid(pid, &st, 0) == pid && WIFEXITED(st))
-		n = WEXITSTATUS(st);
-	return n;
+	return suite_make("cuda", tcases);
 }
 
 int
 main(void)
 {
 	char why[256] = "";
-	int nfail;
 
-	if (probe_in_child(why, sizeof(why)) == 0) {
+	/* Counted in a child: this process's tests fork, CUDA does not. */
+	if (child_probe(cuda_probe_count, why, sizeof(why)) == 0) {
 		printf("check_cuda: skipped, no usable CUDA device: %s\n", why);
 		return 77;
 	}
-	nfail = suite_run(cuda_suite());
-	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return suite_main(cuda_suite());
 }

@@ -26,11 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backend.h"
 #include "cuda_probe.h"
+#include "lib/child.h"
 #include "kvcache.h"
 #include "lib/fixtures.h"
 #include "lib/rig.h"
@@ -769,96 +769,57 @@ END_TEST
 Suite *
 cuda_backend_suite(void)
 {
-	Suite *s = suite_create("cuda_backend");
-	TCase *vs = tcase_create("vs_cpu");
-	TCase *inv = tcase_create("invariance");
-	TCase *misc = tcase_create("misc");
+	const struct suite_test vs_cpu[] = {
+		{ test_vs_cpu, 0,
+		    (int)(sizeof(vs_cases) / sizeof(vs_cases[0])) },
+		{ test_kv_vs_cpu, 0, 2 },
+		{ test_kv_f32_vs_cpu, 0, 0 },
+		{ test_aidreams_greedy, 0, 2 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test invariance[] = {
+		{ test_chunked_equals_unchunked, 0,
+		    (int)(sizeof(inv_models) / sizeof(inv_models[0])) },
+		{ test_batched_equals_alone, 0,
+		    (int)(sizeof(inv_models) / sizeof(inv_models[0])) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test misc[] = {
+		{ test_kv_buffer_copies, 0, 0 },
+		{ test_auto_picks_cuda, 0, 0 },
+		{ test_oom_kv, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "vs_cpu", 120, vs_cpu, NULL },
+		{ "invariance", 120, invariance, NULL },
+		{ "misc", 120, misc, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_loop_test(vs, test_vs_cpu, 0,
-	    (int)(sizeof(vs_cases) / sizeof(vs_cases[0])));
-	tcase_add_loop_test(vs, test_kv_vs_cpu, 0, 2);
-	tcase_add_test(vs, test_kv_f32_vs_cpu);
-	tcase_add_loop_test(vs, test_aidreams_greedy, 0, 2);
-	tcase_set_timeout(vs, 120);
-	suite_add_tcase(s, vs);
-	tcase_add_loop_test(inv, test_chunked_equals_unchunked, 0,
-	    (int)(sizeof(inv_models) / sizeof(inv_models[0])));
-	tcase_add_loop_test(inv, test_batched_equals_alone, 0,
-	    (int)(sizeof(inv_models) / sizeof(inv_models[0])));
-	tcase_set_timeout(inv, 120);
-	suite_add_tcase(s, inv);
-	tcase_add_test(misc, test_kv_buffer_copies);
-	tcase_add_test(misc, test_auto_picks_cuda);
-	tcase_add_test(misc, test_oom_kv);
-	tcase_set_timeout(misc, 120);
-	suite_add_tcase(s, misc);
-	return s;
+	return suite_make("cuda_backend", tcases);
 }
 
 Suite *
 cuda_backend_nodev_suite(void)
 {
-	Suite *s = suite_create("cuda_backend_nodev");
-	TCase *tc = tcase_create("registry");
+	const struct suite_test registry[] = {
+		{ test_nodev_fallback, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "registry", 60, registry, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_nodev_fallback);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
-	return s;
-}
-
-/*
- * Count the usable devices in a child process, so this one never
- * initializes CUDA; the reason for none goes to why.
- */
-static int
-probe_in_child(char *why, size_t len)
-{
-	int fd[2], st, n = 0;
-	ssize_t got;
-	pid_t pid;
-	char buf[300];
-
-	snprintf(why, len, "probe failed");
-	if (pipe(fd) != 0)
-		return 0;
-	if ((pid = fork()) < 0) {
-		close(fd[0]);
-		close(fd[1]);
-		return 0;
-	}
-	if (pid == 0) {
-		char w[256] = "";
-		int c = cuda_probe_count(w, sizeof(w));
-
-		if (c > 0 && cuda_probe_selftest(0) != 0) {
-			c = 0;
-			snprintf(w, sizeof(w), "device 0 fails the self-test");
-		}
-		snprintf(buf, sizeof(buf), "%d %s", c, w);
-		if (write(fd[1], buf, strlen(buf) + 1) < 0)
-			_exit(1);
-		_exit(0);
-	}
-	close(fd[1]);
-	got = read(fd[0], buf, sizeof(buf) - 1);
-	close(fd[0]);
-	(void)waitpid(pid, &st, 0);
-	if (got <= 0)
-		return 0;
-	buf[got] = '\0';
-	if (sscanf(buf, "%d", &n) != 1)
-		n = 0;
-	snprintf(why, len, "%s", strchr(buf, ' ') != NULL ?
-	    strchr(buf, ' ') + 1 : "");
-	return n;
+	return suite_make("cuda_backend_nodev", tcases);
 }
 
 int
 main(void)
 {
 	char why[256], *p = fx_path("aidreams260K.gguf");
-	int n_dev, failed;
+	int n_dev;
 
 	if (p == NULL) {
 		printf("check_cuda_backend: skipped, fixtures not found in "
@@ -866,15 +827,8 @@ main(void)
 		return 77;
 	}
 	free(p);
-	n_dev = probe_in_child(why, sizeof(why));
-	failed = suite_run(n_dev > 0 ? cuda_backend_suite() :
-	    cuda_backend_nodev_suite());
-	if (failed != 0)
-		return EXIT_FAILURE;
-	if (n_dev <= 0) {
-		printf("check_cuda_backend: GPU tests skipped, no usable CUDA "
-		    "device: %s\n", why);
-		return 77;
-	}
-	return EXIT_SUCCESS;
+	n_dev = child_probe(cuda_probe_usable, why, sizeof(why));
+	return suite_main_some(n_dev > 0 ? cuda_backend_suite() :
+	    cuda_backend_nodev_suite(), n_dev > 0, "check_cuda_backend: GPU "
+	    "tests skipped, no usable CUDA device: %s\n", why);
 }

@@ -46,11 +46,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cuda_ops.h"
 #include "cuda_probe.h"
+#include "lib/child.h"
+#include "lib/suite.h"
 #include "quant.h"
 
 Suite *cuda_kernels_suite(void);
@@ -1399,86 +1400,55 @@ END_TEST
 
 #define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-/* A test case of s whose tests get a device, a stream and 120 s. */
-static TCase *
-device_case(Suite *s, const char *name)
-{
-	TCase *tc = tcase_create(name);
-
-	tcase_add_checked_fixture(tc, setup, teardown);
-	tcase_set_timeout(tc, 120);
-	suite_add_tcase(s, tc);
-	return tc;
-}
-
 Suite *
 cuda_kernels_suite(void)
 {
-	Suite *s = suite_create("cuda_kernels");
-	TCase *tc;
+	const struct suite_test runtime[] = {
+		{ test_rt_memory, 0, 0 },
+		{ test_rt_failed_call_not_reported_by_next_launch, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test rows[] = {
+		{ test_embed, 0, N_OF(embed_cases) },
+		{ test_rmsnorm, 0, N_OF(norm_cases) },
+		{ test_swiglu_add, 0, N_OF(ew_cases) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test kv[] = {
+		{ test_rope_store, 0, N_OF(rope_cases) },
+		{ test_attention, 0, N_OF(att_cases) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test gemm[] = {
+		{ test_convert_gemm, 0, N_OF(mm_cases) },
+		{ NULL, 0, 0 }
+	};
+	/* Each test gets a device, a stream and 120 s. */
+	const struct suite_fixture device = { setup, teardown, true };
+	const struct suite_case tcases[] = {
+		{ "runtime", 120, runtime, &device },
+		{ "rows", 120, rows, &device },
+		{ "kv", 120, kv, &device },
+		{ "gemm", 120, gemm, &device },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tc = device_case(s, "runtime");
-	tcase_add_test(tc, test_rt_memory);
-	tcase_add_test(tc, test_rt_failed_call_not_reported_by_next_launch);
-	tc = device_case(s, "rows");
-	tcase_add_loop_test(tc, test_embed, 0, N_OF(embed_cases));
-	tcase_add_loop_test(tc, test_rmsnorm, 0, N_OF(norm_cases));
-	tcase_add_loop_test(tc, test_swiglu_add, 0, N_OF(ew_cases));
-	tc = device_case(s, "kv");
-	tcase_add_loop_test(tc, test_rope_store, 0, N_OF(rope_cases));
-	tcase_add_loop_test(tc, test_attention, 0, N_OF(att_cases));
-	tc = device_case(s, "gemm");
-	tcase_add_loop_test(tc, test_convert_gemm, 0, N_OF(mm_cases));
-	return s;
+	return suite_make("cuda_kernels", tcases);
 }
 
 Suite *
 cuda_kernels_args_suite(void)
 {
-	Suite *s = suite_create("cuda_kernels_args");
-	TCase *tc = tcase_create("args");
+	const struct suite_test args[] = {
+		{ test_args, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "args", 30, args, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_args);
-	tcase_set_timeout(tc, 30);
-	suite_add_tcase(s, tc);
-	return s;
-}
-
-/*
- * Usable devices (those passing the self-test), counted in a child so that
- * this process never starts the CUDA runtime; the reason for none goes to
- * why through a pipe.
- */
-static int
-probe_in_child(char *why, size_t len)
-{
-	int fd[2], st, n = 0;
-	ssize_t got;
-	pid_t pid;
-
-	snprintf(why, len, "probe failed");
-	if (pipe(fd) != 0)
-		return 0;
-	if ((pid = fork()) == 0) {
-		char w[256] = "";
-
-		close(fd[0]);
-		n = cuda_probe_count(w, sizeof(w));
-		if (n > 0 && cuda_probe_selftest(0) != 0) {
-			n = 0;
-			snprintf(w, sizeof(w), "device 0 fails the self-test");
-		}
-		(void)!write(fd[1], w, strlen(w));
-		_exit(n > 100 ? 100 : n);
-	}
-	close(fd[1]);
-	got = pid > 0 ? read(fd[0], why, len - 1) : -1;
-	if (got >= 0)
-		why[got] = '\0';
-	close(fd[0]);
-	if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st))
-		n = WEXITSTATUS(st);
-	return n;
+	return suite_make("cuda_kernels_args", tcases);
 }
 
 int
@@ -1489,7 +1459,7 @@ main(void)
 	int n_dev, failed;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	n_dev = probe_in_child(why, sizeof(why));
+	n_dev = child_probe(cuda_probe_usable, why, sizeof(why));
 	sr = srunner_create(cuda_kernels_args_suite());
 	if (n_dev > 0)
 		srunner_add_suite(sr, cuda_kernels_suite());

@@ -36,7 +36,6 @@
 #include "lib/clock.h"
 #include "lib/cpd_harness.h"
 #include "lib/cpd_proc.h"
-#include "lib/fixtures.h"
 #include "lib/prog.h"
 #include "lib/suite.h"
 #include "lib/tmpdir.h"
@@ -1205,43 +1204,40 @@ END_TEST
 Suite *
 daemon_suite(void)
 {
-	Suite *s = suite_create("daemon");
-	TCase *tc = tcase_create("cpd");
+	const struct suite_test cpd[] = {
+		{ test_sixteen_processes, 0, 0 },
+		{ test_chunked_prefill, 0, 0 },
+		{ test_prefill_lane, 0, 0 },
+		{ test_paced_prefill, 0, 0 },
+		{ test_prefill_progress, 0, 0 },
+		{ test_client_killed, 0, 0 },
+		{ test_garbage_clients, 0, 0 },
+		{ test_cancel_frees_blocks, 0, 0 },
+		{ test_daemon_killed, 0, 0 },
+		{ test_drain_finishes, 0, 0 },
+		{ test_drain_cancels, 0, 0 },
+		{ test_second_signal, 0, 0 },
+		{ test_drain_timeout_flag, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "cpd", 120, cpd, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_test(tc, test_sixteen_processes);
-	tcase_add_test(tc, test_chunked_prefill);
-	tcase_add_test(tc, test_prefill_lane);
-	tcase_add_test(tc, test_paced_prefill);
-	tcase_add_test(tc, test_prefill_progress);
-	tcase_add_test(tc, test_client_killed);
-	tcase_add_test(tc, test_garbage_clients);
-	tcase_add_test(tc, test_cancel_frees_blocks);
-	tcase_add_test(tc, test_daemon_killed);
-	tcase_add_test(tc, test_drain_finishes);
-	tcase_add_test(tc, test_drain_cancels);
-	tcase_add_test(tc, test_second_signal);
-	tcase_add_test(tc, test_drain_timeout_flag);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("daemon", tcases);
 }
 
 int
 main(void)
 {
-	int nfail;
+	int rc;
 
-	if (prog_find(cpd_bin, sizeof(cpd_bin), "cpd", NULL) != 0 ||
-	    prog_find(cpmodel_bin, sizeof(cpmodel_bin), "cpmodel",
-	    NULL) != 0) {
-		printf("check_daemon: skipped, %s or %s is not built\n",
-		    cpd_bin, cpmodel_bin);
-		return 77;
-	}
-	if ((model = fx_need("aidreams260K.gguf")) == NULL)
+	if ((model = cpd_need("check_daemon", cpd_bin, cpmodel_bin,
+	    sizeof(cpd_bin), "aidreams260K.gguf")) == NULL)
 		return 77;
 	signal(SIGPIPE, SIG_IGN);
-	nfail = suite_run(daemon_suite());
+	rc = suite_main(daemon_suite());
 	free(model);
-	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return rc;
 }

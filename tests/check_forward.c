@@ -32,6 +32,7 @@
 #include "lib/refcheck.h"
 #include "lib/resident.h"
 #include "lib/rig.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -1475,42 +1476,47 @@ END_TEST
 Suite *
 forward_suite(void)
 {
-	Suite *s = suite_create("forward");
-	TCase *ref = tcase_create("reference");
-	TCase *inv = tcase_create("invariance");
-	TCase *err = tcase_create("errors");
 	int n_inv = (int)(sizeof(invariance_models) /
 	    sizeof(invariance_models[0]));
+	const struct suite_test reference[] = {
+		{ test_aidreams_greedy, 0, 0 },
+		{ test_aidreams_text, 0, 0 },
+		{ test_plctlab_greedy, 0, 0 },
+		{ test_spec_equations, 0,
+		    (int)(sizeof(specs) / sizeof(specs[0])) },
+		{ test_synth, 0,
+		    (int)(sizeof(synth_cases) / sizeof(synth_cases[0])) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test invariance[] = {
+		{ test_chunked_equals_unchunked, 0,
+		    (int)(sizeof(chunk_models) / sizeof(chunk_models[0])) },
+		{ test_chunked_long609, 0, 2 },
+		{ test_threads_blocks_invariant, 0, n_inv },
+		{ test_batched_equals_alone, 0, n_inv },
+		{ test_kv_import, 0, n_inv },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test errors[] = {
+		{ test_batch_errors, 0, 0 },
+		{ test_kv_import_errors, 0, 0 },
+		{ test_kv_prefault, 0, 0 },
+		{ test_warmup, 0, 0 },
+		{ test_open_errors, 0, 0 },
+		{ test_context_in_chunks, 0, 0 },
+		{ test_damaged_weights, 0, 0 },
+		{ test_cli_generate, 0, 2 },
+		{ test_cli_errors, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "reference", 120, reference, NULL },
+		{ "invariance", 120, invariance, NULL },
+		{ "errors", 60, errors, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(ref, test_aidreams_greedy);
-	tcase_add_test(ref, test_aidreams_text);
-	tcase_add_test(ref, test_plctlab_greedy);
-	tcase_add_loop_test(ref, test_spec_equations, 0,
-	    (int)(sizeof(specs) / sizeof(specs[0])));
-	tcase_add_loop_test(ref, test_synth, 0,
-	    (int)(sizeof(synth_cases) / sizeof(synth_cases[0])));
-	tcase_set_timeout(ref, 120);
-	suite_add_tcase(s, ref);
-	tcase_add_loop_test(inv, test_chunked_equals_unchunked, 0,
-	    (int)(sizeof(chunk_models) / sizeof(chunk_models[0])));
-	tcase_add_loop_test(inv, test_chunked_long609, 0, 2);
-	tcase_add_loop_test(inv, test_threads_blocks_invariant, 0, n_inv);
-	tcase_add_loop_test(inv, test_batched_equals_alone, 0, n_inv);
-	tcase_add_loop_test(inv, test_kv_import, 0, n_inv);
-	tcase_set_timeout(inv, 120);
-	suite_add_tcase(s, inv);
-	tcase_add_test(err, test_batch_errors);
-	tcase_add_test(err, test_kv_import_errors);
-	tcase_add_test(err, test_kv_prefault);
-	tcase_add_test(err, test_warmup);
-	tcase_add_test(err, test_open_errors);
-	tcase_add_test(err, test_context_in_chunks);
-	tcase_add_test(err, test_damaged_weights);
-	tcase_add_loop_test(err, test_cli_generate, 0, 2);
-	tcase_add_test(err, test_cli_errors);
-	tcase_set_timeout(err, 60);
-	suite_add_tcase(s, err);
-	return s;
+	return suite_make("forward", tcases);
 }
 
 int

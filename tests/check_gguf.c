@@ -1303,38 +1303,38 @@ Suite *gguf_suite(void);
 Suite *
 gguf_suite(void)
 {
-	Suite *s = suite_create("gguf");
-	TCase *tc;
+	const struct suite_test malformed[] = {
+		{ test_small_valid, 0, 0 },
+		{ test_truncated_every_byte, 0, 0 },
+		{ test_truncated_boundaries, 0, 0 },
+		{ test_bad_magic_version, 0, 0 },
+		{ test_huge_counts, 0, 0 },
+		{ test_nesting_and_value_types, 0, 0 },
+		{ test_tensor_shapes, 0, 0 },
+		{ test_offsets_alignment, 0, 0 },
+		{ test_duplicates, 0, 0 },
+		{ test_message_sanitized, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test api[] = {
+		{ test_accessors, 0, 0 },
+		{ test_open_paths, 0, 0 },
+		{ test_writer_round_trip, 0, 0 },
+		{ test_writer_copy_kv, 0, 0 },
+		{ test_writer_gen, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "malformed", 0, malformed, NULL },
+		{ "api", 0, api, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tc = tcase_create("malformed");
-	tcase_add_test(tc, test_small_valid);
-	tcase_add_test(tc, test_truncated_every_byte);
-	tcase_add_test(tc, test_truncated_boundaries);
-	tcase_add_test(tc, test_bad_magic_version);
-	tcase_add_test(tc, test_huge_counts);
-	tcase_add_test(tc, test_nesting_and_value_types);
-	tcase_add_test(tc, test_tensor_shapes);
-	tcase_add_test(tc, test_offsets_alignment);
-	tcase_add_test(tc, test_duplicates);
-	tcase_add_test(tc, test_message_sanitized);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("api");
-	tcase_add_test(tc, test_accessors);
-	tcase_add_test(tc, test_open_paths);
-	tcase_add_test(tc, test_writer_round_trip);
-	tcase_add_test(tc, test_writer_copy_kv);
-	tcase_add_test(tc, test_writer_gen);
-	suite_add_tcase(s, tc);
-
-	return s;
+	return suite_make("gguf", tcases);
 }
 
 int
 main(void)
 {
-	int failed;
-
-	failed = suite_run(gguf_suite());
-	return failed != 0;
+	return suite_main(gguf_suite());
 }

@@ -353,32 +353,31 @@ Suite *gguf_fixtures_suite(void);
 Suite *
 gguf_fixtures_suite(void)
 {
-	Suite *s = suite_create("gguf_fixtures");
-	TCase *tc = tcase_create("fixtures");
+	const struct suite_test fixtures[] = {
+		{ test_fx_aidreams, 0, 0 },
+		{ test_fx_stories, 0, 0 },
+		{ test_fx_synth_tiny, 0,
+		    (int)(sizeof(synth_tiny) / sizeof(synth_tiny[0])) },
+		{ test_fx_synth_gqa, 0,
+		    (int)(sizeof(synth_gqa) / sizeof(synth_gqa[0])) },
+		{ test_fx_vocab, 0, (int)(sizeof(vocabs) / sizeof(vocabs[0])) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "fixtures", 60, fixtures, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_fx_aidreams);
-	tcase_add_test(tc, test_fx_stories);
-	tcase_add_loop_test(tc, test_fx_synth_tiny, 0,
-	    (int)(sizeof(synth_tiny) / sizeof(synth_tiny[0])));
-	tcase_add_loop_test(tc, test_fx_synth_gqa, 0,
-	    (int)(sizeof(synth_gqa) / sizeof(synth_gqa[0])));
-	tcase_add_loop_test(tc, test_fx_vocab, 0,
-	    (int)(sizeof(vocabs) / sizeof(vocabs[0])));
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("gguf_fixtures", tcases);
 }
 
 int
 main(void)
 {
-	int failed;
-
 	if (!fixtures_present()) {
 		printf("fixtures not found in %s (set CP_FIXTURES): fixture "
 		    "tests skipped\n", fx_dir());
 		return 77;
 	}
-	failed = suite_run(gguf_fixtures_suite());
-	return failed != 0;
+	return suite_main(gguf_fixtures_suite());
 }

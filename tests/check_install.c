@@ -1197,36 +1197,40 @@ END_TEST
 Suite *
 install_suite(void)
 {
-	Suite *s = suite_create("install");
-	TCase *tm = tcase_create("manual");
-	TCase *ti = tcase_create("install");
-	TCase *tu = tcase_create("uninstall");
+	const struct suite_test manual[] = {
+		{ test_example_matches_manual, 0, 0 },
+		{ test_api_documented, 0, 0 },
+		{ test_pages_have_sections, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test install[] = {
+		{ test_programs, 0, 0 },
+		{ test_library, 0, 0 },
+		{ test_pkgconfig, 0, 0 },
+		{ test_manpages, 0, 0 },
+		{ test_etc, 0, 0 },
+		{ test_example, 0, 2 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test uninstall[] = {
+		{ test_uninstall_leaves_nothing, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_fixture installed = {
+		install_setup, install_teardown, false
+	};
+	const struct suite_case tcases[] = {
+		{ "manual", 0, manual, NULL },
+		{ "install", 120, install, &installed },
+		{ "uninstall", 180, uninstall, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tm, test_example_matches_manual);
-	tcase_add_test(tm, test_api_documented);
-	tcase_add_test(tm, test_pages_have_sections);
-	suite_add_tcase(s, tm);
-
-	tcase_add_unchecked_fixture(ti, install_setup, install_teardown);
-	tcase_add_test(ti, test_programs);
-	tcase_add_test(ti, test_library);
-	tcase_add_test(ti, test_pkgconfig);
-	tcase_add_test(ti, test_manpages);
-	tcase_add_test(ti, test_etc);
-	tcase_add_loop_test(ti, test_example, 0, 2);
-	tcase_set_timeout(ti, 120);
-	suite_add_tcase(s, ti);
-
-	tcase_add_test(tu, test_uninstall_leaves_nothing);
-	tcase_set_timeout(tu, 180);
-	suite_add_tcase(s, tu);
-	return s;
+	return suite_make("install", tcases);
 }
 
 int
 main(void)
 {
-	int nf = suite_run(install_suite());
-
-	return nf == 0 ? 0 : 1;
+	return suite_main(install_suite());
 }

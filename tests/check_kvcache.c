@@ -573,30 +573,31 @@ END_TEST
 Suite *
 kvcache_suite(void)
 {
-	Suite *s = suite_create("kvcache");
-	TCase *tc = tcase_create("core");
+	const struct suite_test core[] = {
+		{ test_sizing, 0, 0 },
+		{ test_new_errors, 0, 0 },
+		{ test_layout, 0, 0 },
+		{ test_free_peek, 0, 0 },
+		{ test_append_blocks, 0, 0 },
+		{ test_append_limits, 0, 0 },
+		{ test_truncate, 0, 0 },
+		{ test_seq_lifecycle, 0, 0 },
+		{ test_random_ops, 0, 0 },
+		{ test_prefix_match_share, 0, 0 },
+		{ test_prefix_eviction, 0, 0 },
+		{ test_prefix_random, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "core", 30, core, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_sizing);
-	tcase_add_test(tc, test_new_errors);
-	tcase_add_test(tc, test_layout);
-	tcase_add_test(tc, test_free_peek);
-	tcase_add_test(tc, test_append_blocks);
-	tcase_add_test(tc, test_append_limits);
-	tcase_add_test(tc, test_truncate);
-	tcase_add_test(tc, test_seq_lifecycle);
-	tcase_add_test(tc, test_random_ops);
-	tcase_add_test(tc, test_prefix_match_share);
-	tcase_add_test(tc, test_prefix_eviction);
-	tcase_add_test(tc, test_prefix_random);
-	tcase_set_timeout(tc, 30);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("kvcache", tcases);
 }
 
 int
 main(void)
 {
-	int failed = suite_run(kvcache_suite());
-
-	return failed == 0 ? 0 : 1;
+	return suite_main(kvcache_suite());
 }

@@ -256,14 +256,17 @@ END_TEST
 Suite *
 lane_suite(void)
 {
-	Suite *s = suite_create("lane");
-	TCase *tc = tcase_create("lane");
+	const struct suite_test lane[] = {
+		{ test_prefault_and_import, 0, 0 },
+		{ test_prefault_idle_ignored, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "lane", 60, lane, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_prefault_and_import);
-	tcase_add_test(tc, test_prefault_idle_ignored);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("lane", tcases);
 }
 
 int

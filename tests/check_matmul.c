@@ -1169,37 +1169,39 @@ END_TEST
 static Suite *
 matmul_suite(void)
 {
-	Suite *s = suite_create("matmul");
-	TCase *tc = tcase_create("kernels");
+	const struct suite_test kernels[] = {
+		{ test_reference, 0, N_TYPES },
+		{ test_batch_invariance, 0, N_TYPES },
+		{ test_simd_vs_scalar, 0, 2 * N_TYPES },
+		{ test_supported, 0, 0 },
+		{ test_activation_formats, 0, 0 },
+		{ test_f16_rounds_activations, 0, 0 },
+		{ test_round_row, 0, 0 },
+		{ test_alignment, 0, N_TYPES },
+		{ test_no_simd_env, 0, 0 },
+		{ test_simd_default, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test attention[] = {
+		{ test_attn_reference, 0, N_ATT },
+		{ test_attn_invariance, 0, N_ATT },
+		{ test_attn_heads, 0, N_ATT },
+		{ test_attn_ops, 0, 0 },
+		{ test_attn_one_row, 0, 0 },
+		{ test_attn_exp, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "kernels", 60, kernels, NULL },
+		{ "attention", 60, attention, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, test_reference, 0, N_TYPES);
-	tcase_add_loop_test(tc, test_batch_invariance, 0, N_TYPES);
-	tcase_add_loop_test(tc, test_simd_vs_scalar, 0, 2 * N_TYPES);
-	tcase_add_test(tc, test_supported);
-	tcase_add_test(tc, test_activation_formats);
-	tcase_add_test(tc, test_f16_rounds_activations);
-	tcase_add_test(tc, test_round_row);
-	tcase_add_loop_test(tc, test_alignment, 0, N_TYPES);
-	tcase_add_test(tc, test_no_simd_env);
-	tcase_add_test(tc, test_simd_default);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("attention");
-	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, test_attn_reference, 0, N_ATT);
-	tcase_add_loop_test(tc, test_attn_invariance, 0, N_ATT);
-	tcase_add_loop_test(tc, test_attn_heads, 0, N_ATT);
-	tcase_add_test(tc, test_attn_ops);
-	tcase_add_test(tc, test_attn_one_row);
-	tcase_add_test(tc, test_attn_exp);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("matmul", tcases);
 }
 
 int
 main(void)
 {
-	int failed = suite_run(matmul_suite());
-
-	return failed == 0 ? 0 : 1;
+	return suite_main(matmul_suite());
 }

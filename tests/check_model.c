@@ -15,6 +15,7 @@
 #include "gguf.h"
 #include "gguf_write.h"
 #include "lib/fixtures.h"
+#include "lib/suite.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "ttype.h"
@@ -816,31 +817,34 @@ END_TEST
 Suite *
 model_suite(void)
 {
-	Suite *s = suite_create("model");
-	TCase *tc = tcase_create("load");
+	const struct suite_test load[] = {
+		{ test_aidreams_hparams, 0, 0 },
+		{ test_plctlab_gqa, 0, 0 },
+		{ test_synth_tiny_types, 0,
+		    (int)(sizeof(tiny_types) / sizeof(tiny_types[0])) },
+		{ test_synth_gqa, 0, 0 },
+		{ test_err_architecture, 0, 0 },
+		{ test_err_missing_tensor, 0, 0 },
+		{ test_err_shape, 0, 0 },
+		{ test_err_hparam_disagrees, 0, 0 },
+		{ test_err_missing_key, 0, 0 },
+		{ test_err_bad_heads, 0, 0 },
+		{ test_err_unexpected_tensor, 0, 0 },
+		{ test_err_vocab_mismatch, 0, 0 },
+		{ test_err_file, 0, 0 },
+		{ test_mini_variants, 0, 0 },
+		{ test_family_refusals, 0, 0 },
+		{ test_rope_yarn, 0, 0 },
+		{ test_rope_longrope, 0, 0 },
+		{ test_mini_errors, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "load", 30, load, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_aidreams_hparams);
-	tcase_add_test(tc, test_plctlab_gqa);
-	tcase_add_loop_test(tc, test_synth_tiny_types, 0,
-	    (int)(sizeof(tiny_types) / sizeof(tiny_types[0])));
-	tcase_add_test(tc, test_synth_gqa);
-	tcase_add_test(tc, test_err_architecture);
-	tcase_add_test(tc, test_err_missing_tensor);
-	tcase_add_test(tc, test_err_shape);
-	tcase_add_test(tc, test_err_hparam_disagrees);
-	tcase_add_test(tc, test_err_missing_key);
-	tcase_add_test(tc, test_err_bad_heads);
-	tcase_add_test(tc, test_err_unexpected_tensor);
-	tcase_add_test(tc, test_err_vocab_mismatch);
-	tcase_add_test(tc, test_err_file);
-	tcase_add_test(tc, test_mini_variants);
-	tcase_add_test(tc, test_family_refusals);
-	tcase_add_test(tc, test_rope_yarn);
-	tcase_add_test(tc, test_rope_longrope);
-	tcase_add_test(tc, test_mini_errors);
-	tcase_set_timeout(tc, 30);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("model", tcases);
 }
 
 int

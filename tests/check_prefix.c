@@ -525,38 +525,35 @@ END_TEST
 Suite *
 prefix_suite(void)
 {
-	Suite *s = suite_create("prefix");
-	TCase *tc = tcase_create("cpd");
+	const struct suite_test cpd[] = {
+		{ test_shared_prefix, 0, 0 },
+		{ test_cached_exact, 0, 3 },
+		{ test_conversation, 0, 0 },
+		{ test_small_pool, 0, 0 },
+		{ test_lane, 0, 0 },
+		{ test_off, 0, 0 },
+		{ test_scope_users, 0, 2 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "cpd", 300, cpd, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 300);
-	tcase_add_test(tc, test_shared_prefix);
-	tcase_add_loop_test(tc, test_cached_exact, 0, 3);
-	tcase_add_test(tc, test_conversation);
-	tcase_add_test(tc, test_small_pool);
-	tcase_add_test(tc, test_lane);
-	tcase_add_test(tc, test_off);
-	tcase_add_loop_test(tc, test_scope_users, 0, 2);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("prefix", tcases);
 }
 
 int
 main(void)
 {
-	int nfail;
+	int rc;
 
-	if (prog_find(cpd_bin, sizeof(cpd_bin), "cpd", NULL) != 0 ||
-	    prog_find(cpmodel_bin, sizeof(cpmodel_bin), "cpmodel",
-	    NULL) != 0) {
-		printf("check_prefix: skipped, %s or %s is not built\n",
-		    cpd_bin, cpmodel_bin);
-		return 77;
-	}
-	if ((model = fx_need(MODEL_REL)) == NULL)
+	if ((model = cpd_need("check_prefix", cpd_bin, cpmodel_bin,
+	    sizeof(cpd_bin), MODEL_REL)) == NULL)
 		return 77;
 	signal(SIGPIPE, SIG_IGN);
 	make_sys_prompt();
-	nfail = suite_run(prefix_suite());
+	rc = suite_main(prefix_suite());
 	free(model);
-	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return rc;
 }

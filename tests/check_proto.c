@@ -220,28 +220,31 @@ END_TEST
 Suite *
 proto_suite(void)
 {
-	Suite *s = suite_create("proto");
-	TCase *tc = tcase_create("layout");
-	TCase *tr = tcase_create("ring");
+	const struct suite_test layout[] = {
+		{ test_layout_defaults, 0, 0 },
+		{ test_layout_minimum, 0, 0 },
+		{ test_layout_maximum, 0, 0 },
+		{ test_layout_rejects, 0, 0 },
+		{ test_ctl_lines, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test ring[] = {
+		{ test_ring_count_wrap, 0, 0 },
+		{ test_copy_words, 0, 0 },
+		{ test_spsc_threads, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "layout", 0, layout, NULL },
+		{ "ring", 30, ring, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_layout_defaults);
-	tcase_add_test(tc, test_layout_minimum);
-	tcase_add_test(tc, test_layout_maximum);
-	tcase_add_test(tc, test_layout_rejects);
-	tcase_add_test(tc, test_ctl_lines);
-	suite_add_tcase(s, tc);
-	tcase_add_test(tr, test_ring_count_wrap);
-	tcase_add_test(tr, test_copy_words);
-	tcase_add_test(tr, test_spsc_threads);
-	tcase_set_timeout(tr, 30);
-	suite_add_tcase(s, tr);
-	return s;
+	return suite_make("proto", tcases);
 }
 
 int
 main(void)
 {
-	int nf = suite_run(proto_suite());
-
-	return nf == 0 ? 0 : 1;
+	return suite_main(proto_suite());
 }

@@ -1150,41 +1150,46 @@ END_TEST
 static Suite *
 quant_suite(bool fixtures)
 {
-	Suite *s = suite_create("quant");
-	TCase *tc = tcase_create("conversions");
-	TCase *tb = tcase_create("blocks");
-	TCase *tf = tcase_create("fixtures");
+	const struct suite_test conversions[] = {
+		{ test_fp16_to_fp32_special, 0, 0 },
+		{ test_fp16_to_fp32_all, 0, 0 },
+		{ test_dequant_f16_simd, 0, 0 },
+		{ test_fp32_to_fp16_special, 0, 0 },
+		{ test_fp32_to_fp16_all_midpoints, 0, 0 },
+		{ test_bf16, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test blocks[] = {
+		{ test_block_float_rows, 0, 0 },
+		{ test_block_legacy, 0, 0 },
+		{ test_block_q2_K, 0, 0 },
+		{ test_block_q3_K, 0, 0 },
+		{ test_block_q4_K, 0, 0 },
+		{ test_block_q5_K, 0, 0 },
+		{ test_block_q6_K, 0, 0 },
+		{ test_quant_q8_0, 0, 0 },
+		{ test_quant_q8_1, 0, 0 },
+		{ test_quant_act, 0, 0 },
+		{ test_quant_act_simd, 0, 0 },
+		{ test_quant_q8_K, 0, 0 },
+		{ test_quant_q4_0, 0, 0 },
+		{ test_round_trip, 0, 0 },
+		{ test_errors, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test synth[] = {
+		{ test_synth_tensors, 0, N_SYNTH },
+		{ test_synth_types_covered, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "conversions", 0, conversions, NULL },
+		{ "blocks", 0, blocks, NULL },
+		{ "fixtures", 60, fixtures ? synth : NULL, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_fp16_to_fp32_special);
-	tcase_add_test(tc, test_fp16_to_fp32_all);
-	tcase_add_test(tc, test_dequant_f16_simd);
-	tcase_add_test(tc, test_fp32_to_fp16_special);
-	tcase_add_test(tc, test_fp32_to_fp16_all_midpoints);
-	tcase_add_test(tc, test_bf16);
-	suite_add_tcase(s, tc);
-	tcase_add_test(tb, test_block_float_rows);
-	tcase_add_test(tb, test_block_legacy);
-	tcase_add_test(tb, test_block_q2_K);
-	tcase_add_test(tb, test_block_q3_K);
-	tcase_add_test(tb, test_block_q4_K);
-	tcase_add_test(tb, test_block_q5_K);
-	tcase_add_test(tb, test_block_q6_K);
-	tcase_add_test(tb, test_quant_q8_0);
-	tcase_add_test(tb, test_quant_q8_1);
-	tcase_add_test(tb, test_quant_act);
-	tcase_add_test(tb, test_quant_act_simd);
-	tcase_add_test(tb, test_quant_q8_K);
-	tcase_add_test(tb, test_quant_q4_0);
-	tcase_add_test(tb, test_round_trip);
-	tcase_add_test(tb, test_errors);
-	suite_add_tcase(s, tb);
-	if (fixtures) {
-		tcase_set_timeout(tf, 60);
-		tcase_add_loop_test(tf, test_synth_tensors, 0, N_SYNTH);
-		tcase_add_test(tf, test_synth_types_covered);
-		suite_add_tcase(s, tf);
-	}
-	return s;
+	return suite_make("quant", tcases);
 }
 
 int
@@ -1192,16 +1197,9 @@ main(void)
 {
 	char *master = fx_path("synth/synth-tiny-F32.gguf");
 	bool fixtures = master != NULL;
-	int failed;
 
 	free(master);
-	failed = suite_run(quant_suite(fixtures));
-	if (failed != 0)
-		return 1;
-	if (!fixtures) {
-		/* The tests that need no fixtures passed; the rest cannot run. */
-		printf("synth fixtures not found under %s: skipping\n", fx_dir());
-		return 77;
-	}
-	return 0;
+	/* Without fixtures only the tests that need none can run. */
+	return suite_main_some(quant_suite(fixtures), fixtures,
+	    "synth fixtures not found under %s: skipping\n", fx_dir());
 }

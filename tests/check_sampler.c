@@ -1029,43 +1029,44 @@ END_TEST
 Suite *
 sampler_suite(void)
 {
-	Suite *s = suite_create("sampler");
-	TCase *tc = tcase_create("core");
+	const struct suite_test core[] = {
+		{ test_defaults, 0, 0 },
+		{ test_params_check, 0, 0 },
+		{ test_new_rejects_vocab, 0, 0 },
+		{ test_greedy, 0, 0 },
+		{ test_temperature_exact, 0, 0 },
+		{ test_top_k, 0, 0 },
+		{ test_top_p, 0, 0 },
+		{ test_top_p_after_top_k, 0, 0 },
+		{ test_large_vocab_against_sort, 0, 0 },
+		{ test_min_p, 0, 0 },
+		{ test_min_p_one, 0, 0 },
+		{ test_repeat_penalty, 0, 0 },
+		{ test_repeat_penalty_changes_greedy, 0, 0 },
+		{ test_logprobs, 0, 0 },
+		{ test_logprob_off, 0, 0 },
+		{ test_shared_scratch, 0, 0 },
+		{ test_golden_sequence, 0, 0 },
+		{ test_seeds, 0, 0 },
+		{ test_frequencies, 0, 0 },
+		{ test_nonfinite, 0, 0 },
+		{ test_eog, 0, 0 },
+		{ test_eog_shared, 0, 0 },
+		{ test_max_tokens, 0, 0 },
+		{ test_accept_errors, 0, 0 },
+		{ test_candidates_cap, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "core", 60, core, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_defaults);
-	tcase_add_test(tc, test_params_check);
-	tcase_add_test(tc, test_new_rejects_vocab);
-	tcase_add_test(tc, test_greedy);
-	tcase_add_test(tc, test_temperature_exact);
-	tcase_add_test(tc, test_top_k);
-	tcase_add_test(tc, test_top_p);
-	tcase_add_test(tc, test_top_p_after_top_k);
-	tcase_add_test(tc, test_large_vocab_against_sort);
-	tcase_add_test(tc, test_min_p);
-	tcase_add_test(tc, test_min_p_one);
-	tcase_add_test(tc, test_repeat_penalty);
-	tcase_add_test(tc, test_repeat_penalty_changes_greedy);
-	tcase_add_test(tc, test_logprobs);
-	tcase_add_test(tc, test_logprob_off);
-	tcase_add_test(tc, test_shared_scratch);
-	tcase_add_test(tc, test_golden_sequence);
-	tcase_add_test(tc, test_seeds);
-	tcase_add_test(tc, test_frequencies);
-	tcase_add_test(tc, test_nonfinite);
-	tcase_add_test(tc, test_eog);
-	tcase_add_test(tc, test_eog_shared);
-	tcase_add_test(tc, test_max_tokens);
-	tcase_add_test(tc, test_accept_errors);
-	tcase_add_test(tc, test_candidates_cap);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("sampler", tcases);
 }
 
 int
 main(void)
 {
-	int nf = suite_run(sampler_suite());
-
-	return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return suite_main(sampler_suite());
 }

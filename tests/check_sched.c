@@ -2222,57 +2222,59 @@ END_TEST
 Suite *
 sched_suite(void)
 {
-	Suite *s = suite_create("sched");
-	TCase *tc = tcase_create("plans");
-
-	tcase_add_test(tc, test_config_defaults);
-	tcase_add_test(tc, test_config_errors);
-	tcase_add_test(tc, test_add_errors);
-	tcase_add_test(tc, test_dead_handles);
-	tcase_add_test(tc, test_chunked_prefill);
-	tcase_add_test(tc, test_decode_first);
-	tcase_add_test(tc, test_chunk_cap);
-	tcase_add_test(tc, test_attention_cost);
-	tcase_add_test(tc, test_max_seqs);
-	tcase_add_test(tc, test_round_robin);
-	tcase_add_test(tc, test_preempt_newest_recompute);
-	tcase_add_test(tc, test_prefill_preempts_planned_decode);
-	tcase_add_test(tc, test_watermark);
-	tcase_add_test(tc, test_newest_shrinks_then_yields);
-	tcase_add_test(tc, test_commit_rules);
-	tcase_add_test(tc, test_cancel_mid_prefill);
-	tcase_add_test(tc, test_cancel_during_step);
-	tcase_add_test(tc, test_pause);
-	tcase_add_test(tc, test_held_skipped);
-	tcase_add_test(tc, test_hold_prefilling);
-	tcase_add_test(tc, test_held_round_robin);
-	tcase_add_test(tc, test_unhold_cached);
-	tcase_add_test(tc, test_admit_cached);
-	tcase_add_test(tc, test_held_paused);
-	tcase_add_test(tc, test_unhold_errors);
-	tcase_add_test(tc, test_cancel_held);
-	tcase_add_test(tc, test_preempt_cached);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("starvation");
-	tcase_set_timeout(tc, 30);
-	tcase_add_test(tc, test_no_starvation_stream);
-	tcase_add_test(tc, test_no_starvation_kv_pressure);
-	suite_add_tcase(s, tc);
-
+	const struct suite_test plans[] = {
+		{ test_config_defaults, 0, 0 },
+		{ test_config_errors, 0, 0 },
+		{ test_add_errors, 0, 0 },
+		{ test_dead_handles, 0, 0 },
+		{ test_chunked_prefill, 0, 0 },
+		{ test_decode_first, 0, 0 },
+		{ test_chunk_cap, 0, 0 },
+		{ test_attention_cost, 0, 0 },
+		{ test_max_seqs, 0, 0 },
+		{ test_round_robin, 0, 0 },
+		{ test_preempt_newest_recompute, 0, 0 },
+		{ test_prefill_preempts_planned_decode, 0, 0 },
+		{ test_watermark, 0, 0 },
+		{ test_newest_shrinks_then_yields, 0, 0 },
+		{ test_commit_rules, 0, 0 },
+		{ test_cancel_mid_prefill, 0, 0 },
+		{ test_cancel_during_step, 0, 0 },
+		{ test_pause, 0, 0 },
+		{ test_held_skipped, 0, 0 },
+		{ test_hold_prefilling, 0, 0 },
+		{ test_held_round_robin, 0, 0 },
+		{ test_unhold_cached, 0, 0 },
+		{ test_admit_cached, 0, 0 },
+		{ test_held_paused, 0, 0 },
+		{ test_unhold_errors, 0, 0 },
+		{ test_cancel_held, 0, 0 },
+		{ test_preempt_cached, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test starvation[] = {
+		{ test_no_starvation_stream, 0, 0 },
+		{ test_no_starvation_kv_pressure, 0, 0 },
+		{ NULL, 0, 0 }
+	};
 	/* three fixed seeds per workload shape */
-	tc = tcase_create("random");
-	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, test_random_workloads, 0,
-	    (int)(3 * sizeof(workloads) / sizeof(workloads[0])));
-	suite_add_tcase(s, tc);
-	return s;
+	const struct suite_test random[] = {
+		{ test_random_workloads, 0,
+		    (int)(3 * sizeof(workloads) / sizeof(workloads[0])) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "plans", 0, plans, NULL },
+		{ "starvation", 30, starvation, NULL },
+		{ "random", 60, random, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
+
+	return suite_make("sched", tcases);
 }
 
 int
 main(void)
 {
-	int failed = suite_run(sched_suite());
-
-	return failed == 0 ? 0 : 1;
+	return suite_main(sched_suite());
 }

@@ -591,34 +591,35 @@ END_TEST
 Suite *
 server_suite(void)
 {
-	Suite *s = suite_create("server");
-	TCase *ts = tcase_create("server");
+	const struct suite_test server[] = {
+		{ test_socket_path, 0, 0 },
+		{ test_srv_socket_in_use, 0, 0 },
+		{ test_srv_handshake, 0, 0 },
+		{ test_srv_fd_in_hello, 0, 0 },
+		{ test_srv_truncated_hello, 0, 0 },
+		{ test_srv_version_mismatch, 0, 0 },
+		{ test_srv_handshake_timeout, 0, 0 },
+		{ test_srv_allow_list, 0, 0 },
+		{ test_srv_per_uid_limit, 0, 0 },
+		{ test_srv_hostile_memory, 0, 0 },
+		{ test_srv_garbage_record, 0, 0 },
+		{ test_srv_per_uid_requests, 0, 0 },
+		{ test_srv_pidfd_death, 0, 0 },
+		{ test_srv_disconnect_reasons, 0, 0 },
+		{ test_srv_drain_finishes, 0, 0 },
+		{ test_srv_drain_cancels, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "server", 30, server, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(ts, test_socket_path);
-	tcase_add_test(ts, test_srv_socket_in_use);
-	tcase_add_test(ts, test_srv_handshake);
-	tcase_add_test(ts, test_srv_fd_in_hello);
-	tcase_add_test(ts, test_srv_truncated_hello);
-	tcase_add_test(ts, test_srv_version_mismatch);
-	tcase_add_test(ts, test_srv_handshake_timeout);
-	tcase_add_test(ts, test_srv_allow_list);
-	tcase_add_test(ts, test_srv_per_uid_limit);
-	tcase_add_test(ts, test_srv_hostile_memory);
-	tcase_add_test(ts, test_srv_garbage_record);
-	tcase_add_test(ts, test_srv_per_uid_requests);
-	tcase_add_test(ts, test_srv_pidfd_death);
-	tcase_add_test(ts, test_srv_disconnect_reasons);
-	tcase_add_test(ts, test_srv_drain_finishes);
-	tcase_add_test(ts, test_srv_drain_cancels);
-	tcase_set_timeout(ts, 30);
-	suite_add_tcase(s, ts);
-	return s;
+	return suite_make("server", tcases);
 }
 
 int
 main(void)
 {
-	int nf = suite_run(server_suite());
-
-	return nf == 0 ? 0 : 1;
+	return suite_main(server_suite());
 }

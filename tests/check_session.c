@@ -1284,58 +1284,60 @@ END_TEST
 Suite *
 session_suite(void)
 {
-	Suite *s = suite_create("session");
-	TCase *th = tcase_create("handshake");
-	TCase *tq = tcase_create("sq");
-	TCase *tc = tcase_create("cq");
+	const struct suite_test handshake[] = {
+		{ test_setup_segment, 0, 0 },
+		{ test_setup_fd_mode, 0, 0 },
+		{ test_clamp_sizes, 0, 0 },
+		{ test_recv_closes_client_fds, 0, 0 },
+		{ test_recv_truncated_and_bad, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test sq[] = {
+		{ test_submit_ok, 0, 0 },
+		{ test_append_fragments, 0, 0 },
+		{ test_tail_ahead, 0, 0 },
+		{ test_tail_behind_head, 0, 0 },
+		{ test_tail_wraps, 0, 0 },
+		{ test_unknown_opcode, 0, 0 },
+		{ test_reserved_bits, 0, 0 },
+		{ test_arena_range, 0, 0 },
+		{ test_unknown_req_id, 0, 0 },
+		{ test_ids_increase, 0, 0 },
+		{ test_cancel_active_and_ended, 0, 0 },
+		{ test_cancel_while_building, 0, 0 },
+		{ test_bad_params, 0, 0 },
+		{ test_submit_progress_flag, 0, 0 },
+		{ test_bad_stops, 0, 0 },
+		{ test_max_reqs, 0, 0 },
+		{ test_max_prompt, 0, 0 },
+		{ test_random_garbage, 0, 0 },
+		{ test_concurrent_scribbler, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test cq[] = {
+		{ test_cq_post_flush, 0, 0 },
+		{ test_cq_groups, 0, 0 },
+		{ test_cq_progress, 0, 0 },
+		{ test_cq_overflow_keeps_order, 0, 0 },
+		{ test_cq_bad_head, 0, 0 },
+		{ test_cq_overflow_limit, 0, 0 },
+		{ test_terminal_and_stalled, 0, 0 },
+		{ test_long_text_split, 0, 0 },
+		{ test_idle_enter, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "handshake", 0, handshake, NULL },
+		{ "sq", 60, sq, NULL },
+		{ "cq", 0, cq, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(th, test_setup_segment);
-	tcase_add_test(th, test_setup_fd_mode);
-	tcase_add_test(th, test_clamp_sizes);
-	tcase_add_test(th, test_recv_closes_client_fds);
-	tcase_add_test(th, test_recv_truncated_and_bad);
-	suite_add_tcase(s, th);
-
-	tcase_add_test(tq, test_submit_ok);
-	tcase_add_test(tq, test_append_fragments);
-	tcase_add_test(tq, test_tail_ahead);
-	tcase_add_test(tq, test_tail_behind_head);
-	tcase_add_test(tq, test_tail_wraps);
-	tcase_add_test(tq, test_unknown_opcode);
-	tcase_add_test(tq, test_reserved_bits);
-	tcase_add_test(tq, test_arena_range);
-	tcase_add_test(tq, test_unknown_req_id);
-	tcase_add_test(tq, test_ids_increase);
-	tcase_add_test(tq, test_cancel_active_and_ended);
-	tcase_add_test(tq, test_cancel_while_building);
-	tcase_add_test(tq, test_bad_params);
-	tcase_add_test(tq, test_submit_progress_flag);
-	tcase_add_test(tq, test_bad_stops);
-	tcase_add_test(tq, test_max_reqs);
-	tcase_add_test(tq, test_max_prompt);
-	tcase_add_test(tq, test_random_garbage);
-	tcase_add_test(tq, test_concurrent_scribbler);
-	tcase_set_timeout(tq, 60);
-	suite_add_tcase(s, tq);
-
-	tcase_add_test(tc, test_cq_post_flush);
-	tcase_add_test(tc, test_cq_groups);
-	tcase_add_test(tc, test_cq_progress);
-	tcase_add_test(tc, test_cq_overflow_keeps_order);
-	tcase_add_test(tc, test_cq_bad_head);
-	tcase_add_test(tc, test_cq_overflow_limit);
-	tcase_add_test(tc, test_terminal_and_stalled);
-	tcase_add_test(tc, test_long_text_split);
-	tcase_add_test(tc, test_idle_enter);
-	suite_add_tcase(s, tc);
-
-	return s;
+	return suite_make("session", tcases);
 }
 
 int
 main(void)
 {
-	int nf = suite_run(session_suite());
-
-	return nf == 0 ? 0 : 1;
+	return suite_main(session_suite());
 }

@@ -200,22 +200,24 @@ END_TEST
 Suite *
 stats_suite(void)
 {
-	Suite *s = suite_create("stats");
-	TCase *tc = tcase_create("stats");
+	const struct suite_test stats[] = {
+		{ test_bounds, 0, 0 },
+		{ test_buckets, 0, 0 },
+		{ test_hist_add, 0, 0 },
+		{ test_wire, 0, 0 },
+		{ test_clock, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "stats", 0, stats, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_bounds);
-	tcase_add_test(tc, test_buckets);
-	tcase_add_test(tc, test_hist_add);
-	tcase_add_test(tc, test_wire);
-	tcase_add_test(tc, test_clock);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("stats", tcases);
 }
 
 int
 main(void)
 {
-	int nf = suite_run(stats_suite());
-
-	return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return suite_main(stats_suite());
 }

@@ -442,30 +442,31 @@ END_TEST
 Suite *
 stopstr_suite(void)
 {
-	Suite *s = suite_create("stopstr");
-	TCase *tc = tcase_create("core");
+	const struct suite_test core[] = {
+		{ test_inside_one_token, 0, 0 },
+		{ test_across_two_tokens, 0, 0 },
+		{ test_across_three_tokens, 0, 0 },
+		{ test_partial_then_mismatch_releases, 0, 0 },
+		{ test_self_overlapping_prefix, 0, 0 },
+		{ test_several_strings, 0, 0 },
+		{ test_overlapping_prefixes, 0, 0 },
+		{ test_binary_and_lens, 0, 0 },
+		{ test_no_strings_passes_through, 0, 0 },
+		{ test_rejects_bad_strings, 0, 0 },
+		{ test_feed_errors, 0, 0 },
+		{ test_random_against_naive, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "core", 30, core, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_inside_one_token);
-	tcase_add_test(tc, test_across_two_tokens);
-	tcase_add_test(tc, test_across_three_tokens);
-	tcase_add_test(tc, test_partial_then_mismatch_releases);
-	tcase_add_test(tc, test_self_overlapping_prefix);
-	tcase_add_test(tc, test_several_strings);
-	tcase_add_test(tc, test_overlapping_prefixes);
-	tcase_add_test(tc, test_binary_and_lens);
-	tcase_add_test(tc, test_no_strings_passes_through);
-	tcase_add_test(tc, test_rejects_bad_strings);
-	tcase_add_test(tc, test_feed_errors);
-	tcase_add_test(tc, test_random_against_naive);
-	tcase_set_timeout(tc, 30);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("stopstr", tcases);
 }
 
 int
 main(void)
 {
-	int nf = suite_run(stopstr_suite());
-
-	return nf == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return suite_main(stopstr_suite());
 }

@@ -640,36 +640,37 @@ Suite *synth_suite(void);
 Suite *
 synth_suite(void)
 {
-	Suite *s = suite_create("synth");
-	TCase *tc = tcase_create("synth");
+	const struct suite_test synth[] = {
+		{ test_synth_f32, 0, 0 },
+		{ test_synth_deterministic, 0, 0 },
+		{ test_synth_types, 0,
+		    (int)(sizeof(types) / sizeof(types[0])) },
+		{ test_synth_tied_vocab_from, 0, 0 },
+		{ test_synth_bad_args, 0, 0 },
+		{ test_synth_families, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test info[] = {
+		{ test_info_fixtures, 0, 0 },
+		{ test_info_bad, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "synth", 60, synth, NULL },
+		{ "info", 60, info, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_synth_f32);
-	tcase_add_test(tc, test_synth_deterministic);
-	tcase_add_loop_test(tc, test_synth_types, 0,
-	    (int)(sizeof(types) / sizeof(types[0])));
-	tcase_add_test(tc, test_synth_tied_vocab_from);
-	tcase_add_test(tc, test_synth_bad_args);
-	tcase_add_test(tc, test_synth_families);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("info");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_info_fixtures);
-	tcase_add_test(tc, test_info_bad);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("synth", tcases);
 }
 
 int
 main(void)
 {
-	int failed;
-
 	if (prog_find(cpmodel, sizeof(cpmodel), "cpmodel", "CPMODEL") != 0) {
 		printf("%s not built (make it, or set CPMODEL): skipped\n",
 		    cpmodel);
 		return 77;
 	}
-	failed = suite_run(synth_suite());
-	return failed != 0 ? 1 : 0;
+	return suite_main(synth_suite());
 }

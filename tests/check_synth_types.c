@@ -669,39 +669,34 @@ END_TEST
 static Suite *
 synth_types_suite(bool engine)
 {
-	Suite *s = suite_create("synth_types");
-	TCase *tr = tcase_create("random");
-	TCase *te = tcase_create("engine");
+	const struct suite_test random[] = {
+		{ test_random_bounds, 0, (int)N_QTYPES },
+		{ test_random_rms, 0, (int)N_QTYPES },
+		{ test_random_hostile, 0, (int)N_QTYPES },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test run[] = {
+		{ test_engine, 0, (int)N_ENGINE },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "random", 60, random, NULL },
+		{ "engine", 120, engine ? run : NULL, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tr, 60);
-	tcase_add_loop_test(tr, test_random_bounds, 0, (int)N_QTYPES);
-	tcase_add_loop_test(tr, test_random_rms, 0, (int)N_QTYPES);
-	tcase_add_loop_test(tr, test_random_hostile, 0, (int)N_QTYPES);
-	suite_add_tcase(s, tr);
-	if (engine) {
-		tcase_set_timeout(te, 120);
-		tcase_add_loop_test(te, test_engine, 0, (int)N_ENGINE);
-		suite_add_tcase(s, te);
-	}
-	return s;
+	return suite_make("synth_types", tcases);
 }
 
 int
 main(void)
 {
 	bool engine;
-	int failed;
 
 	engine = prog_find(cpmodel, sizeof(cpmodel), "cpmodel",
 	    "CPMODEL") == 0;
-	failed = suite_run(synth_types_suite(engine));
-	if (failed != 0)
-		return 1;
-	if (!engine) {
-		/* What could run passed; the engine test needs cpmodel. */
-		printf("%s not built (make it, or set CPMODEL): the engine "
-		    "test skipped\n", cpmodel);
-		return 77;
-	}
-	return 0;
+	/* The engine test needs cpmodel. */
+	return suite_main_some(synth_types_suite(engine), engine, "%s not "
+	    "built (make it, or set CPMODEL): the engine test skipped\n",
+	    cpmodel);
 }

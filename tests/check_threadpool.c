@@ -145,19 +145,22 @@ END_TEST
 Suite *
 threadpool_suite(void)
 {
-	Suite *s = suite_create("threadpool");
-	TCase *tc = tcase_create("core");
+	const struct suite_test core[] = {
+		{ test_all_threads, 0, 0 },
+		{ test_set_active, 0, 0 },
+		{ test_set_active_random, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "core", 60, core, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_test(tc, test_all_threads);
-	tcase_add_test(tc, test_set_active);
-	tcase_add_test(tc, test_set_active_random);
-	tcase_set_timeout(tc, 60);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("threadpool", tcases);
 }
 
 int
 main(void)
 {
-	return suite_run(threadpool_suite()) == 0 ? 0 : 1;
+	return suite_main(threadpool_suite());
 }

@@ -1057,52 +1057,46 @@ fixtures_present(void)
 Suite *
 tokenizer_suite(void)
 {
-	Suite *s = suite_create("tokenizer");
-	TCase *tc;
+	const struct suite_test units[] = {
+		{ test_unicode, 0, 0 },
+		{ test_pretok_split, 0,
+		    (int)(sizeof(split_cases) / sizeof(split_cases[0])) },
+		{ test_hostile_metadata, 0,
+		    (int)(sizeof(flaws) / sizeof(flaws[0])) },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test fixtures[] = {
+		{ test_conformance, 0,
+		    (int)(sizeof(conformance) / sizeof(conformance[0])) },
+		{ test_load_round_trip, 0, 2 },
+		{ test_bert_unsupported, 0, 0 },
+		{ test_reference_prompts, 0, 0 },
+		{ test_detok_reference_text, 0, 0 },
+		{ test_detok_utf8, 0, 0 },
+		{ test_synth_reference, 0, 0 },
+		{ test_parse_special, 0, 0 },
+		{ test_eog_llamacpp, 0,
+		    (int)(sizeof(eog_refs) / sizeof(eog_refs[0])) },
+		{ test_pieces, 0, 0 },
+		{ test_concurrent_encode, 0, 0 },
+		{ test_speed, 0, 2 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "units", 0, units, NULL },
+		{ "fixtures", 60, fixtures_present() ? fixtures : NULL, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tc = tcase_create("units");
-	tcase_add_test(tc, test_unicode);
-	tcase_add_loop_test(tc, test_pretok_split, 0,
-	    (int)(sizeof(split_cases) / sizeof(split_cases[0])));
-	tcase_add_loop_test(tc, test_hostile_metadata, 0,
-	    (int)(sizeof(flaws) / sizeof(flaws[0])));
-	suite_add_tcase(s, tc);
-
-	if (fixtures_present()) {
-		tc = tcase_create("fixtures");
-		tcase_set_timeout(tc, 60);
-		tcase_add_loop_test(tc, test_conformance, 0,
-		    (int)(sizeof(conformance) / sizeof(conformance[0])));
-		tcase_add_loop_test(tc, test_load_round_trip, 0, 2);
-		tcase_add_test(tc, test_bert_unsupported);
-		tcase_add_test(tc, test_reference_prompts);
-		tcase_add_test(tc, test_detok_reference_text);
-		tcase_add_test(tc, test_detok_utf8);
-		tcase_add_test(tc, test_synth_reference);
-		tcase_add_test(tc, test_parse_special);
-		tcase_add_loop_test(tc, test_eog_llamacpp, 0,
-		    (int)(sizeof(eog_refs) / sizeof(eog_refs[0])));
-		tcase_add_test(tc, test_pieces);
-		tcase_add_test(tc, test_concurrent_encode);
-		tcase_add_loop_test(tc, test_speed, 0, 2);
-		suite_add_tcase(s, tc);
-	}
-	return s;
+	return suite_make("tokenizer", tcases);
 }
 
 int
 main(void)
 {
 	bool fixtures = fixtures_present();
-	int failed;
 
-	failed = suite_run(tokenizer_suite());
-	if (failed != 0)
-		return 1;
-	if (!fixtures) {
-		printf("fixtures not found in %s (set CP_FIXTURES): fixture "
-		    "tests skipped\n", fx_dir());
-		return 77;
-	}
-	return 0;
+	return suite_main_some(tokenizer_suite(), fixtures, "fixtures not "
+	    "found in %s (set CP_FIXTURES): fixture tests skipped\n",
+	    fx_dir());
 }

@@ -31,6 +31,7 @@
 #include "kvcache.h"
 #include "lib/clock.h"
 #include "lib/fixtures.h"
+#include "lib/suite.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "worker.h"
@@ -1567,43 +1568,45 @@ END_TEST
 Suite *
 worker_suite(void)
 {
-	Suite *s = suite_create("worker");
-	TCase *tc;
+	const struct suite_test reference[] = {
+		{ test_reference_greedy, 0, 0 },
+		{ test_steps_and_histograms, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test batch[] = {
+		{ test_batched_equals_alone, 0, 0 },
+		{ test_preempt_recompute, 0, 0 },
+		{ test_seeded_batch_invariance, 0, 0 },
+		{ test_lane_equals_steps, 0, 0 },
+		{ test_lane_cancel, 0, 0 },
+		{ test_lane_progress, 0, 0 },
+		{ test_lane_move, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test control[] = {
+		{ test_cancel_mid_prefill, 0, 0 },
+		{ test_progress_chunks, 0, 0 },
+		{ test_pause_resume, 0, 0 },
+		{ test_tokenize_off_thread, 0, 0 },
+		{ test_tokenize_streams_every_step, 0, 0 },
+		{ test_shutdown_in_flight, 0, 0 },
+		{ test_step_error, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test output[] = {
+		{ test_stop_strings, 0, 0 },
+		{ test_length_and_errors, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "reference", 60, reference, NULL },
+		{ "batch", 60, batch, NULL },
+		{ "control", 60, control, NULL },
+		{ "output", 60, output, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tc = tcase_create("reference");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_reference_greedy);
-	tcase_add_test(tc, test_steps_and_histograms);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("batch");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_batched_equals_alone);
-	tcase_add_test(tc, test_preempt_recompute);
-	tcase_add_test(tc, test_seeded_batch_invariance);
-	tcase_add_test(tc, test_lane_equals_steps);
-	tcase_add_test(tc, test_lane_cancel);
-	tcase_add_test(tc, test_lane_progress);
-	tcase_add_test(tc, test_lane_move);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("control");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_cancel_mid_prefill);
-	tcase_add_test(tc, test_progress_chunks);
-	tcase_add_test(tc, test_pause_resume);
-	tcase_add_test(tc, test_tokenize_off_thread);
-	tcase_add_test(tc, test_tokenize_streams_every_step);
-	tcase_add_test(tc, test_shutdown_in_flight);
-	tcase_add_test(tc, test_step_error);
-	suite_add_tcase(s, tc);
-
-	tc = tcase_create("output");
-	tcase_set_timeout(tc, 60);
-	tcase_add_test(tc, test_stop_strings);
-	tcase_add_test(tc, test_length_and_errors);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("worker", tcases);
 }
 
 int

@@ -6,6 +6,8 @@
 #ifndef CP_CPMODEL_H
 #define CP_CPMODEL_H
 
+#include <stddef.h>
+
 /* cpmodel info FILE: a table of a GGUF file's metadata and tensors; 0 or 1. */
 int cmd_info(int, char **);
 /* info's model part: the family and each layer's choices, or why not. */
@@ -17,5 +19,7 @@ int cmd_synth(int, char **);
 int cmd_tokenize(int, char **);
 /* cpmodel generate MODEL PROMPT [options]: generate in-process, no daemon; 0 or 1. */
 int cmd_generate(int, char **);
+/* Length of the valid UTF-8 sequence at p (n > 0 bytes left), or 0. */
+size_t utf8_valid_len(const unsigned char *p, size_t n);
 
 #endif

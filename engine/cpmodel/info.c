@@ -19,28 +19,6 @@
 #define INFO_STR_MAX 72		/* bytes of a string value shown */
 #define INFO_ARR_SHOW 4		/* elements of an array shown with -k */
 
-/* Length of the UTF-8 sequence at p (n bytes left), or 0 when invalid. */
-static int
-info_utf8_len(const unsigned char *p, uint64_t n)
-{
-	int len;
-
-	if (p[0] >= 0xc2 && p[0] <= 0xdf)
-		len = 2;
-	else if (p[0] >= 0xe0 && p[0] <= 0xef)
-		len = 3;
-	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	if ((uint64_t)len > n)
-		return 0;
-	for (int i = 1; i < len; i++)
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-	return len;
-}
-
 /*
  * Print s, at most max bytes: printable ASCII and valid UTF-8 sequences as
  * they are, anything else (control bytes, broken UTF-8) as '?'.
@@ -51,15 +29,15 @@ info_str(struct gguf_str s, uint64_t max)
 	const unsigned char *p = (const unsigned char *)s.ptr;
 	uint64_t n = s.len < max ? s.len : max;
 	uint64_t i = 0;
-	int len;
+	size_t len;
 
 	while (i < n) {
 		if (p[i] >= 0x20 && p[i] < 0x7f) {
 			putchar(p[i++]);
 		} else if (p[i] >= 0x80 &&
-		    (len = info_utf8_len(p + i, n - i)) > 0) {
-			fwrite(p + i, 1, (size_t)len, stdout);
-			i += (uint64_t)len;
+		    (len = utf8_valid_len(p + i, (size_t)(n - i))) > 0) {
+			fwrite(p + i, 1, len, stdout);
+			i += len;
 		} else {
 			putchar('?');
 			i++;

@@ -29,9 +29,8 @@ tokenize_usage(void)
 	    "[--no-bos] [--no-parse-special]\n");
 }
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), or 0. */
-static size_t
-tokenize_utf8_len(const unsigned char *p, size_t n)
+size_t
+utf8_valid_len(const unsigned char *p, size_t n)
 {
 	size_t len, i;
 
@@ -73,7 +72,7 @@ tokenize_print_piece(const char *s, size_t n)
 		} else if (p[i] >= 0x20 && p[i] < 0x7f) {
 			putchar(p[i++]);
 		} else if (p[i] >= 0x80 &&
-		    (len = tokenize_utf8_len(p + i, n - i)) > 0) {
+		    (len = utf8_valid_len(p + i, n - i)) > 0) {
 			fwrite(p + i, 1, len, stdout);
 			i += len;
 		} else {

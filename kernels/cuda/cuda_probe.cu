@@ -84,3 +84,16 @@ out:
 	cudaFree(dy);
 	return ret;
 }
+
+extern "C" int
+cuda_probe_usable(char *why, size_t why_len)
+{
+	int n = cuda_probe_count(why, why_len);
+
+	if (n > 0 && cuda_probe_selftest(0) != 0) {
+		if (why != NULL && why_len > 0)
+			snprintf(why, why_len, "device 0 fails the self-test");
+		return 0;
+	}
+	return n;
+}

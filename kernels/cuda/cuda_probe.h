@@ -28,4 +28,10 @@ int cuda_probe_device(int dev, struct cuda_device_info *out);
 /* Run a trivial kernel on dev and check its result: 0 or -EIO. */
 int cuda_probe_selftest(int dev);
 
+/*
+ * cuda_probe_count(), except 0 (why saying so) when device 0 fails
+ * cuda_probe_selftest().
+ */
+int cuda_probe_usable(char *why, size_t why_len);
+
 #endif

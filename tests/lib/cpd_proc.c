@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fixtures.h"
+#include "prog.h"
 #include "tmpdir.h"
 
 int
@@ -132,3 +134,19 @@ cpd_stop(struct cpd *d)
 	cpd_cleanup(d);
 }
 
+
+char *
+cpd_need(const char *who, char *cpd, char *cpmodel, size_t size,
+    const char *rel)
+{
+	if (prog_find(cpd, size, "cpd", NULL) != 0) {
+		printf("%s: skipped, %s is not built\n", who, cpd);
+		return NULL;
+	}
+	if (cpmodel != NULL && prog_find(cpmodel, size, "cpmodel",
+	    NULL) != 0) {
+		printf("%s: skipped, %s is not built\n", who, cpmodel);
+		return NULL;
+	}
+	return fx_need(rel);
+}

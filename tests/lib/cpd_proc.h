@@ -42,4 +42,13 @@ void cpd_cleanup(struct cpd *d);
 /* SIGTERM with nothing in flight: exits 0 and removes its socket. */
 void cpd_stop(struct cpd *d);
 
+/*
+ * For a test program's main(): finds the built cpd into cpd and, unless
+ * cpmodel is NULL, cpmodel (size bytes each, see prog_find()), and the
+ * fixture rel.  Returns rel's path (malloc'd, the caller frees), or NULL
+ * after saying on stdout that the program who is skipped.
+ */
+char *cpd_need(const char *who, char *cpd, char *cpmodel, size_t size,
+    const char *rel);
+
 #endif

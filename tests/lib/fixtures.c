@@ -86,11 +86,9 @@ int
 fx_main(Suite *(*make)(void), const char *rel)
 {
 	char *p = fx_need(rel);
-	int failed;
 
 	if (p == NULL)
 		return 77;
 	free(p);
-	failed = suite_run(make());
-	return failed == 0 ? 0 : 1;
+	return suite_main(make());
 }
