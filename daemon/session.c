@@ -378,7 +378,7 @@ sess_setup(struct session *s, const struct cp_hello *hello,
 	w->arena_bytes = arena;
 	w->max_prompt_bytes = lim->max_prompt_bytes;
 	w->max_reqs = lim->max_reqs;
-	w->features = CP_FEAT_PROGRESS;
+	w->features = CP_FEAT_PROGRESS | CP_FEAT_STRICT;
 	fds[CP_FD_MEMFD] = memfd;
 	fds[CP_FD_CQ_WAKE] = cqp[0];
 	*nfds = 2;
@@ -556,6 +556,8 @@ build_finish(struct session *s, struct sess_out *out)
 		c->flags |= EP_SUBMIT_LOGPROB;
 	if (wp->flags & CP_PF_PROGRESS)
 		c->flags |= EP_SUBMIT_PROGRESS;
+	if (wp->flags & CP_PF_STRICT)
+		c->flags |= EP_SUBMIT_STRICT;
 	c->params.max_tokens = wp->max_tokens;
 	c->params.temperature = wp->temperature;
 	c->params.top_p = wp->top_p;

@@ -68,11 +68,14 @@
  *  4. Every turn that planned anything ends in ep_post() with a step
  *     boundary, a turn with events only (refused SUBMITs) in one without;
  *     the wait for the io loop is the port's.
- *  5. cmd_submit() checks token ids against n_vocab, the prompt against
- *     the context and the prompt plus max_tokens against the context; the
- *     scheduler adds the KV pool's bound.  max_tokens 0 means "until the
- *     context is full": n_ctx (or the pool, if smaller) minus the prompt,
- *     and reaching it ends with CP_FINISH_CONTEXT.
+ *  5. cmd_submit() checks token ids against n_vocab and the prompt against
+ *     the context.  max_tokens is a cap: the room the context (or the
+ *     pool, if smaller) leaves after the prompt lowers it, and reaching
+ *     that room ends with CP_FINISH_CONTEXT, at the last position;
+ *     max_tokens 0 means "until the context is full".  Only with
+ *     EP_SUBMIT_STRICT is a prompt plus max_tokens past the context
+ *     refused up front.  The scheduler's own check (its invariant 5) then
+ *     always holds.
  *  6. Event text is the detokenizer's output filtered by the stop matcher:
  *     an incomplete UTF-8 sequence or a possible stop-string prefix is held
  *     back and sent with a later token or in DONE.
@@ -389,25 +392,28 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 {
 	struct sched_request sr;
 	int n, max, room, rc;
+	bool strict;
 
 	if ((rc = submit_prompt(w, c, ids, k, &n, e)) < 0)
 		return rc;
 	r->n_prompt = n;
-	if (c->params.max_tokens == 0) {
-		room = (w->pool_tokens < w->n_ctx ? w->pool_tokens :
-		    w->n_ctx) - n;
-		if (room < 1)
-			return cp_err_set(e, -E2BIG, "prompt of %d tokens "
-			    "leaves no room to generate in the context of %d "
-			    "tokens", n, w->n_ctx);
-		max = room;
-		r->unlimited = true;
-	} else {
-		if ((uint64_t)n + c->params.max_tokens > (uint64_t)w->n_ctx)
-			return cp_err_set(e, -E2BIG, "prompt of %d tokens "
-			    "plus max_tokens %u exceeds the context of %d "
-			    "tokens", n, c->params.max_tokens, w->n_ctx);
+	room = (w->pool_tokens < w->n_ctx ? w->pool_tokens : w->n_ctx) - n;
+	if (room < 1)
+		return cp_err_set(e, -E2BIG, "prompt of %d tokens leaves no "
+		    "room to generate in the context of %d tokens", n,
+		    w->n_ctx);
+	/* Strict: no cap; past the pool, sched_add() refuses it. */
+	strict = (c->flags & EP_SUBMIT_STRICT) && c->params.max_tokens > 0;
+	if (strict && (uint64_t)n + c->params.max_tokens > (uint64_t)w->n_ctx)
+		return cp_err_set(e, -E2BIG, "prompt of %d tokens plus "
+		    "max_tokens %u exceeds the context of %d tokens (strict)",
+		    n, c->params.max_tokens, w->n_ctx);
+	if (c->params.max_tokens > 0 &&
+	    (strict || c->params.max_tokens <= (uint32_t)room)) {
 		max = (int)c->params.max_tokens;
+	} else {
+		max = room;
+		r->to_context = true;
 	}
 	r->cap = n + max;
 	if ((r->toks = malloc((size_t)r->cap * sizeof(*r->toks))) == NULL)
@@ -674,7 +680,7 @@ req_done(struct worker *w, struct wreq *r, int finish)
 	size_t len = 0;
 	int n;
 
-	why = finish == SCHED_FIN_LENGTH ? (r->unlimited ? CP_FINISH_CONTEXT :
+	why = finish == SCHED_FIN_LENGTH ? (r->to_context ? CP_FINISH_CONTEXT :
 	    CP_FINISH_LENGTH) : CP_FINISH_STOP;
 	if (finish != SCHED_FIN_STOP) {
 		if ((n = detok_flush(&r->dt, w->dbuf, w->dcap)) < 0)

@@ -169,11 +169,17 @@ struct cp_seg_ctl {
 #define CP_PF_LOGPROB		0x2u	/* fill cp_cqe.logprob for sampled tokens */
 #define CP_PF_PROGRESS		0x4u	/* CP_EV_PROGRESS during the prefill
 					   (only where CP_FEAT_PROGRESS) */
-#define CP_PF_MASK		0x7u
+#define CP_PF_STRICT		0x8u	/* refuse a prompt plus max_tokens
+					   past the context up front (only
+					   where CP_FEAT_STRICT) */
+#define CP_PF_MASK		0xfu
 
 /* Sampling parameters as they cross the ring (SUBMIT only; zero otherwise). */
 struct cp_wire_params {
-	uint32_t max_tokens;	/* tokens to generate; 0 = daemon default */
+	uint32_t max_tokens;	/* most tokens to generate, capped by the
+				   room the context leaves (CP_FINISH_CONTEXT
+				   there) unless CP_PF_STRICT; 0 = until the
+				   context is full */
 	float temperature;	/* [0, 100]; 0 = greedy */
 	float top_p;		/* (0, 1]; 1 = off */
 	float min_p;		/* [0, 1]; 0 = off */
@@ -219,7 +225,8 @@ struct cp_sqe {
 #define CP_FINISH_STOP		1u	/* end-of-sequence token or stop string */
 #define CP_FINISH_LENGTH	2u	/* max_tokens reached */
 #define CP_FINISH_CANCELLED	3u	/* cancelled by the client */
-#define CP_FINISH_CONTEXT	4u	/* context window full */
+#define CP_FINISH_CONTEXT	4u	/* context window full: the last
+					   token took its last position */
 #define CP_FINISH_STALLED	5u	/* cancelled: the client left its CQ full */
 #define CP_FINISH_MAX		5u
 
@@ -316,6 +323,7 @@ struct cp_wire_model {
 
 /* Welcome features: what a client may ask for (older daemons send 0). */
 #define CP_FEAT_PROGRESS	0x1u	/* CP_PF_PROGRESS, CP_EV_PROGRESS */
+#define CP_FEAT_STRICT		0x2u	/* CP_PF_STRICT */
 
 struct cp_welcome {
 	struct cp_msg_hdr hdr;

@@ -75,7 +75,8 @@ extern "C" {
 #define CP_DONE_STOP		1	/* end of sequence, or a stop string */
 #define CP_DONE_LENGTH		2	/* max_tokens generated */
 #define CP_DONE_CANCELLED	3	/* cp_cancel() */
-#define CP_DONE_CONTEXT		4	/* the context window is full */
+#define CP_DONE_CONTEXT		4	/* the context window is full (before
+					   max_tokens) */
 #define CP_DONE_STALLED		5	/* cancelled: events were not read in time */
 
 /* Why the daemon ended a client's connection (cp_stats.disconnects[]). */
@@ -119,6 +120,10 @@ struct cp_params {
 	int progress;			/* nonzero: CP_EVENT_PROGRESS events
 					   until the first token (where the
 					   daemon offers them; else none) */
+	int strict;			/* nonzero: a prompt plus max_tokens
+					   past the context fails at once
+					   (-E2BIG) instead of generating
+					   until the context is full */
 };
 
 struct cp_event {

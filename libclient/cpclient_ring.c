@@ -199,6 +199,11 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	/* Asked of a daemon that does not offer it: quietly no progress. */
 	if (p->progress && (c->features & CP_FEAT_PROGRESS))
 		e.params.flags |= CP_PF_PROGRESS;
+	/* Ignoring it would generate what the caller wanted refused. */
+	if (p->strict && !(c->features & CP_FEAT_STRICT))
+		return -EOPNOTSUPP;
+	if (p->strict)
+		e.params.flags |= CP_PF_STRICT;
 	if (len > c->max_prompt)
 		return -E2BIG;
 	if ((len > 0 && prompt == NULL) || len % unit != 0)

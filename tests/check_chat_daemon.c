@@ -1,0 +1,304 @@
+/*
+ * check_chat_daemon.c - what a client asks of a real cpd beyond a plain
+ * prompt: max_tokens as a cap (the context's room ends a request with
+ * CP_DONE_CONTEXT, strict mode refuses up front), on aidreams260K.gguf,
+ * whose context is 128 tokens.
+ *
+ * Golden values are llama.cpp's (../shared/models/REFERENCE.md): the
+ * greedy continuation of "Once upon a time" on aidreams260K.gguf, a prompt
+ * of 13 tokens, the first 64 ids.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpclient.h"
+#include "lib/aidreams.h"
+#include "lib/cpd_proc.h"
+#include "lib/fixtures.h"
+#include "lib/prog.h"
+#include "lib/suite.h"
+
+static char cpd_bin[512];
+static char *model;
+static struct cpd dp;
+
+/* What one request produced, up to its DONE or ERROR. */
+struct gen {
+	int32_t ids[4096];
+	int n_ids;
+	char text[16384];
+	size_t text_len;
+	int type;		/* CP_EVENT_DONE or CP_EVENT_ERROR */
+	int finish;
+	int error;
+	uint32_t n_prompt, n_gen;
+};
+
+static void
+daemon_up(void)
+{
+	const char *args[] = { "--max-batch-tokens", "32", NULL };
+
+	cpd_start_bin(&dp, cpd_bin, model, args);
+}
+
+static void
+daemon_down(void)
+{
+	cpd_cleanup(&dp);
+}
+
+static struct cp_client *
+client(void)
+{
+	struct cp_connect_opts o;
+	struct cp_client *c = NULL;
+	int r;
+
+	cp_connect_opts_init(&o);
+	o.socket_path = dp.sock;
+	r = cp_connect(&o, &c);
+	ck_assert_msg(r == 0, "cp_connect: %s", cp_strerror(r));
+	return c;
+}
+
+/* Reads request id's events (the only request in flight) into g. */
+static void
+collect(struct cp_client *c, int id, struct gen *g)
+{
+	struct cp_event ev;
+	int r;
+
+	memset(g, 0, sizeof(*g));
+	while ((r = cp_next_event(c, &ev, 20000)) == 0) {
+		ck_assert_int_eq(ev.req_id, id);
+		if (ev.type == CP_EVENT_PROGRESS)
+			continue;
+		if (ev.type == CP_EVENT_TOKEN && ev.token >= 0) {
+			ck_assert_int_lt(g->n_ids, 4096);
+			g->ids[g->n_ids++] = ev.token;
+		}
+		if (ev.type != CP_EVENT_ERROR) {
+			ck_assert_uint_lt(g->text_len + ev.text_len,
+			    sizeof(g->text));
+			memcpy(g->text + g->text_len, ev.text, ev.text_len);
+			g->text_len += ev.text_len;
+		}
+		if (ev.type == CP_EVENT_DONE || ev.type == CP_EVENT_ERROR) {
+			g->type = ev.type;
+			g->finish = ev.finish;
+			g->error = ev.error;
+			g->n_prompt = ev.n_prompt;
+			g->n_gen = ev.n_gen;
+			if (ev.type == CP_EVENT_ERROR)
+				snprintf(g->text, sizeof(g->text), "%s",
+				    ev.text);
+			return;
+		}
+	}
+	ck_abort_msg("cp_next_event: %s", cp_strerror(r));
+}
+
+/* Greedy parameters with max_tokens n. */
+static void
+greedy(struct cp_params *p, uint32_t n)
+{
+	cp_params_init(p);
+	p->temperature = 0;
+	p->max_tokens = n;
+}
+
+/* ---- max_tokens is a cap ---------------------------------------------- */
+
+/*
+ * max_tokens past the room the context leaves: the request runs to the
+ * last position and ends with CP_DONE_CONTEXT; its first 64 tokens are
+ * llama.cpp's.  With max_tokens 0 the same.
+ */
+START_TEST(test_cap_ends_at_context)
+{
+	static const uint32_t caps[] = { 1000, AID_N_CTX, 0 };
+	struct cp_client *c = client();
+	struct cp_params p;
+	struct gen *g = malloc(sizeof(*g));
+
+	ck_assert_ptr_nonnull(g);
+	for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+		greedy(&p, caps[i]);
+		collect(c, cp_submit(c, AID_PROMPT, strlen(AID_PROMPT), &p),
+		    g);
+		ck_assert_int_eq(g->type, CP_EVENT_DONE);
+		ck_assert_int_eq(g->finish, CP_DONE_CONTEXT);
+		ck_assert_uint_eq(g->n_prompt, AID_N_PROMPT);
+		ck_assert_uint_eq(g->n_gen, AID_N_CTX - AID_N_PROMPT);
+		ck_assert_int_eq(g->n_ids, AID_N_CTX - AID_N_PROMPT);
+		for (int k = 0; k < 64; k++)
+			ck_assert_int_eq(g->ids[k], aid_ref_ids[k]);
+		ck_assert_uint_ge(g->text_len, strlen(aid_ref_text));
+		ck_assert(memcmp(g->text, aid_ref_text, strlen(aid_ref_text)) == 0);
+	}
+	/* Exactly the room: max_tokens ends it. */
+	greedy(&p, AID_N_CTX - AID_N_PROMPT);
+	collect(c, cp_submit(c, AID_PROMPT, strlen(AID_PROMPT), &p), g);
+	ck_assert_int_eq(g->finish, CP_DONE_LENGTH);
+	ck_assert_uint_eq(g->n_gen, AID_N_CTX - AID_N_PROMPT);
+	free(g);
+	cp_close(c);
+}
+END_TEST
+
+/* Strict mode refuses what does not fit, and still runs what does. */
+START_TEST(test_strict_refuses_up_front)
+{
+	struct cp_client *c = client();
+	struct cp_params p;
+	struct gen *g = malloc(sizeof(*g));
+
+	ck_assert_ptr_nonnull(g);
+	greedy(&p, AID_N_CTX - AID_N_PROMPT + 1);
+	p.strict = 1;
+	collect(c, cp_submit(c, AID_PROMPT, strlen(AID_PROMPT), &p), g);
+	ck_assert_int_eq(g->type, CP_EVENT_ERROR);
+	ck_assert_int_eq(g->error, -E2BIG);
+	ck_assert_msg(strstr(g->text, "prompt of 13 tokens plus max_tokens "
+	    "116 exceeds the context of 128 tokens") != NULL, "error: %s",
+	    g->text);
+	ck_assert_uint_eq(g->n_gen, 0);
+	greedy(&p, 64);
+	p.strict = 1;
+	collect(c, cp_submit(c, AID_PROMPT, strlen(AID_PROMPT), &p), g);
+	ck_assert_int_eq(g->finish, CP_DONE_LENGTH);
+	ck_assert_int_eq(g->n_ids, 64);
+	for (int k = 0; k < 64; k++)
+		ck_assert_int_eq(g->ids[k], aid_ref_ids[k]);
+	free(g);
+	cp_close(c);
+}
+END_TEST
+
+/*
+ * A prompt that alone does not fit is refused, naming both numbers, and
+ * so is one that fills the context exactly; the daemon serves on.
+ */
+START_TEST(test_prompt_past_context_refused)
+{
+	struct cp_client *c = client();
+	struct cp_params p;
+	struct gen *g = malloc(sizeof(*g));
+	int32_t ids[AID_N_CTX + 1];
+	char msg[128];
+
+	ck_assert_ptr_nonnull(g);
+	for (int i = 0; i <= AID_N_CTX; i++)
+		ids[i] = aid_ref_ids[i % 64];
+	greedy(&p, 4);
+	collect(c, cp_submit_tokens(c, ids, AID_N_CTX + 1, &p), g);
+	ck_assert_int_eq(g->type, CP_EVENT_ERROR);
+	ck_assert_int_eq(g->error, -E2BIG);
+	snprintf(msg, sizeof(msg), "prompt of %d tokens exceeds the context "
+	    "of %d", AID_N_CTX + 1, AID_N_CTX);
+	ck_assert_msg(strstr(g->text, msg) != NULL, "error: %s", g->text);
+	collect(c, cp_submit_tokens(c, ids, AID_N_CTX, &p), g);
+	ck_assert_int_eq(g->type, CP_EVENT_ERROR);
+	ck_assert_int_eq(g->error, -E2BIG);
+	/* One position left: one token, then the context is full. */
+	collect(c, cp_submit_tokens(c, ids, AID_N_CTX - 1, &p), g);
+	ck_assert_int_eq(g->type, CP_EVENT_DONE);
+	ck_assert_int_eq(g->finish, CP_DONE_CONTEXT);
+	ck_assert_uint_eq(g->n_gen, 1);
+	free(g);
+	cp_close(c);
+}
+END_TEST
+
+/*
+ * The libcpclient(3) example (max_tokens 128) on a context of 128 runs
+ * unchanged: it prints the greedy text and the counts.
+ */
+START_TEST(test_manual_example_runs)
+{
+	char sockenv[400], out[600], text[2048];
+	const char *argv[] = { CP_EXAMPLE, AID_PROMPT, NULL };
+	FILE *f;
+	size_t n;
+
+	snprintf(sockenv, sizeof(sockenv), "CPD_SOCKET=%s", dp.sock);
+	ck_assert_int_eq(putenv(sockenv), 0);
+	snprintf(out, sizeof(out), "%s/example.out", dp.dir);
+	ck_assert_int_eq(prog_runv(argv, out), 0);
+	f = fopen(out, "r");
+	ck_assert_ptr_nonnull(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	/* stdout and stderr together, in the order written */
+	ck_assert_msg(strstr(text, "\n" AID_PROMPT) == NULL &&
+	    strstr(text, aid_ref_text) != NULL, "output: %.300s", text);
+	ck_assert_msg(strstr(text, "13 prompt tokens, 115 generated\n") !=
+	    NULL, "output: %.300s", text);
+	unlink(out);
+}
+END_TEST
+
+/* cpq --json names the new finish reason. */
+START_TEST(test_cpq_json_context)
+{
+	static char text[65536];
+	char cpq[600], out[600];
+	const char *argv[] = { cpq, "--socket", dp.sock, "--temp", "0",
+	    "-n", "1000", "--json", AID_PROMPT, NULL };
+	FILE *f;
+	size_t n;
+
+	ck_assert_int_eq(prog_find(cpq, sizeof(cpq), "cpq", "CPQ"), 0);
+	snprintf(out, sizeof(out), "%s/cpq.out", dp.dir);
+	ck_assert_int_eq(prog_runv(argv, out), 0);
+	f = fopen(out, "r");
+	ck_assert_ptr_nonnull(f);
+	n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	text[n] = '\0';
+	ck_assert_msg(strstr(text, "\"finish\":\"context\"") != NULL,
+	    "output: %.300s", text);
+	unlink(out);
+}
+END_TEST
+
+static Suite *
+chat_daemon_suite(void)
+{
+	Suite *s = suite_create("chat_daemon");
+	TCase *tc = tcase_create("limits");
+
+	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, daemon_up, daemon_down);
+	tcase_add_test(tc, test_cap_ends_at_context);
+	tcase_add_test(tc, test_strict_refuses_up_front);
+	tcase_add_test(tc, test_prompt_past_context_refused);
+	tcase_add_test(tc, test_manual_example_runs);
+	tcase_add_test(tc, test_cpq_json_context);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int
+main(void)
+{
+	int nfail;
+
+	if (prog_find(cpd_bin, sizeof(cpd_bin), "cpd", NULL) != 0) {
+		printf("check_chat_daemon: skipped, %s is not built\n",
+		    cpd_bin);
+		return 77;
+	}
+	if ((model = fx_need("aidreams260K.gguf")) == NULL)
+		return 77;
+	nfail = suite_run(chat_daemon_suite());
+	free(model);
+	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
