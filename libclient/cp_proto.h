@@ -75,6 +75,11 @@
 #include <stdint.h>
 
 /*
+ * The public structures of cpclient.h are not these: the library converts,
+ * and they carry a size field of their own (cpclient.h, SIZES), so that
+ * either side can grow without the other.  Wire structures grow by a new
+ * CP_PROTO_VERSION, or within one by the rule below.
+ *
  * 2: cp_cqe.step, stats version 2.  What a peer of this version meets only
  * when it asks (a CP_FEAT_* bit the welcome offers, then the flag and the
  * event it enables) is added without a new version: an older client never

@@ -189,10 +189,11 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	uint64_t end;
 	int r;
 
-	if (p == NULL) {
+	if (p == NULL)
 		cp_params_init(&def);
-		p = &def;
-	}
+	else if ((r = cpc_copy_in(&def, sizeof(def), p, CPC_PARAMS_MIN)) < 0)
+		return r;
+	p = &def;
 	memset(&e, 0, sizeof(e));
 	if ((r = params_to_wire(p, &e.params, stops, &stop_bytes)) < 0)
 		return r;
@@ -275,14 +276,14 @@ out:
 }
 
 int
-cp_submit(struct cp_client *c, const char *prompt, size_t len,
+cp_submit_v1(struct cp_client *c, const char *prompt, size_t len,
     const struct cp_params *p)
 {
 	return submit(c, (const unsigned char *)prompt, len, 1, p);
 }
 
 int
-cp_submit_tokens(struct cp_client *c, const int32_t *ids, size_t n,
+cp_submit_tokens_v1(struct cp_client *c, const int32_t *ids, size_t n,
     const struct cp_params *p)
 {
 	if (n > SIZE_MAX / 4)
@@ -478,8 +479,8 @@ sleep_for_events(struct cp_client *c, uint32_t seen_tail, int ms)
 		drain_pipe(c);
 }
 
-int
-cp_next_event(struct cp_client *c, struct cp_event *ev, int timeout_ms)
+static int
+next_event(struct cp_client *c, struct cp_event *ev, int timeout_ms)
 {
 	uint64_t end = 0;
 	uint32_t tail;
@@ -545,4 +546,19 @@ cp_event_fd(struct cp_client *c)
 	__atomic_fetch_or(&c->ctl->client_waiting.v, CP_WAIT_FD,
 	    __ATOMIC_SEQ_CST);
 	return c->cq_rfd;
+}
+
+int
+cp_next_event_v1(struct cp_client *c, struct cp_event *ev, size_t size,
+    int timeout_ms)
+{
+	struct cp_event e;
+	int r;
+
+	if (size < CPC_EVENT_MIN)
+		return -EINVAL;
+	memset(&e, 0, sizeof(e));
+	if ((r = next_event(c, &e, timeout_ms)) == 0)
+		(void)cpc_copy_out(ev, size, &e, sizeof(e), CPC_EVENT_MIN);
+	return r;
 }

@@ -77,6 +77,7 @@ collect(struct cp_client *c, int id, struct gen *g)
 	memset(g, 0, sizeof(*g));
 	while ((r = cp_next_event(c, &ev, 20000)) == 0) {
 		ck_assert_int_eq(ev.req_id, id);
+		ck_assert_uint_eq(ev.size, sizeof(ev));
 		if (ev.type == CP_EVENT_PROGRESS)
 			continue;
 		if (ev.type == CP_EVENT_TOKEN && ev.token >= 0) {
@@ -217,31 +218,45 @@ START_TEST(test_prompt_past_context_refused)
 END_TEST
 
 /*
- * The libcpclient(3) example (max_tokens 128) on a context of 128 runs
- * unchanged: it prints the greedy text and the counts.
+ * Runs argv (the daemon's socket in CPD_SOCKET) with exit status 0; its
+ * stdout and stderr together, in the order written, into text.
  */
-START_TEST(test_manual_example_runs)
+static void
+run_client(const char *const *argv, char *text, size_t cap)
 {
-	char sockenv[400], out[600], text[2048];
-	const char *argv[] = { CP_EXAMPLE, AID_PROMPT, NULL };
+	static char sockenv[400];
+	char out[600];
 	FILE *f;
 	size_t n;
 
 	snprintf(sockenv, sizeof(sockenv), "CPD_SOCKET=%s", dp.sock);
 	ck_assert_int_eq(putenv(sockenv), 0);
-	snprintf(out, sizeof(out), "%s/example.out", dp.dir);
+	snprintf(out, sizeof(out), "%s/client.out", dp.dir);
 	ck_assert_int_eq(prog_runv(argv, out), 0);
 	f = fopen(out, "r");
 	ck_assert_ptr_nonnull(f);
-	n = fread(text, 1, sizeof(text) - 1, f);
+	n = fread(text, 1, cap - 1, f);
 	fclose(f);
 	text[n] = '\0';
-	/* stdout and stderr together, in the order written */
+	unlink(out);
+}
+
+/*
+ * The libcpclient(3) example (max_tokens 128) on a context of 128 runs
+ * unchanged: it prints the greedy text and the counts.  _i 1: the same
+ * built against the first header and linked with this library.
+ */
+START_TEST(test_manual_example_runs)
+{
+	const char *argv[] = { _i == 0 ? CP_EXAMPLE : CP_BUILD_TESTS
+	    "/cpclient_example_v0", AID_PROMPT, NULL };
+	char text[2048];
+
+	run_client(argv, text, sizeof(text));
 	ck_assert_msg(strstr(text, "\n" AID_PROMPT) == NULL &&
 	    strstr(text, aid_ref_text) != NULL, "output: %.300s", text);
 	ck_assert_msg(strstr(text, "13 prompt tokens, 115 generated\n") !=
 	    NULL, "output: %.300s", text);
-	unlink(out);
 }
 END_TEST
 
@@ -269,6 +284,105 @@ START_TEST(test_cpq_json_context)
 }
 END_TEST
 
+/* ---- sized structures ------------------------------------------------- */
+
+/*
+ * A program of the first interface (tests/abi/abi_v0.c) against this
+ * library: defaults, model information, stop strings and logprobs reach
+ * it as they did.  Greedy ids are llama.cpp's, up to the stop string.
+ */
+START_TEST(test_v0_program_runs)
+{
+	const char *argv[] = { CP_BUILD_TESTS "/abi_v0", dp.sock, AID_PROMPT,
+	    "whispers", NULL };
+	static char text[16384];
+	char *line, *save = NULL;
+	int n = 0, fin = -1;
+	unsigned np = 0, ng = 0;
+
+	run_client(argv, text, sizeof(text));
+	ck_assert_msg(strncmp(text, "n_ctx 128 vocab 512 max_requests ", 33)
+	    == 0, "output: %.300s", text);
+	ck_assert_msg(strstr(text, "\ndefaults ok\n") != NULL, "output: %.300s",
+	    text);
+	for (line = strtok_r(text, "\n", &save); line != NULL;
+	    line = strtok_r(NULL, "\n", &save)) {
+		int id;
+		double lp;
+
+		if (sscanf(line, "done %d %u %u", &fin, &np, &ng) == 3)
+			break;
+		if (sscanf(line, "%d %lf", &id, &lp) != 2)
+			continue;
+		ck_assert_int_lt(n, AID_N_REF);
+		ck_assert_int_eq(id, aid_ref_ids[n]);
+		ck_assert(lp < 0 && lp > -20);
+		n++;
+	}
+	/* "... Classification whispers" ends it: a stop, before token 64 */
+	ck_assert_int_eq(fin, CP_DONE_STOP);
+	ck_assert_uint_eq(np, AID_N_PROMPT);
+	ck_assert_int_gt(n, 50);
+	ck_assert_int_lt(n, AID_N_REF);
+	ck_assert_uint_eq(ng, (unsigned)n);
+}
+END_TEST
+
+/*
+ * Sizes: filled in by the init functions and by the calls that fill a
+ * structure; a structure shorter than the first sized one is refused; a
+ * longer one (a newer header) is read with its unknown tail as 0 and
+ * filled only as far as the library knows.
+ */
+START_TEST(test_sizes)
+{
+	struct {
+		struct cp_model_info mi;
+		unsigned char tail[16];
+	} big;
+	struct {
+		struct cp_params p;
+		unsigned char tail[16];
+	} bigp;
+	struct cp_client *c = client();
+	struct cp_model_info mi;
+	struct cp_params p;
+	struct gen *g = malloc(sizeof(*g));
+	size_t k;
+
+	ck_assert_ptr_nonnull(g);
+	memset(&mi, 0xaa, sizeof(mi));
+	ck_assert_int_eq(cp_model_info(c, &mi), 0);
+	ck_assert_uint_eq(mi.size, sizeof(mi));
+	ck_assert_uint_eq(mi.n_ctx, AID_N_CTX);
+	memset(&big, 0xaa, sizeof(big));
+	ck_assert_int_eq(cp_model_info_v1(c, &big.mi, sizeof(big)), 0);
+	ck_assert_uint_eq(big.mi.size, sizeof(mi));
+	ck_assert_uint_eq(big.mi.n_ctx, AID_N_CTX);
+	for (k = 0; k < sizeof(big.tail); k++)
+		ck_assert_uint_eq(big.tail[k], 0xaa);
+	ck_assert_int_eq(cp_model_info_v1(c, &mi, 8), -EINVAL);
+
+	greedy(&p, 8);
+	ck_assert_uint_eq(p.size, sizeof(p));
+	p.size = 8;
+	ck_assert_int_eq(cp_submit(c, "x", 1, &p), -EINVAL);
+	memset(&bigp, 0, sizeof(bigp));
+	cp_params_init_v1(&bigp.p, sizeof(bigp));
+	ck_assert_uint_eq(bigp.p.size, sizeof(p));
+	bigp.p.size = sizeof(bigp);
+	bigp.p.temperature = 0;
+	bigp.p.max_tokens = 8;
+	collect(c, cp_submit_v1(c, AID_PROMPT, strlen(AID_PROMPT), &bigp.p),
+	    g);
+	ck_assert_int_eq(g->finish, CP_DONE_LENGTH);
+	for (int i = 0; i < 8; i++)
+		ck_assert_int_eq(g->ids[i], aid_ref_ids[i]);
+	free(g);
+	cp_close(c);
+}
+END_TEST
+
 static Suite *
 chat_daemon_suite(void)
 {
@@ -280,7 +394,9 @@ chat_daemon_suite(void)
 	tcase_add_test(tc, test_cap_ends_at_context);
 	tcase_add_test(tc, test_strict_refuses_up_front);
 	tcase_add_test(tc, test_prompt_past_context_refused);
-	tcase_add_test(tc, test_manual_example_runs);
+	tcase_add_loop_test(tc, test_manual_example_runs, 0, 2);
+	tcase_add_test(tc, test_v0_program_runs);
+	tcase_add_test(tc, test_sizes);
 	tcase_add_test(tc, test_cpq_json_context);
 	suite_add_tcase(s, tc);
 	return s;
