@@ -82,6 +82,8 @@
 #define EP_SUBMIT_SEED		0x2u	/* params.seed is the client's */
 #define EP_SUBMIT_LOGPROB	0x4u	/* fill ep_event.logprob */
 #define EP_SUBMIT_PROGRESS	0x8u	/* PROGRESS events (promise 8) */
+#define EP_SUBMIT_CHAT		0x20u	/* text[] is a chat block (cp_proto.h),
+					   rendered with the model's template */
 #define EP_SUBMIT_STRICT	0x10u	/* refuse prompt + max_tokens past the
 					   context (promise 5) */
 

@@ -282,13 +282,13 @@ req_find(struct worker *w, uint64_t id)
 
 /*
  * The prompt of c into w->enc; *n gets its length.  A text prompt comes
- * tokenized in ids (k = what tok_encode() returned, ids NULL when it
- * failed) or, when ids is NULL and k is 0, is tokenized here.  0 or
- * -errno with e.
+ * tokenized in ids (k = what prep_encode() returned, ids NULL when it
+ * failed, pe why when k < 0) or, when ids is NULL and k is 0, is
+ * tokenized here.  0 or -errno with e.
  */
 static int
 submit_prompt(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
-    int k, int *n, struct cp_err *e)
+    int k, const struct cp_err *pe, int *n, struct cp_err *e)
 {
 	size_t i;
 
@@ -315,11 +315,14 @@ submit_prompt(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
 	if (c->text == NULL && c->text_len > 0)
 		return cp_err_set(e, -EINVAL, "prompt text missing");
 	if (ids == NULL && k == 0)
-		k = tok_encode(w->tok, c->text != NULL ? c->text : "",
-		    c->text_len, true, true, w->enc, w->n_ctx);
+		k = prep_encode(w->prep, c, w->enc, w->n_ctx, e);
 	else if (k > 0)
 		memcpy(w->enc, ids, (size_t)(k < w->n_ctx ? k : w->n_ctx) *
 		    sizeof(*ids));
+	else if (k < 0 && pe != NULL && pe->msg[0] != '\0')
+		*e = *pe;
+	if (k < 0 && e->msg[0] != '\0')
+		return k;
 	if (k < 0)
 		return cp_err_set(e, k, "cannot tokenize the prompt: %s",
 		    strerror(-k));
@@ -388,13 +391,14 @@ submit_stops(struct wreq *r, const struct ep_cmd *c, struct cp_err *e)
  */
 static int
 submit_build(struct worker *w, struct wreq *r, int slot,
-    const struct ep_cmd *c, const int32_t *ids, int k, struct cp_err *e)
+    const struct ep_cmd *c, const int32_t *ids, int k,
+    const struct cp_err *pe, struct cp_err *e)
 {
 	struct sched_request sr;
 	int n, max, room, rc;
 	bool strict;
 
-	if ((rc = submit_prompt(w, c, ids, k, &n, e)) < 0)
+	if ((rc = submit_prompt(w, c, ids, k, pe, &n, e)) < 0)
 		return rc;
 	r->n_prompt = n;
 	room = (w->pool_tokens < w->n_ctx ? w->pool_tokens : w->n_ctx) - n;
@@ -447,7 +451,7 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 
 static void
 cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
-    int k)
+    int k, const struct cp_err *pe)
 {
 	struct cp_err e = { 0 };
 	struct wreq *r;
@@ -461,7 +465,7 @@ cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
 	}
 	slot = w->free_slot[w->n_free - 1];
 	r = &w->req[slot];
-	if ((rc = submit_build(w, r, slot, c, ids, k, &e)) < 0) {
+	if ((rc = submit_build(w, r, slot, c, ids, k, pe, &e)) < 0) {
 		emit_error(w, c->id, r->n_prompt, 0, rc,
 		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
 		req_clear(w, r);
@@ -478,13 +482,14 @@ cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
  * as ids and k (submit_prompt()).
  */
 static void
-command(struct worker *w, const struct ep_cmd *c, const int32_t *ids, int k)
+command(struct worker *w, const struct ep_cmd *c, const int32_t *ids, int k,
+    const struct cp_err *pe)
 {
 	struct wreq *r;
 
 	switch (c->kind) {
 	case EP_CMD_SUBMIT:
-		cmd_submit(w, c, ids, k);
+		cmd_submit(w, c, ids, k, pe);
 		break;
 	case EP_CMD_CANCEL:
 		if ((r = req_find(w, c->id)) != NULL)
@@ -516,6 +521,7 @@ static int
 commands(struct worker *w)
 {
 	struct ep_cmd *c, *next;
+	struct cp_err pe;
 	int32_t *ids;
 	int k;
 
@@ -527,13 +533,13 @@ commands(struct worker *w)
 		}
 		if (prep_hold(w->prep, c) == 1)
 			continue;
-		command(w, c, NULL, 0);
+		command(w, c, NULL, 0, NULL);
 		ep_cmd_free(c);
 	}
 	/* a text SUBMIT comes with ids (or ids NULL and k < 0); any other
 	 * command with ids NULL and k 0, which submit_prompt() never reads */
-	while ((c = prep_next(w->prep, &ids, &k)) != NULL) {
-		command(w, c, ids, k);
+	while ((c = prep_next(w->prep, &ids, &k, &pe)) != NULL) {
+		command(w, c, ids, k, &pe);
 		free(ids);
 		ep_cmd_free(c);
 	}
@@ -1075,7 +1081,7 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->pfx_cap = (w->n_ctx + kv_params(w->kv)->block_tokens - 1) /
 	    kv_params(w->kv)->block_tokens;
 	w->pfx_blocks = calloc((size_t)w->pfx_cap, sizeof(*w->pfx_blocks));
-	w->prep = prep_new(w->tok, w->n_ctx, port);
+	w->prep = prep_new(w->tok, w->n_ctx, p->chat, p->model_name, port);
 	w->btok = calloc((size_t)w->max_batch, sizeof(*w->btok));
 	w->bseq = calloc((size_t)w->max_seqs, sizeof(*w->bseq));
 	w->bitem = calloc((size_t)w->max_seqs, sizeof(*w->bitem));

@@ -141,6 +141,27 @@ struct cp_params {
 					   past the context fails at once
 					   (-E2BIG) instead of generating
 					   until the context is full */
+	int no_generation_prompt;	/* cp_submit_chat(): nonzero ends
+					   the prompt with the last message,
+					   without opening the assistant's
+					   turn (to continue it) */
+};
+
+/* Roles of chat messages (cp_message.role). */
+#define CP_CHAT_SYSTEM		0
+#define CP_CHAT_USER		1
+#define CP_CHAT_ASSISTANT	2
+#define CP_CHAT_TOOL		3	/* a tool's result */
+
+/*
+ * One message of a conversation for cp_submit_chat(); content is len bytes
+ * of UTF-8 (NULL when len is 0), read during the call only.  Arrays of it
+ * are passed with their element size (cpclient.h, SIZES).
+ */
+struct cp_message {
+	int role;			/* CP_CHAT_* */
+	const char *content;
+	size_t len;
 };
 
 struct cp_event {
@@ -259,6 +280,10 @@ CP_API int cp_submit_v1(struct cp_client *c, const char *prompt, size_t len,
 CP_API int cp_submit_tokens_v1(struct cp_client *c, const int32_t *ids,
     size_t n, const struct cp_params *p);
 
+/* cp_submit_chat() for messages msg_size bytes apart. */
+CP_API int cp_submit_chat_v1(struct cp_client *c, const struct cp_message *msgs,
+    size_t n, size_t msg_size, const struct cp_params *p);
+
 /* cp_next_event() filling at most size bytes of ev. */
 CP_API int cp_next_event_v1(struct cp_client *c, struct cp_event *ev,
     size_t size, int timeout_ms);
@@ -343,6 +368,23 @@ cp_submit_tokens(struct cp_client *c, const int32_t *ids, size_t n,
     const struct cp_params *p)
 {
 	return cp_submit_tokens_v1(c, ids, n, p);
+}
+
+/*
+ * Submits a conversation: msgs[0..n) (copied), which the daemon renders
+ * with the served model's chat template (cp_model_info()'s chat_template)
+ * and tokenizes, then opens the assistant's turn unless
+ * p->no_generation_prompt.  Returns the request id, or as cp_submit(),
+ * and -EINVAL also for no message, a role out of range, content NULL with
+ * a length or not UTF-8, -EOPNOTSUPP for a daemon without chat.  A model
+ * whose template the daemon does not know fails the request with an
+ * ERROR event (-EOPNOTSUPP) naming it.
+ */
+static inline int
+cp_submit_chat(struct cp_client *c, const struct cp_message *msgs, size_t n,
+    const struct cp_params *p)
+{
+	return cp_submit_chat_v1(c, msgs, n, sizeof(*msgs), p);
 }
 
 /*

@@ -47,6 +47,16 @@ daemon_up(void)
 	cpd_start_bin(&dp, cpd_bin, model, args);
 }
 
+/* The same daemon rendering chat requests as ChatML. */
+static void
+daemon_up_chatml(void)
+{
+	const char *args[] = { "--max-batch-tokens", "32", "--chat-template",
+	    "chatml", NULL };
+
+	cpd_start_bin(&dp, cpd_bin, model, args);
+}
+
 static void
 daemon_down(void)
 {
@@ -383,6 +393,131 @@ START_TEST(test_sizes)
 }
 END_TEST
 
+/* ---- chat ------------------------------------------------------------ */
+
+#define MSG(r, t)	{ .role = CP_CHAT_ ## r, .content = t, \
+	.len = sizeof(t) - 1 }
+
+/*
+ * A conversation sent as messages gets the greedy ids of its ChatML text
+ * sent as a prompt (the text written by ChatML's rule, as llama.cpp's
+ * llama_chat_apply_template("chatml") writes it), with and without the
+ * generation prompt.
+ */
+START_TEST(test_chat_is_its_text)
+{
+	static const struct cp_message conv[] = {
+		MSG(SYSTEM, "Be"), MSG(USER, "Hi"), MSG(ASSISTANT, "Yo"),
+	};
+	static const char *const text[2] = {
+		"<|im_start|>system\nBe<|im_end|>\n<|im_start|>user\nHi"
+		"<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n"
+		"<|im_start|>assistant\n",
+		"<|im_start|>system\nBe<|im_end|>\n<|im_start|>user\nHi"
+		"<|im_end|>\n<|im_start|>assistant\nYo<|im_end|>\n",
+	};
+	struct cp_client *c = client();
+	struct cp_model_info mi;
+	struct cp_params p;
+	struct gen *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+
+	ck_assert_ptr_nonnull(a);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_int_eq(cp_model_info(c, &mi), 0);
+	ck_assert_str_eq(mi.chat_template, "chatml");
+	for (int i = 0; i < 2; i++) {
+		greedy(&p, 8);
+		p.no_generation_prompt = i;
+		collect(c, cp_submit_chat(c, conv, 3, &p), a);
+		collect(c, cp_submit(c, text[i], strlen(text[i]), &p), b);
+		ck_assert_msg(a->type == CP_EVENT_DONE, "error: %s", a->text);
+		ck_assert_uint_gt(a->n_prompt, 40);
+		ck_assert_uint_eq(a->n_prompt, b->n_prompt);
+		ck_assert_int_eq(a->n_ids, 8);
+		ck_assert_int_eq(b->n_ids, 8);
+		for (int k = 0; k < 8; k++)
+			ck_assert_int_eq(a->ids[k], b->ids[k]);
+	}
+	free(a);
+	free(b);
+	cp_close(c);
+}
+END_TEST
+
+/*
+ * Bad message lists are refused with -EINVAL before anything is sent;
+ * the connection serves on.
+ */
+START_TEST(test_chat_refused)
+{
+	static const struct cp_message good[] = { MSG(USER, "Hi") };
+	struct cp_message bad[2] = { MSG(USER, "Hi"), MSG(USER, "x") };
+	struct cp_client *c = client();
+	struct cp_params p;
+	struct gen *g = malloc(sizeof(*g));
+
+	ck_assert_ptr_nonnull(g);
+	greedy(&p, 4);
+	ck_assert_int_eq(cp_submit_chat(c, good, 0, &p), -EINVAL);
+	ck_assert_int_eq(cp_submit_chat(c, NULL, 1, &p), -EINVAL);
+	bad[1].role = 4;
+	ck_assert_int_eq(cp_submit_chat(c, bad, 2, &p), -EINVAL);
+	bad[1].role = -1;
+	ck_assert_int_eq(cp_submit_chat(c, bad, 2, &p), -EINVAL);
+	bad[1].role = CP_CHAT_TOOL;
+	bad[1].content = "\xc0\xaf";		/* overlong '/' */
+	bad[1].len = 2;
+	ck_assert_int_eq(cp_submit_chat(c, bad, 2, &p), -EINVAL);
+	bad[1].content = "\xed\xa0\x80";	/* a surrogate */
+	bad[1].len = 3;
+	ck_assert_int_eq(cp_submit_chat(c, bad, 2, &p), -EINVAL);
+	bad[1].content = NULL;
+	ck_assert_int_eq(cp_submit_chat(c, bad, 2, &p), -EINVAL);
+	bad[1].len = 0;
+	collect(c, cp_submit_chat(c, bad, 2, &p), g);
+	ck_assert_int_eq(g->type, CP_EVENT_DONE);
+	collect(c, cp_submit_chat(c, good, 1, &p), g);
+	ck_assert_int_eq(g->type, CP_EVENT_DONE);
+	ck_assert_int_eq(g->n_ids, 4);
+	free(g);
+	cp_close(c);
+}
+END_TEST
+
+/*
+ * aidreams260K has no chat template cpd knows: a chat request fails
+ * naming the model and the key, the daemon serves on.  A name that is no
+ * format stops cpd at start-up.
+ */
+START_TEST(test_chat_without_template)
+{
+	const char *argv[] = { cpd_bin, "-m", model, "--socket", "/nonexistent",
+	    "--chat-template", "falcon9", NULL };
+	static const struct cp_message m[] = { MSG(USER, "Hi") };
+	struct cp_client *c = client();
+	struct cp_model_info mi;
+	struct cp_params p;
+	struct gen *g = malloc(sizeof(*g));
+
+	ck_assert_ptr_nonnull(g);
+	ck_assert_int_eq(cp_model_info(c, &mi), 0);
+	ck_assert_str_eq(mi.chat_template, "");
+	greedy(&p, 4);
+	collect(c, cp_submit_chat(c, m, 1, &p), g);
+	ck_assert_int_eq(g->type, CP_EVENT_ERROR);
+	ck_assert_int_eq(g->error, -EOPNOTSUPP);
+	ck_assert_msg(strstr(g->text, "aidreams260K.gguf'") != NULL &&
+	    strstr(g->text, "chat_template") != NULL, "error: %s", g->text);
+	collect(c, cp_submit(c, AID_PROMPT, strlen(AID_PROMPT), &p), g);
+	ck_assert_int_eq(g->type, CP_EVENT_DONE);
+	for (int k = 0; k < 4; k++)
+		ck_assert_int_eq(g->ids[k], aid_ref_ids[k]);
+	ck_assert_int_eq(prog_runv(argv, NULL), 1);
+	free(g);
+	cp_close(c);
+}
+END_TEST
+
 static Suite *
 chat_daemon_suite(void)
 {
@@ -397,7 +532,14 @@ chat_daemon_suite(void)
 	tcase_add_loop_test(tc, test_manual_example_runs, 0, 2);
 	tcase_add_test(tc, test_v0_program_runs);
 	tcase_add_test(tc, test_sizes);
+	tcase_add_test(tc, test_chat_without_template);
 	tcase_add_test(tc, test_cpq_json_context);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("chat");
+	tcase_set_timeout(tc, 120);
+	tcase_add_checked_fixture(tc, daemon_up_chatml, daemon_down);
+	tcase_add_test(tc, test_chat_is_its_text);
+	tcase_add_test(tc, test_chat_refused);
 	suite_add_tcase(s, tc);
 	return s;
 }
