@@ -134,6 +134,11 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	    "of one user (uid), of all users (global: a user could then learn "
 	    "by timing what another user's prompts began with), or not kept "
 	    "(off)" },
+	[CONFIG_CHAT_TEMPLATE] = { "chat_template", T_NAME, F(chat_template),
+	    0, 0, CONFIG_NAME_MAX, 0, NULL, "",
+	    "the chat format clients' messages are rendered in (chatml, "
+	    "llama3, gemma...: cpd.yaml(5) lists them); empty is the one the "
+	    "model's tokenizer.chat_template describes, when cpd knows it" },
 	[CONFIG_SOCKET_PATH] = { "socket_path", T_PATH, F(socket_path), 0,
 	    0, CONFIG_SOCK_MAX - 1, 0, NULL, "",
 	    "listening socket; empty is $XDG_RUNTIME_DIR/cpd.sock" },

@@ -46,6 +46,7 @@ enum config_key {
 	CONFIG_CONTEXT,
 	CONFIG_WARMUP,
 	CONFIG_PREFIX_CACHE,
+	CONFIG_CHAT_TEMPLATE,
 	CONFIG_SOCKET_PATH,
 	CONFIG_SOCKET_MODE,
 	CONFIG_SOCKET_GROUP,
@@ -109,6 +110,8 @@ struct cpd_config {
 					   serving (worker.c), 0: none */
 	int prefix_cache;		/* PREFIX_* of worker.h: uid, global,
 					   off */
+	char chat_template[CONFIG_NAME_MAX + 1]; /* chat format's name (chat.h),
+					   "" = the model's */
 	char socket_path[CONFIG_SOCK_MAX]; /* "" = $XDG_RUNTIME_DIR/cpd.sock */
 	int socket_mode;		/* permission bits of the socket */
 	char socket_group[CONFIG_NAME_MAX + 1]; /* "" = the daemon's group */

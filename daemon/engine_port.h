@@ -36,7 +36,10 @@
  *     engine never runs far ahead of the rings (a PAUSE takes effect
  *     within a bounded number of events); a pushed SHUTDOWN ends the wait.
  *  5. The engine validates what only it can: token ids below n_vocab, and
- *     a prompt plus max_tokens that fits the context (an ERROR otherwise).
+ *     a prompt that fits the context (an ERROR otherwise); max_tokens is a
+ *     cap, lowered to the room the context leaves after the prompt, but
+ *     with EP_SUBMIT_STRICT a prompt plus max_tokens past the context is
+ *     an ERROR.
  *     Everything else (sizes, flags, ranges of parameters, stop strings)
  *     the session has validated before the command is made.
  *  6. Event text is raw bytes; the concatenation of a request's event
@@ -79,10 +82,14 @@
 #define EP_SUBMIT_SEED		0x2u	/* params.seed is the client's */
 #define EP_SUBMIT_LOGPROB	0x4u	/* fill ep_event.logprob */
 #define EP_SUBMIT_PROGRESS	0x8u	/* PROGRESS events (promise 8) */
+#define EP_SUBMIT_CHAT		0x20u	/* text[] is a chat block (cp_proto.h),
+					   rendered with the model's template */
+#define EP_SUBMIT_STRICT	0x10u	/* refuse prompt + max_tokens past the
+					   context (promise 5) */
 
 /* Sampling parameters, already range-checked (cp_proto.h, cp_wire_params). */
 struct ep_params {
-	uint32_t max_tokens;	/* 0 = engine default */
+	uint32_t max_tokens;	/* a cap; 0 = until the context is full */
 	float temperature;	/* 0 = greedy */
 	float top_p;		/* 1 = off */
 	float min_p;		/* 0 = off */

@@ -218,9 +218,9 @@ resolve_id(const char *name, bool group)
 static int
 server_config(const struct cpd_config *c, const struct model *m,
     const struct tokenizer *tok, const char *backend, int n_ctx,
-    struct srv_config *sc)
+    enum chat_kind chat, struct srv_config *sc)
 {
-	struct gguf_str name, tmpl;
+	struct gguf_str name;
 	uint64_t params = 0;
 	long id;
 
@@ -286,11 +286,39 @@ server_config(const struct cpd_config *c, const struct model *m,
 	for (size_t i = 0; i < gguf_n_tensors(m->gf); i++)
 		params += gguf_tensor_at(m->gf, i)->n_elems;
 	sc->model.n_params = params;
-	/* The prompt format clients such as cpq --chat apply, "" if unknown. */
+	/* The format chat requests are rendered in, "" if none. */
+	snprintf(sc->model.chat_template, sizeof(sc->model.chat_template),
+	    "%s", chat_name(chat));
+	return 0;
+}
+
+/*
+ * The chat format: the chat_template key's, else the one the model's
+ * tokenizer.chat_template describes (CHAT_UNKNOWN when none).  0, or
+ * -EINVAL for a name that is no format.
+ */
+static int
+pick_chat(const struct cpd_config *c, const struct model *m,
+    enum chat_kind *kind)
+{
+	char names[CHAT_KIND_COUNT * (CHAT_NAME_MAX + 2)];
+	struct gguf_str tmpl;
+	size_t used = 0;
+
+	*kind = CHAT_UNKNOWN;
+	if (c->chat_template[0] != '\0') {
+		if ((*kind = chat_from_name(c->chat_template)) != CHAT_UNKNOWN)
+			return 0;
+		for (int k = 1; k < CHAT_KIND_COUNT; k++)
+			used += (size_t)snprintf(names + used, sizeof(names) -
+			    used, "%s%s", k > 1 ? ", " : "",
+			    chat_name((enum chat_kind)k));
+		log_warnx("chat_template: '%s' is not a chat format cpd "
+		    "knows; one of: %s", c->chat_template, names);
+		return -EINVAL;
+	}
 	if (gguf_get_str(m->gf, "tokenizer.chat_template", &tmpl, NULL) == 0)
-		snprintf(sc->model.chat_template,
-		    sizeof(sc->model.chat_template), "%s",
-		    chat_name(chat_detect(tmpl.ptr, (size_t)tmpl.len)));
+		*kind = chat_detect(tmpl.ptr, (size_t)tmpl.len);
 	return 0;
 }
 
@@ -403,6 +431,9 @@ main(int argc, char **argv)
 	wp.prefill_lane_tokens = cfg.prefill_lane_tokens;
 	wp.no_warmup = !cfg.warmup;
 	wp.prefix_cache = cfg.prefix_cache;
+	if (pick_chat(&cfg, m, &wp.chat) < 0)
+		goto out;
+	wp.model_name = cfg.model;
 	srv_config_defaults(&sc);
 	wp.max_clients = (int)sc.max_clients;
 	wp.max_requests = sc.max_clients * sc.max_reqs > CPD_MAX_REQUESTS ?
@@ -418,7 +449,7 @@ main(int argc, char **argv)
 	worker_stats(w, &ws);
 	ep_stats_get(port, &es);
 	if (server_config(&cfg, m, tok, be_name(worker_backend(w)), ws.n_ctx,
-	    &sc) < 0)
+	    wp.chat, &sc) < 0)
 		goto out;
 	if ((rc = worker_start(w)) < 0) {
 		errno = -rc;

@@ -15,7 +15,9 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "chatwire.h"
 #include "engine_port.h"
 #include "tokenizer.h"
 
@@ -26,11 +28,14 @@ struct pjob {
 	bool text;		/* a text SUBMIT */
 	bool ready;		/* text: tokenized (under lock) */
 	int32_t *ids;		/* text: (max_ids), NULL on failure */
-	int n;			/* text: tok_encode()'s result */
+	int n;			/* text: prep_encode()'s result */
+	struct cp_err e;	/* text: why n < 0 */
 };
 
 struct prep {
 	const struct tokenizer *tok;
+	enum chat_kind chat;
+	const char *model;
 	struct engine_port *port;
 	int max_ids;
 	struct pjob *head, **tailp;	/* held, engine thread only */
@@ -44,13 +49,16 @@ struct prep {
 };
 
 struct prep *
-prep_new(const struct tokenizer *tok, int max_ids, struct engine_port *port)
+prep_new(const struct tokenizer *tok, int max_ids, enum chat_kind chat,
+    const char *model, struct engine_port *port)
 {
 	struct prep *p;
 
 	if ((p = calloc(1, sizeof(*p))) == NULL)
 		return NULL;
 	p->tok = tok;
+	p->chat = chat;
+	p->model = model;
 	p->port = port;
 	p->max_ids = max_ids;
 	p->tailp = &p->head;
@@ -60,11 +68,30 @@ prep_new(const struct tokenizer *tok, int max_ids, struct engine_port *port)
 	return p;
 }
 
+int
+prep_encode(const struct prep *p, const struct ep_cmd *c, int32_t *ids,
+    int max_ids, struct cp_err *e)
+{
+	const char *text = c->text != NULL ? c->text : "";
+	char *chat = NULL;
+	size_t len = c->text_len;
+	int n;
+
+	if ((c->flags & EP_SUBMIT_CHAT) && (n = chatwire_render(p->chat,
+	    p->model, text, len, &chat, &len, e)) < 0)
+		return n;
+	n = tok_encode(p->tok, chat != NULL ? chat : text, len, true, true,
+	    ids, max_ids);
+	free(chat);
+	return n;
+}
+
 static void *
 prep_thread(void *arg)
 {
 	struct prep *p = arg;
 	struct pjob *j;
+	struct cp_err e;
 	int32_t *ids;
 	int n;
 
@@ -80,13 +107,14 @@ prep_thread(void *arg)
 		pthread_mutex_unlock(&p->lock);
 		/* j->c is read-only while queued; the engine frees it only
 		 * once j is ready */
+		memset(&e, 0, sizeof(e));
 		ids = malloc((size_t)p->max_ids * sizeof(*ids));
-		n = ids == NULL ? -ENOMEM : tok_encode(p->tok, j->c->text !=
-		    NULL ? j->c->text : "", j->c->text_len, true, true, ids,
-		    p->max_ids);
+		n = ids == NULL ? -ENOMEM : prep_encode(p, j->c, ids,
+		    p->max_ids, &e);
 		pthread_mutex_lock(&p->lock);
 		j->ids = ids;
 		j->n = n;
+		j->e = e;
 		j->ready = true;
 		pthread_mutex_unlock(&p->lock);
 		ep_wake_engine(p->port);
@@ -143,7 +171,8 @@ prep_hold(struct prep *p, struct ep_cmd *c)
 	    !(c->flags & EP_SUBMIT_TOKENS);
 	struct pjob *j;
 
-	if ((!text || c->text_len <= PREP_INLINE_BYTES) && !waits(p, NULL, c))
+	if ((!text || (c->text_len <= PREP_INLINE_BYTES &&
+	    !(c->flags & EP_SUBMIT_CHAT))) && !waits(p, NULL, c))
 		return 0;
 	if ((j = calloc(1, sizeof(*j))) == NULL)
 		return -ENOMEM;
@@ -170,7 +199,7 @@ prep_hold(struct prep *p, struct ep_cmd *c)
 }
 
 struct ep_cmd *
-prep_next(struct prep *p, int32_t **ids, int *n)
+prep_next(struct prep *p, int32_t **ids, int *n, struct cp_err *e)
 {
 	struct pjob *j, **prev;
 	struct ep_cmd *c;
@@ -178,6 +207,7 @@ prep_next(struct prep *p, int32_t **ids, int *n)
 
 	*ids = NULL;
 	*n = 0;
+	memset(e, 0, sizeof(*e));
 	for (prev = &p->head; (j = *prev) != NULL; prev = &j->next) {
 		if (j->text) {
 			pthread_mutex_lock(&p->lock);
@@ -194,6 +224,7 @@ prep_next(struct prep *p, int32_t **ids, int *n)
 		c = j->c;
 		*ids = j->ids;
 		*n = j->n;
+		*e = j->e;
 		free(j);
 		return c;
 	}

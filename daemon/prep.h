@@ -17,6 +17,11 @@
  * SUBMIT, or a command behind one as above); prep_next() gives back, in
  * order, the held commands that can be applied now.
  *
+ * A chat SUBMIT (EP_SUBMIT_CHAT) always goes to the thread, which checks
+ * its block and renders it with the model's chat template (chatwire.h)
+ * before tokenizing the text as any other prompt's: templates live only
+ * here, on the daemon's side.
+ *
  * Threads: prep_hold(), prep_next() and prep_free() belong to the engine
  * thread; the tokenizer thread starts at the first text SUBMIT and, after
  * each prompt, makes ep_wait_cmds() return (ep_wake_engine()).
@@ -25,6 +30,9 @@
 #define CP_PREP_H
 
 #include <stdint.h>
+
+#include "chat.h"
+#include "error.h"
 
 #define PREP_INLINE_BYTES 1024	/* text SUBMITs tokenized on the engine
 				   thread, when nothing holds them */
@@ -36,11 +44,20 @@ struct prep;
 
 /*
  * A preparer for tok (borrowed, read-only from its thread) writing at most
- * max_ids ids a prompt; port is woken when a prompt is ready.  NULL when
- * out of memory.
+ * max_ids ids a prompt, rendering chat in format chat (CHAT_UNKNOWN: chat
+ * SUBMITs fail, naming model, borrowed); port is woken when a prompt is
+ * ready.  NULL when out of memory.
  */
 struct prep *prep_new(const struct tokenizer *tok, int max_ids,
-    struct engine_port *port);
+    enum chat_kind chat, const char *model, struct engine_port *port);
+
+/*
+ * The ids of SUBMIT c's prompt (text, or chat rendered) into ids (at most
+ * max_ids): tok_encode()'s result, or a negative errno with e set when a
+ * chat block is refused.  Any thread.
+ */
+int prep_encode(const struct prep *p, const struct ep_cmd *c, int32_t *ids,
+    int max_ids, struct cp_err *e);
 
 /*
  * Stops the thread (after the prompt it is tokenizing) and frees every
@@ -62,9 +79,11 @@ int prep_hold(struct prep *p, struct ep_cmd *c);
  * caller applies and frees it), or NULL.  For a text SUBMIT, *ids (the
  * caller's to free; NULL on failure) and *n: the prompt's ids as
  * tok_encode() gives them, with *n the count the whole text needs (more
- * than max_ids: only max_ids were written) or a negative errno.
+ * than max_ids: only max_ids were written) or a negative errno, with e
+ * saying why when it can.
  */
-struct ep_cmd *prep_next(struct prep *p, int32_t **ids, int *n);
+struct ep_cmd *prep_next(struct prep *p, int32_t **ids, int *n,
+    struct cp_err *e);
 
 /* Commands held: waiting for their ids or behind their client's. */
 int prep_held(const struct prep *p);

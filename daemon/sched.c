@@ -113,7 +113,11 @@
  *     kv_block_tokens) <= kv_total_blocks (sched_add refuses the rest), so
  *     every position is below n_ctx and any request alone fits the pool:
  *     the oldest running request can always get its blocks by preempting
- *     newer ones, hence no deadlock.
+ *     newer ones, hence no deadlock.  max_tokens here is what the caller
+ *     made of the client's: the worker lowers it to the room the context
+ *     and the pool leave after the prompt (a cap, ending in CONTEXT
+ *     there) and refuses a prompt that leaves none, so only a strict
+ *     request, which it passes on unlowered, meets sched_add's refusal.
  *  6. A handle names one slot and one generation: a dead handle is
  *     refused, never aliased to a newer request.
  *  7. The cancel flag count equals the requests carrying it.

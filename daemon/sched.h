@@ -204,7 +204,7 @@ const struct sched_config *sched_config(const struct sched *s);
  * Queue a request; the order of calls is the arrival order.  Returns its
  * handle (>= 0), or -EINVAL (bad client, empty prompt, max_tokens < 1),
  * -E2BIG (n_prompt + max_tokens past n_ctx, or more KV than the whole
- * pool) or -ENOSPC (max_requests live), with e saying why.  The handle is
+ * pool: a caller that wants max_tokens as a cap lowers it first) or -ENOSPC (max_requests live), with e saying why.  The handle is
  * valid until the request finishes (sched_commit) or is released as
  * cancelled (sched_step); a dead handle is refused with -ENOENT.  A request
  * added with r->held waits, never admitted, until sched_unhold(); it does

@@ -378,7 +378,7 @@ sess_setup(struct session *s, const struct cp_hello *hello,
 	w->arena_bytes = arena;
 	w->max_prompt_bytes = lim->max_prompt_bytes;
 	w->max_reqs = lim->max_reqs;
-	w->features = CP_FEAT_PROGRESS;
+	w->features = CP_FEAT_PROGRESS | CP_FEAT_STRICT | CP_FEAT_CHAT;
 	fds[CP_FD_MEMFD] = memfd;
 	fds[CP_FD_CQ_WAKE] = cqp[0];
 	*nfds = 2;
@@ -541,6 +541,8 @@ build_finish(struct session *s, struct sess_out *out)
 	} else {
 		c->text = (const char *)c->data;
 		c->text_len = b->len;
+		if (b->sqe_flags & CP_SQF_CHAT)
+			c->flags |= EP_SUBMIT_CHAT;
 	}
 	stops = (char *)c->data + b->len;
 	memcpy(stops, b->stops, b->stop_bytes);
@@ -556,6 +558,8 @@ build_finish(struct session *s, struct sess_out *out)
 		c->flags |= EP_SUBMIT_LOGPROB;
 	if (wp->flags & CP_PF_PROGRESS)
 		c->flags |= EP_SUBMIT_PROGRESS;
+	if (wp->flags & CP_PF_STRICT)
+		c->flags |= EP_SUBMIT_STRICT;
 	c->params.max_tokens = wp->max_tokens;
 	c->params.temperature = wp->temperature;
 	c->params.top_p = wp->top_p;
@@ -637,6 +641,9 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 			    e->req_id, e->stop_bytes);
 		if ((rc = params_check(s, e->req_id, &e->params)) < 0)
 			return rc;
+		if ((e->flags & CP_SQF_TOKENS) && (e->flags & CP_SQF_CHAT))
+			return violation(s, "req %u: a chat SUBMIT of tokens",
+			    e->req_id);
 		frag = e->arena_len - e->stop_bytes;
 		if ((e->flags & CP_SQF_TOKENS) && frag % 4 != 0)
 			return violation(s, "req %u: token prompt of %u bytes",

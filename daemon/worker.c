@@ -68,11 +68,14 @@
  *  4. Every turn that planned anything ends in ep_post() with a step
  *     boundary, a turn with events only (refused SUBMITs) in one without;
  *     the wait for the io loop is the port's.
- *  5. cmd_submit() checks token ids against n_vocab, the prompt against
- *     the context and the prompt plus max_tokens against the context; the
- *     scheduler adds the KV pool's bound.  max_tokens 0 means "until the
- *     context is full": n_ctx (or the pool, if smaller) minus the prompt,
- *     and reaching it ends with CP_FINISH_CONTEXT.
+ *  5. cmd_submit() checks token ids against n_vocab and the prompt against
+ *     the context.  max_tokens is a cap: the room the context (or the
+ *     pool, if smaller) leaves after the prompt lowers it, and reaching
+ *     that room ends with CP_FINISH_CONTEXT, at the last position;
+ *     max_tokens 0 means "until the context is full".  Only with
+ *     EP_SUBMIT_STRICT is a prompt plus max_tokens past the context
+ *     refused up front.  The scheduler's own check (its invariant 5) then
+ *     always holds.
  *  6. Event text is the detokenizer's output filtered by the stop matcher:
  *     an incomplete UTF-8 sequence or a possible stop-string prefix is held
  *     back and sent with a later token or in DONE.
@@ -279,13 +282,13 @@ req_find(struct worker *w, uint64_t id)
 
 /*
  * The prompt of c into w->enc; *n gets its length.  A text prompt comes
- * tokenized in ids (k = what tok_encode() returned, ids NULL when it
- * failed) or, when ids is NULL and k is 0, is tokenized here.  0 or
- * -errno with e.
+ * tokenized in ids (k = what prep_encode() returned, ids NULL when it
+ * failed, pe why when k < 0) or, when ids is NULL and k is 0, is
+ * tokenized here.  0 or -errno with e.
  */
 static int
 submit_prompt(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
-    int k, int *n, struct cp_err *e)
+    int k, const struct cp_err *pe, int *n, struct cp_err *e)
 {
 	size_t i;
 
@@ -312,11 +315,14 @@ submit_prompt(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
 	if (c->text == NULL && c->text_len > 0)
 		return cp_err_set(e, -EINVAL, "prompt text missing");
 	if (ids == NULL && k == 0)
-		k = tok_encode(w->tok, c->text != NULL ? c->text : "",
-		    c->text_len, true, true, w->enc, w->n_ctx);
+		k = prep_encode(w->prep, c, w->enc, w->n_ctx, e);
 	else if (k > 0)
 		memcpy(w->enc, ids, (size_t)(k < w->n_ctx ? k : w->n_ctx) *
 		    sizeof(*ids));
+	else if (k < 0 && pe != NULL && pe->msg[0] != '\0')
+		*e = *pe;
+	if (k < 0 && e->msg[0] != '\0')
+		return k;
 	if (k < 0)
 		return cp_err_set(e, k, "cannot tokenize the prompt: %s",
 		    strerror(-k));
@@ -385,29 +391,33 @@ submit_stops(struct wreq *r, const struct ep_cmd *c, struct cp_err *e)
  */
 static int
 submit_build(struct worker *w, struct wreq *r, int slot,
-    const struct ep_cmd *c, const int32_t *ids, int k, struct cp_err *e)
+    const struct ep_cmd *c, const int32_t *ids, int k,
+    const struct cp_err *pe, struct cp_err *e)
 {
 	struct sched_request sr;
 	int n, max, room, rc;
+	bool strict;
 
-	if ((rc = submit_prompt(w, c, ids, k, &n, e)) < 0)
+	if ((rc = submit_prompt(w, c, ids, k, pe, &n, e)) < 0)
 		return rc;
 	r->n_prompt = n;
-	if (c->params.max_tokens == 0) {
-		room = (w->pool_tokens < w->n_ctx ? w->pool_tokens :
-		    w->n_ctx) - n;
-		if (room < 1)
-			return cp_err_set(e, -E2BIG, "prompt of %d tokens "
-			    "leaves no room to generate in the context of %d "
-			    "tokens", n, w->n_ctx);
-		max = room;
-		r->unlimited = true;
-	} else {
-		if ((uint64_t)n + c->params.max_tokens > (uint64_t)w->n_ctx)
-			return cp_err_set(e, -E2BIG, "prompt of %d tokens "
-			    "plus max_tokens %u exceeds the context of %d "
-			    "tokens", n, c->params.max_tokens, w->n_ctx);
+	room = (w->pool_tokens < w->n_ctx ? w->pool_tokens : w->n_ctx) - n;
+	if (room < 1)
+		return cp_err_set(e, -E2BIG, "prompt of %d tokens leaves no "
+		    "room to generate in the context of %d tokens", n,
+		    w->n_ctx);
+	/* Strict: no cap; past the pool, sched_add() refuses it. */
+	strict = (c->flags & EP_SUBMIT_STRICT) && c->params.max_tokens > 0;
+	if (strict && (uint64_t)n + c->params.max_tokens > (uint64_t)w->n_ctx)
+		return cp_err_set(e, -E2BIG, "prompt of %d tokens plus "
+		    "max_tokens %u exceeds the context of %d tokens (strict)",
+		    n, c->params.max_tokens, w->n_ctx);
+	if (c->params.max_tokens > 0 &&
+	    (strict || c->params.max_tokens <= (uint32_t)room)) {
 		max = (int)c->params.max_tokens;
+	} else {
+		max = room;
+		r->to_context = true;
 	}
 	r->cap = n + max;
 	if ((r->toks = malloc((size_t)r->cap * sizeof(*r->toks))) == NULL)
@@ -441,7 +451,7 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 
 static void
 cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
-    int k)
+    int k, const struct cp_err *pe)
 {
 	struct cp_err e = { 0 };
 	struct wreq *r;
@@ -455,7 +465,7 @@ cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
 	}
 	slot = w->free_slot[w->n_free - 1];
 	r = &w->req[slot];
-	if ((rc = submit_build(w, r, slot, c, ids, k, &e)) < 0) {
+	if ((rc = submit_build(w, r, slot, c, ids, k, pe, &e)) < 0) {
 		emit_error(w, c->id, r->n_prompt, 0, rc,
 		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
 		req_clear(w, r);
@@ -472,13 +482,14 @@ cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
  * as ids and k (submit_prompt()).
  */
 static void
-command(struct worker *w, const struct ep_cmd *c, const int32_t *ids, int k)
+command(struct worker *w, const struct ep_cmd *c, const int32_t *ids, int k,
+    const struct cp_err *pe)
 {
 	struct wreq *r;
 
 	switch (c->kind) {
 	case EP_CMD_SUBMIT:
-		cmd_submit(w, c, ids, k);
+		cmd_submit(w, c, ids, k, pe);
 		break;
 	case EP_CMD_CANCEL:
 		if ((r = req_find(w, c->id)) != NULL)
@@ -510,6 +521,7 @@ static int
 commands(struct worker *w)
 {
 	struct ep_cmd *c, *next;
+	struct cp_err pe;
 	int32_t *ids;
 	int k;
 
@@ -521,13 +533,13 @@ commands(struct worker *w)
 		}
 		if (prep_hold(w->prep, c) == 1)
 			continue;
-		command(w, c, NULL, 0);
+		command(w, c, NULL, 0, NULL);
 		ep_cmd_free(c);
 	}
 	/* a text SUBMIT comes with ids (or ids NULL and k < 0); any other
 	 * command with ids NULL and k 0, which submit_prompt() never reads */
-	while ((c = prep_next(w->prep, &ids, &k)) != NULL) {
-		command(w, c, ids, k);
+	while ((c = prep_next(w->prep, &ids, &k, &pe)) != NULL) {
+		command(w, c, ids, k, &pe);
 		free(ids);
 		ep_cmd_free(c);
 	}
@@ -674,7 +686,7 @@ req_done(struct worker *w, struct wreq *r, int finish)
 	size_t len = 0;
 	int n;
 
-	why = finish == SCHED_FIN_LENGTH ? (r->unlimited ? CP_FINISH_CONTEXT :
+	why = finish == SCHED_FIN_LENGTH ? (r->to_context ? CP_FINISH_CONTEXT :
 	    CP_FINISH_LENGTH) : CP_FINISH_STOP;
 	if (finish != SCHED_FIN_STOP) {
 		if ((n = detok_flush(&r->dt, w->dbuf, w->dcap)) < 0)
@@ -1072,7 +1084,7 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->pfx_cap = (w->n_ctx + kv_params(w->kv)->block_tokens - 1) /
 	    kv_params(w->kv)->block_tokens;
 	w->pfx_blocks = calloc((size_t)w->pfx_cap, sizeof(*w->pfx_blocks));
-	w->prep = prep_new(w->tok, w->n_ctx, port);
+	w->prep = prep_new(w->tok, w->n_ctx, p->chat, p->model_name, port);
 	w->btok = calloc((size_t)w->max_batch, sizeof(*w->btok));
 	w->bseq = calloc((size_t)w->max_seqs, sizeof(*w->bseq));
 	w->bitem = calloc((size_t)w->max_seqs, sizeof(*w->bitem));

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "chat.h"
 #include "engine_port.h"
 #include "error.h"
 #include "model.h"
@@ -53,6 +54,9 @@ struct worker_params {
 					   turns (client % max_clients) */
 	int kv_watermark_blocks;	/* sched_config's (0: its default) */
 	bool no_warmup;			/* skip warm_up() (worker.c) */
+	enum chat_kind chat;		/* the format chat SUBMITs are rendered
+					   in; CHAT_UNKNOWN: refused */
+	const char *model_name;		/* for messages; borrowed */
 	int prefix_cache;		/* PREFIX_UID (0, the default),
 					   PREFIX_GLOBAL or PREFIX_OFF
 					   (worker_prefix.c) */

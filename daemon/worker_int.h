@@ -26,7 +26,8 @@ struct wreq {
 	int n_prompt;
 	int cap;		/* toks[] entries: n_prompt + max_tokens */
 	int n_gen;		/* generated tokens, toks[n_prompt..] */
-	bool unlimited;		/* max_tokens 0: the limit is the context */
+	bool to_context;	/* the context's room capped max_tokens (or
+				   it was 0): reaching it is CONTEXT */
 	bool logprob;		/* EP_SUBMIT_LOGPROB */
 	bool progress;		/* EP_SUBMIT_PROGRESS */
 	int32_t *toks;		/* (cap) prompt, then generated ids */

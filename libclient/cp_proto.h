@@ -75,6 +75,11 @@
 #include <stdint.h>
 
 /*
+ * The public structures of cpclient.h are not these: the library converts,
+ * and they carry a size field of their own (cpclient.h, SIZES), so that
+ * either side can grow without the other.  Wire structures grow by a new
+ * CP_PROTO_VERSION, or within one by the rule below.
+ *
  * 2: cp_cqe.step, stats version 2.  What a peer of this version meets only
  * when it asks (a CP_FEAT_* bit the welcome offers, then the flag and the
  * event it enables) is added without a new version: an older client never
@@ -161,7 +166,9 @@ struct cp_seg_ctl {
 /* SQ entry flags. */
 #define CP_SQF_MORE		0x01u	/* SUBMIT/APPEND: prompt continues in APPEND */
 #define CP_SQF_TOKENS		0x02u	/* SUBMIT: prompt is little-endian int32 ids */
-#define CP_SQF_SUBMIT_MASK	(CP_SQF_MORE | CP_SQF_TOKENS)
+#define CP_SQF_CHAT		0x04u	/* SUBMIT: prompt is a chat block (only
+					   where CP_FEAT_CHAT; not with TOKENS) */
+#define CP_SQF_SUBMIT_MASK	(CP_SQF_MORE | CP_SQF_TOKENS | CP_SQF_CHAT)
 #define CP_SQF_APPEND_MASK	CP_SQF_MORE
 
 /* Sampling parameter flags. */
@@ -169,11 +176,17 @@ struct cp_seg_ctl {
 #define CP_PF_LOGPROB		0x2u	/* fill cp_cqe.logprob for sampled tokens */
 #define CP_PF_PROGRESS		0x4u	/* CP_EV_PROGRESS during the prefill
 					   (only where CP_FEAT_PROGRESS) */
-#define CP_PF_MASK		0x7u
+#define CP_PF_STRICT		0x8u	/* refuse a prompt plus max_tokens
+					   past the context up front (only
+					   where CP_FEAT_STRICT) */
+#define CP_PF_MASK		0xfu
 
 /* Sampling parameters as they cross the ring (SUBMIT only; zero otherwise). */
 struct cp_wire_params {
-	uint32_t max_tokens;	/* tokens to generate; 0 = daemon default */
+	uint32_t max_tokens;	/* most tokens to generate, capped by the
+				   room the context leaves (CP_FINISH_CONTEXT
+				   there) unless CP_PF_STRICT; 0 = until the
+				   context is full */
 	float temperature;	/* [0, 100]; 0 = greedy */
 	float top_p;		/* (0, 1]; 1 = off */
 	float min_p;		/* [0, 1]; 0 = off */
@@ -182,6 +195,48 @@ struct cp_wire_params {
 	uint32_t repeat_last_n;	/* [0, 1 << 20] tokens the penalty looks at */
 	uint32_t flags;		/* CP_PF_* */
 	uint64_t seed;		/* with CP_PF_SEED */
+};
+
+/*
+ * CHAT BLOCK.  A SUBMIT with CP_SQF_CHAT carries, as its prompt (all its
+ * fragments joined), a conversation that the daemon renders with the
+ * served model's chat template and tokenizes; clients never see
+ * templates.  Layout, little-endian:
+ *
+ *	struct cp_chat_hdr	n_msgs, flags (CP_CHAT_*)
+ *	n_msgs times:
+ *	  struct cp_chat_msg	role (CP_ROLE_*), len
+ *	  len bytes of UTF-8 content, then zero bytes up to a multiple of 4
+ *
+ * Rules (the daemon checks them on its private copy, after the bytes left
+ * the arena): 1 <= n_msgs <= CP_CHAT_MAX_MSGS; no flag outside
+ * CP_CHAT_MASK; role < CP_ROLES; each message and its padding lie inside
+ * the block, and the last one ends exactly at its end; padding bytes are
+ * zero; content is valid UTF-8 (no overlong form, no surrogate, at most
+ * U+10FFFF).  A block that breaks one is not a protocol violation: the
+ * request ends with an ERROR (-EINVAL) saying which rule, and the
+ * connection goes on.  So does a chat request to a model whose template
+ * the daemon does not know (-EOPNOTSUPP).
+ */
+#define CP_ROLE_SYSTEM		0u
+#define CP_ROLE_USER		1u
+#define CP_ROLE_ASSISTANT	2u
+#define CP_ROLE_TOOL		3u
+#define CP_ROLES		4u
+
+#define CP_CHAT_GEN		0x1u	/* append the opening of the
+					   assistant's turn */
+#define CP_CHAT_MASK		0x1u
+#define CP_CHAT_MAX_MSGS	65536u
+
+struct cp_chat_hdr {
+	uint32_t n_msgs;
+	uint32_t flags;		/* CP_CHAT_* */
+};
+
+struct cp_chat_msg {
+	uint32_t role;		/* CP_ROLE_* */
+	uint32_t len;		/* content bytes that follow */
 };
 
 #define CP_PARAM_TOPK_MAX	(1 << 20)
@@ -219,7 +274,8 @@ struct cp_sqe {
 #define CP_FINISH_STOP		1u	/* end-of-sequence token or stop string */
 #define CP_FINISH_LENGTH	2u	/* max_tokens reached */
 #define CP_FINISH_CANCELLED	3u	/* cancelled by the client */
-#define CP_FINISH_CONTEXT	4u	/* context window full */
+#define CP_FINISH_CONTEXT	4u	/* context window full: the last
+					   token took its last position */
 #define CP_FINISH_STALLED	5u	/* cancelled: the client left its CQ full */
 #define CP_FINISH_MAX		5u
 
@@ -316,6 +372,8 @@ struct cp_wire_model {
 
 /* Welcome features: what a client may ask for (older daemons send 0). */
 #define CP_FEAT_PROGRESS	0x1u	/* CP_PF_PROGRESS, CP_EV_PROGRESS */
+#define CP_FEAT_STRICT		0x2u	/* CP_PF_STRICT */
+#define CP_FEAT_CHAT		0x4u	/* CP_SQF_CHAT */
 
 struct cp_welcome {
 	struct cp_msg_hdr hdr;
@@ -482,6 +540,8 @@ _Static_assert(offsetof(struct cp_cqe, step) == 28, "cqe.step");
 _Static_assert(offsetof(struct cp_cqe, text) == 32, "cqe.text");
 _Static_assert(CP_CQE_TEXT <= UINT8_MAX, "text_len fits a byte");
 
+_Static_assert(sizeof(struct cp_chat_hdr) == 8, "cp_chat_hdr size");
+_Static_assert(sizeof(struct cp_chat_msg) == 8, "cp_chat_msg size");
 _Static_assert(sizeof(struct cp_msg_hdr) == 8, "cp_msg_hdr size");
 _Static_assert(sizeof(struct cp_hello) == 40, "cp_hello size");
 _Static_assert(offsetof(struct cp_hello, sq_entries) == 8, "hello.sq_entries");

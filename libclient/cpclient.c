@@ -102,23 +102,59 @@ cpc_pipe_signal(int fd)
 	return err;
 }
 
-void
-cp_connect_opts_init(struct cp_connect_opts *o)
+int
+cpc_copy_in(void *dst, size_t dst_size, const void *src, size_t min)
 {
-	memset(o, 0, sizeof(*o));
-	o->timeout_ms = CPC_TIMEOUT_MS;
+	uint32_t size;
+
+	memcpy(&size, src, sizeof(size));
+	if (size < min)
+		return -EINVAL;
+	memset(dst, 0, dst_size);
+	memcpy(dst, src, size < dst_size ? size : dst_size);
+	size = (uint32_t)dst_size;
+	memcpy(dst, &size, sizeof(size));
+	return 0;
+}
+
+int
+cpc_copy_out(void *dst, size_t dst_size, const void *src, size_t src_size,
+    size_t min)
+{
+	uint32_t n = (uint32_t)(dst_size < src_size ? dst_size : src_size);
+
+	if (dst_size < min)
+		return -EINVAL;
+	memcpy(dst, src, n);
+	memcpy(dst, &n, sizeof(n));
+	return 0;
 }
 
 void
-cp_params_init(struct cp_params *p)
+cp_connect_opts_init_v1(struct cp_connect_opts *o, size_t size)
 {
-	memset(p, 0, sizeof(*p));
-	p->temperature = 0.8f;
-	p->top_p = 0.95f;
-	p->min_p = 0.05f;
-	p->repeat_penalty = 1.0f;
-	p->top_k = 40;
-	p->repeat_last_n = 64;
+	struct cp_connect_opts d;
+
+	memset(&d, 0, sizeof(d));
+	d.timeout_ms = CPC_TIMEOUT_MS;
+	memset(o, 0, size);
+	(void)cpc_copy_out(o, size, &d, sizeof(d), 0);
+}
+
+void
+cp_params_init_v1(struct cp_params *p, size_t size)
+{
+	struct cp_params d;
+
+	memset(&d, 0, sizeof(d));
+	d.temperature = 0.8f;
+	d.top_p = 0.95f;
+	d.min_p = 0.05f;
+	d.repeat_penalty = 1.0f;
+	d.top_k = 40;
+	d.repeat_last_n = 64;
+	memset(p, 0, size);
+	(void)cpc_copy_out(p, size, &d, sizeof(d), 0);
 }
 
 /* given, else $CPD_SOCKET, $XDG_RUNTIME_DIR/cpd.sock, /run/cpd/cpd.sock. */
@@ -320,7 +356,7 @@ copy_str(char *dst, const char *src, size_t size)
 }
 
 int
-cp_connect(const struct cp_connect_opts *o, struct cp_client **out)
+cp_connect_v1(const struct cp_connect_opts *o, struct cp_client **out)
 {
 	struct cp_connect_opts def;
 	struct cp_client *c;
@@ -331,10 +367,11 @@ cp_connect(const struct cp_connect_opts *o, struct cp_client **out)
 	void *map;
 
 	*out = NULL;
-	if (o == NULL) {
+	if (o == NULL)
 		cp_connect_opts_init(&def);
-		o = &def;
-	}
+	else if ((r = cpc_copy_in(&def, sizeof(def), o, CPC_OPTS_MIN)) < 0)
+		return r;
+	o = &def;
 	c = calloc(1, sizeof(*c));
 	if (c == NULL)
 		return -ENOMEM;
@@ -449,10 +486,10 @@ cp_close(struct cp_client *c)
 }
 
 int
-cp_model_info(struct cp_client *c, struct cp_model_info *out)
+cp_model_info_v1(struct cp_client *c, struct cp_model_info *out, size_t size)
 {
-	*out = c->info;
-	return 0;
+	return cpc_copy_out(out, size, &c->info, sizeof(c->info),
+	    CPC_INFO_MIN);
 }
 
 _Static_assert(CP_HIST_BUCKETS == CP_STATS_BUCKETS, "histogram buckets");

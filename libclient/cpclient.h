@@ -44,6 +44,19 @@
  * on the same client.  No function installs signal handlers; writes that
  * could raise SIGPIPE are guarded.
  *
+ * SIZES.  Every structure a caller fills (cp_connect_opts, cp_params) or
+ * receives (cp_event, cp_model_info) starts with its size in bytes, so
+ * that fields can be added at its end without a new soname: the init
+ * functions set it for the structures a caller fills, the calls that
+ * fill one set it to what they wrote.  The functions below that take one
+ * are inline wrappers passing sizeof as this header sees it to an
+ * exported *_v1 entry point, which reads and writes no byte past it; a
+ * field the caller's header lacks reads as 0, and every field added later
+ * means, when 0, what the library did before it existed.  Programs built
+ * against the first header, without sizes, call the entry points of the
+ * old names, which the library keeps (libcpclient(3), ABI).  cp_stats is
+ * outside the rule for now.
+ *
  * TRUST.  The library checks everything the daemon writes (message sizes,
  * the segment's layout and seals, ring indices, event fields) and fails
  * the connection with CP_EPROTO rather than read out of bounds.
@@ -75,7 +88,8 @@ extern "C" {
 #define CP_DONE_STOP		1	/* end of sequence, or a stop string */
 #define CP_DONE_LENGTH		2	/* max_tokens generated */
 #define CP_DONE_CANCELLED	3	/* cp_cancel() */
-#define CP_DONE_CONTEXT		4	/* the context window is full */
+#define CP_DONE_CONTEXT		4	/* the context window is full (before
+					   max_tokens) */
 #define CP_DONE_STALLED		5	/* cancelled: events were not read in time */
 
 /* Why the daemon ended a client's connection (cp_stats.disconnects[]). */
@@ -93,6 +107,7 @@ extern "C" {
 struct cp_client;
 
 struct cp_connect_opts {
+	uint32_t size;			/* sizeof; cp_connect_opts_init() */
 	const char *socket_path;	/* NULL: $CPD_SOCKET, else
 					   $XDG_RUNTIME_DIR/cpd.sock, else
 					   /run/cpd/cpd.sock */
@@ -104,7 +119,10 @@ struct cp_connect_opts {
 
 /* Sampling and stopping; start from cp_params_init(). */
 struct cp_params {
-	uint32_t max_tokens;		/* 0: the daemon's default */
+	uint32_t size;			/* sizeof; cp_params_init() */
+	uint32_t max_tokens;		/* at most, capped by the room the
+					   context leaves; 0: until the
+					   context is full */
 	float temperature;		/* [0, 100]; 0 = greedy */
 	float top_p;			/* (0, 1]; 1 = off */
 	float min_p;			/* [0, 1]; 0 = off */
@@ -119,9 +137,35 @@ struct cp_params {
 	int progress;			/* nonzero: CP_EVENT_PROGRESS events
 					   until the first token (where the
 					   daemon offers them; else none) */
+	int strict;			/* nonzero: a prompt plus max_tokens
+					   past the context fails at once
+					   (-E2BIG) instead of generating
+					   until the context is full */
+	int no_generation_prompt;	/* cp_submit_chat(): nonzero ends
+					   the prompt with the last message,
+					   without opening the assistant's
+					   turn (to continue it) */
+};
+
+/* Roles of chat messages (cp_message.role). */
+#define CP_CHAT_SYSTEM		0
+#define CP_CHAT_USER		1
+#define CP_CHAT_ASSISTANT	2
+#define CP_CHAT_TOOL		3	/* a tool's result */
+
+/*
+ * One message of a conversation for cp_submit_chat(); content is len bytes
+ * of UTF-8 (NULL when len is 0), read during the call only.  Arrays of it
+ * are passed with their element size (cpclient.h, SIZES).
+ */
+struct cp_message {
+	int role;			/* CP_CHAT_* */
+	const char *content;
+	size_t len;
 };
 
 struct cp_event {
+	uint32_t size;		/* bytes cp_next_event() filled */
 	int type;		/* CP_EVENT_* */
 	int req_id;		/* as returned by cp_submit() */
 	int32_t token;		/* TOKEN: token id, -1 for text alone */
@@ -149,6 +193,7 @@ struct cp_event {
 };
 
 struct cp_model_info {
+	uint32_t size;		/* bytes cp_model_info() filled */
 	char name[64];
 	char arch[32];
 	char backend[16];	/* "cpu", "cuda" */
@@ -228,18 +273,35 @@ struct cp_stats {
 	uint64_t pace_missed_us;	/* by this much in all */
 };
 
-/* Fills o with defaults: path from the environment, daemon's sizes, 5 s timeout. */
-CP_API void cp_connect_opts_init(struct cp_connect_opts *o);
+/* cp_connect_opts_init() for a structure of size bytes (see SIZES). */
+CP_API void cp_connect_opts_init_v1(struct cp_connect_opts *o, size_t size);
 
-/*
- * Connects to the daemon (o may be NULL for defaults).  Returns 0 and a new
- * client in *out (free with cp_close()), or: -ENOENT / -ECONNREFUSED (no
- * daemon), -EACCES (not on the daemon's allow list), -EUSERS (too many
- * connections for this user), -EAGAIN (daemon full), -ESHUTDOWN (the
- * daemon is draining), -ETIMEDOUT, CP_EPROTO (also a daemon of another
- * protocol version), or another -errno.
- */
-CP_API int cp_connect(const struct cp_connect_opts *o, struct cp_client **out);
+/* cp_connect() reading o->size bytes of o. */
+CP_API int cp_connect_v1(const struct cp_connect_opts *o,
+    struct cp_client **out);
+
+/* cp_params_init() for a structure of size bytes. */
+CP_API void cp_params_init_v1(struct cp_params *p, size_t size);
+
+/* cp_submit() reading p->size bytes of p. */
+CP_API int cp_submit_v1(struct cp_client *c, const char *prompt, size_t len,
+    const struct cp_params *p);
+
+/* cp_submit_tokens() reading p->size bytes of p. */
+CP_API int cp_submit_tokens_v1(struct cp_client *c, const int32_t *ids,
+    size_t n, const struct cp_params *p);
+
+/* cp_submit_chat() for messages msg_size bytes apart. */
+CP_API int cp_submit_chat_v1(struct cp_client *c, const struct cp_message *msgs,
+    size_t n, size_t msg_size, const struct cp_params *p);
+
+/* cp_next_event() filling at most size bytes of ev. */
+CP_API int cp_next_event_v1(struct cp_client *c, struct cp_event *ev,
+    size_t size, int timeout_ms);
+
+/* cp_model_info() filling at most size bytes of out. */
+CP_API int cp_model_info_v1(struct cp_client *c, struct cp_model_info *out,
+    size_t size);
 
 /*
  * The socket cp_connect() dials for socket_path given (NULL or "": from the
@@ -252,31 +314,89 @@ CP_API int cp_socket_path(const char *given, char *buf, size_t size);
 CP_API void cp_close(struct cp_client *c);
 
 /*
- * Fills p with defaults: temperature 0.8, top_k 40, top_p 0.95,
- * min_p 0.05, no repetition penalty, the daemon's max_tokens, no stops.
- */
-CP_API void cp_params_init(struct cp_params *p);
-
-/*
- * Submits a prompt of len bytes (copied; p NULL = defaults).  Returns the
- * request id (> 0), or -EINVAL (bad parameters), -E2BIG (prompt longer
- * than max_prompt_bytes), -EBUSY (max_requests in flight: read events
- * first), -ETIMEDOUT (no ring room in time), CP_EDEAD, CP_EPROTO.  May
- * wait for ring room up to the connect timeout.
- */
-CP_API int cp_submit(struct cp_client *c, const char *prompt, size_t len,
-    const struct cp_params *p);
-
-/* As cp_submit() for n token ids (the daemon checks them against the vocabulary). */
-CP_API int cp_submit_tokens(struct cp_client *c, const int32_t *ids, size_t n,
-    const struct cp_params *p);
-
-/*
  * Asks the daemon to stop request req_id; its DONE (CP_DONE_CANCELLED, or
  * another reason if it ended first) still arrives.  0, -EINVAL (never
  * submitted), -ETIMEDOUT, CP_EDEAD, CP_EPROTO.
  */
 CP_API int cp_cancel(struct cp_client *c, int req_id);
+
+#ifndef CPCLIENT_V0_ENTRY_POINTS	/* defined only where the library keeps
+					   the old names' entry points */
+
+/*
+ * Fills o with defaults and its size: path from the environment, daemon's
+ * sizes, 5 s timeout.
+ */
+static inline void
+cp_connect_opts_init(struct cp_connect_opts *o)
+{
+	cp_connect_opts_init_v1(o, sizeof(*o));
+}
+
+/*
+ * Connects to the daemon (o may be NULL for defaults).  Returns 0 and a new
+ * client in *out (free with cp_close()), or: -ENOENT / -ECONNREFUSED (no
+ * daemon), -EACCES (not on the daemon's allow list), -EUSERS (too many
+ * connections for this user), -EAGAIN (daemon full), -ESHUTDOWN (the
+ * daemon is draining), -ETIMEDOUT, -EINVAL (o->size too small), CP_EPROTO
+ * (also a daemon of another protocol version), or another -errno.
+ */
+static inline int
+cp_connect(const struct cp_connect_opts *o, struct cp_client **out)
+{
+	return cp_connect_v1(o, out);
+}
+
+/*
+ * Fills p with defaults and its size: temperature 0.8, top_k 40,
+ * top_p 0.95, min_p 0.05, no repetition penalty, the daemon's max_tokens,
+ * no stops.
+ */
+static inline void
+cp_params_init(struct cp_params *p)
+{
+	cp_params_init_v1(p, sizeof(*p));
+}
+
+/*
+ * Submits a prompt of len bytes (copied; p NULL = defaults).  Returns the
+ * request id (> 0), or -EINVAL (bad parameters, p->size too small),
+ * -E2BIG (prompt longer than max_prompt_bytes), -EOPNOTSUPP (strict, and
+ * the daemon does not offer it), -EBUSY (max_requests in flight: read
+ * events first), -ETIMEDOUT (no ring room in time), CP_EDEAD, CP_EPROTO.
+ * May wait for ring room up to the connect timeout.
+ */
+static inline int
+cp_submit(struct cp_client *c, const char *prompt, size_t len,
+    const struct cp_params *p)
+{
+	return cp_submit_v1(c, prompt, len, p);
+}
+
+/* As cp_submit() for n token ids (the daemon checks them against the vocabulary). */
+static inline int
+cp_submit_tokens(struct cp_client *c, const int32_t *ids, size_t n,
+    const struct cp_params *p)
+{
+	return cp_submit_tokens_v1(c, ids, n, p);
+}
+
+/*
+ * Submits a conversation: msgs[0..n) (copied), which the daemon renders
+ * with the served model's chat template (cp_model_info()'s chat_template)
+ * and tokenizes, then opens the assistant's turn unless
+ * p->no_generation_prompt.  Returns the request id, or as cp_submit(),
+ * and -EINVAL also for no message, a role out of range, content NULL with
+ * a length or not UTF-8, -EOPNOTSUPP for a daemon without chat.  A model
+ * whose template the daemon does not know fails the request with an
+ * ERROR event (-EOPNOTSUPP) naming it.
+ */
+static inline int
+cp_submit_chat(struct cp_client *c, const struct cp_message *msgs, size_t n,
+    const struct cp_params *p)
+{
+	return cp_submit_chat_v1(c, msgs, n, sizeof(*msgs), p);
+}
 
 /*
  * Next event into *ev, waiting up to timeout_ms (0: do not wait; -1: no
@@ -284,8 +404,20 @@ CP_API int cp_cancel(struct cp_client *c, int req_id);
  * (timeout 0 and nothing ready), -ETIMEDOUT, CP_EDEAD (the daemon is gone
  * and every event it wrote has been read), CP_EPROTO.
  */
-CP_API int cp_next_event(struct cp_client *c, struct cp_event *ev,
-    int timeout_ms);
+static inline int
+cp_next_event(struct cp_client *c, struct cp_event *ev, int timeout_ms)
+{
+	return cp_next_event_v1(c, ev, sizeof(*ev), timeout_ms);
+}
+
+/* Copies the served model's description and this client's limits; 0. */
+static inline int
+cp_model_info(struct cp_client *c, struct cp_model_info *out)
+{
+	return cp_model_info_v1(c, out, sizeof(*out));
+}
+
+#endif /* CPCLIENT_V0_ENTRY_POINTS */
 
 /*
  * A descriptor that polls readable when events are ready or the daemon is
@@ -293,9 +425,6 @@ CP_API int cp_next_event(struct cp_client *c, struct cp_event *ev,
  * 0 until -EAGAIN.  Owned by c; valid until cp_close().
  */
 CP_API int cp_event_fd(struct cp_client *c);
-
-/* Copies the served model's description and this client's limits; 0. */
-CP_API int cp_model_info(struct cp_client *c, struct cp_model_info *out);
 
 /*
  * Asks the daemon for its counters (checked for consistency); 0,

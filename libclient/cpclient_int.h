@@ -10,6 +10,7 @@
 #define CPCLIENT_INT_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cp_proto.h"
@@ -52,6 +53,33 @@ struct cp_client {
 
 	pthread_mutex_t sock_lock;	/* the socket after the handshake */
 };
+
+/*
+ * The size of each sized structure (cpclient.h, SIZES) as its first
+ * sized header had it: a caller's structure is at least this long.
+ */
+#define CPC_END(type, field) \
+	(offsetof(type, field) + sizeof(((type *)0)->field))
+#define CPC_OPTS_MIN	CPC_END(struct cp_connect_opts, timeout_ms)
+#define CPC_PARAMS_MIN	CPC_END(struct cp_params, strict)
+#define CPC_EVENT_MIN	CPC_END(struct cp_event, n_total)
+#define CPC_INFO_MIN	CPC_END(struct cp_model_info, max_requests)
+
+/*
+ * The caller's structure src (starting with its uint32_t size) into dst,
+ * the library's own of dst_size bytes: the bytes both have, zero past the
+ * caller's, dst's size set to dst_size.  0, or -EINVAL when src's size is
+ * below min.
+ */
+int cpc_copy_in(void *dst, size_t dst_size, const void *src, size_t min);
+
+/*
+ * The library's structure src (src_size bytes) out to the caller's dst of
+ * dst_size bytes: as many bytes as both have, then dst's size field says
+ * how many.  0, or -EINVAL when dst_size is below min.
+ */
+int cpc_copy_out(void *dst, size_t dst_size, const void *src,
+    size_t src_size, size_t min);
 
 /* Milliseconds on the monotonic clock. */
 uint64_t cpc_now_ms(void);

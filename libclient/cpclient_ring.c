@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -177,10 +178,13 @@ params_to_wire(const struct cp_params *p, struct cp_wire_params *w,
 	return 0;
 }
 
-/* Submits len prompt bytes (a multiple of unit); returns the id or an error. */
+/*
+ * Submits len prompt bytes (a multiple of unit) with SUBMIT flags flags
+ * besides MORE and TOKENS; returns the id or an error.
+ */
 static int
 submit(struct cp_client *c, const unsigned char *prompt, size_t len,
-    uint32_t unit, const struct cp_params *p)
+    uint32_t unit, uint8_t flags, const struct cp_params *p)
 {
 	char stops[CP_STOP_BYTES_MAX];
 	struct cp_params def;
@@ -189,16 +193,22 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	uint64_t end;
 	int r;
 
-	if (p == NULL) {
+	if (p == NULL)
 		cp_params_init(&def);
-		p = &def;
-	}
+	else if ((r = cpc_copy_in(&def, sizeof(def), p, CPC_PARAMS_MIN)) < 0)
+		return r;
+	p = &def;
 	memset(&e, 0, sizeof(e));
 	if ((r = params_to_wire(p, &e.params, stops, &stop_bytes)) < 0)
 		return r;
 	/* Asked of a daemon that does not offer it: quietly no progress. */
 	if (p->progress && (c->features & CP_FEAT_PROGRESS))
 		e.params.flags |= CP_PF_PROGRESS;
+	/* Ignoring it would generate what the caller wanted refused. */
+	if (p->strict && !(c->features & CP_FEAT_STRICT))
+		return -EOPNOTSUPP;
+	if (p->strict)
+		e.params.flags |= CP_PF_STRICT;
 	if (len > c->max_prompt)
 		return -E2BIG;
 	if ((len > 0 && prompt == NULL) || len % unit != 0)
@@ -226,7 +236,7 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	end = cpc_now_ms() + (uint64_t)c->timeout_ms;
 
 	e.op = CP_OP_SUBMIT;
-	e.flags = (unit == 4 ? CP_SQF_TOKENS : 0) |
+	e.flags = flags | (unit == 4 ? CP_SQF_TOKENS : 0) |
 	    (first < len ? CP_SQF_MORE : 0);
 	e.stop_bytes = (uint16_t)stop_bytes;
 	e.req_id = id;
@@ -270,19 +280,115 @@ out:
 }
 
 int
-cp_submit(struct cp_client *c, const char *prompt, size_t len,
+cp_submit_v1(struct cp_client *c, const char *prompt, size_t len,
     const struct cp_params *p)
 {
-	return submit(c, (const unsigned char *)prompt, len, 1, p);
+	return submit(c, (const unsigned char *)prompt, len, 1, 0, p);
 }
 
 int
-cp_submit_tokens(struct cp_client *c, const int32_t *ids, size_t n,
+cp_submit_tokens_v1(struct cp_client *c, const int32_t *ids, size_t n,
     const struct cp_params *p)
 {
 	if (n > SIZE_MAX / 4)
 		return -E2BIG;
-	return submit(c, (const unsigned char *)ids, n * 4, 4, p);
+	return submit(c, (const unsigned char *)ids, n * 4, 4, 0, p);
+}
+
+/* 1 when s[0..n) is valid UTF-8 (shortest forms, no surrogates, <= U+10FFFF). */
+static int
+utf8_valid(const unsigned char *s, size_t n)
+{
+	size_t i = 0, k, len;
+	uint32_t cp;
+
+	while (i < n) {
+		unsigned char b = s[i];
+
+		if (b < 0x80) {
+			i++;
+			continue;
+		}
+		if (b >= 0xc2 && b <= 0xdf)
+			len = 2, cp = b & 0x1f;
+		else if (b >= 0xe0 && b <= 0xef)
+			len = 3, cp = b & 0x0f;
+		else if (b >= 0xf0 && b <= 0xf4)
+			len = 4, cp = b & 0x07;
+		else
+			return 0;
+		if (n - i < len)
+			return 0;
+		for (k = 1; k < len; k++) {
+			if ((s[i + k] & 0xc0) != 0x80)
+				return 0;
+			cp = cp << 6 | (s[i + k] & 0x3f);
+		}
+		if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+		    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+			return 0;
+		i += len;
+	}
+	return 1;
+}
+
+_Static_assert(CP_CHAT_SYSTEM == CP_ROLE_SYSTEM && CP_CHAT_USER == CP_ROLE_USER &&
+    CP_CHAT_ASSISTANT == CP_ROLE_ASSISTANT && CP_CHAT_TOOL == CP_ROLE_TOOL &&
+    CP_CHAT_TOOL + 1 == CP_ROLES, "chat roles");
+
+#define MSG_MIN	(offsetof(struct cp_message, len) + sizeof(size_t))
+
+int
+cp_submit_chat_v1(struct cp_client *c, const struct cp_message *msgs,
+    size_t n, size_t msg_size, const struct cp_params *p)
+{
+	const unsigned char *base = (const unsigned char *)msgs;
+	struct cp_chat_hdr h;
+	struct cp_chat_msg w;
+	struct cp_message m;
+	struct cp_params def;
+	unsigned char *blk;
+	size_t i, total = sizeof(h), off;
+	int r;
+
+	if (!(c->features & CP_FEAT_CHAT))
+		return -EOPNOTSUPP;
+	if (n == 0 || n > CP_CHAT_MAX_MSGS || msgs == NULL ||
+	    msg_size < MSG_MIN)
+		return -EINVAL;
+	if (p == NULL)
+		cp_params_init(&def);
+	else if ((r = cpc_copy_in(&def, sizeof(def), p, CPC_PARAMS_MIN)) < 0)
+		return r;
+	for (i = 0; i < n; i++) {
+		memcpy(&m, base + i * msg_size, MSG_MIN);
+		if (m.role < CP_CHAT_SYSTEM || m.role > CP_CHAT_TOOL ||
+		    (m.content == NULL && m.len > 0) || m.len > UINT32_MAX ||
+		    !utf8_valid((const unsigned char *)m.content, m.len))
+			return -EINVAL;
+		if (m.len > c->max_prompt)
+			return -E2BIG;
+		total += sizeof(w) + (m.len + 3) / 4 * 4;
+		if (total > c->max_prompt)
+			return -E2BIG;
+	}
+	if ((blk = calloc(1, total)) == NULL)
+		return -ENOMEM;
+	h.n_msgs = (uint32_t)n;
+	h.flags = def.no_generation_prompt ? 0 : CP_CHAT_GEN;
+	memcpy(blk, &h, sizeof(h));
+	for (i = 0, off = sizeof(h); i < n; i++) {
+		memcpy(&m, base + i * msg_size, MSG_MIN);
+		w.role = (uint32_t)m.role;
+		w.len = (uint32_t)m.len;
+		memcpy(blk + off, &w, sizeof(w));
+		if (m.len > 0)
+			memcpy(blk + off + sizeof(w), m.content, m.len);
+		off += sizeof(w) + (m.len + 3) / 4 * 4;
+	}
+	r = submit(c, blk, total, 1, CP_SQF_CHAT, &def);
+	free(blk);
+	return r;
 }
 
 int
@@ -473,8 +579,8 @@ sleep_for_events(struct cp_client *c, uint32_t seen_tail, int ms)
 		drain_pipe(c);
 }
 
-int
-cp_next_event(struct cp_client *c, struct cp_event *ev, int timeout_ms)
+static int
+next_event(struct cp_client *c, struct cp_event *ev, int timeout_ms)
 {
 	uint64_t end = 0;
 	uint32_t tail;
@@ -540,4 +646,19 @@ cp_event_fd(struct cp_client *c)
 	__atomic_fetch_or(&c->ctl->client_waiting.v, CP_WAIT_FD,
 	    __ATOMIC_SEQ_CST);
 	return c->cq_rfd;
+}
+
+int
+cp_next_event_v1(struct cp_client *c, struct cp_event *ev, size_t size,
+    int timeout_ms)
+{
+	struct cp_event e;
+	int r;
+
+	if (size < CPC_EVENT_MIN)
+		return -EINVAL;
+	memset(&e, 0, sizeof(e));
+	if ((r = next_event(c, &e, timeout_ms)) == 0)
+		(void)cpc_copy_out(ev, size, &e, sizeof(e), CPC_EVENT_MIN);
+	return r;
 }

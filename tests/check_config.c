@@ -404,7 +404,8 @@ START_TEST(test_every_key_takes_effect)
 	    "prefill_lane_tokens: 700\n"
 	    "max_inter_token_ms: 40\n"
 	    "warmup: false\n"
-	    "prefix_cache: global\n";
+	    "prefix_cache: global\n"
+	    "chat_template: llama3\n";
 	struct cpd_config c;
 	struct cp_err e;
 	size_t i;
@@ -440,6 +441,7 @@ START_TEST(test_every_key_takes_effect)
 	ck_assert_int_eq(c.max_inter_token_ms, 40);
 	ck_assert_int_eq(c.warmup, 0);
 	ck_assert_int_eq(c.prefix_cache, 1);	/* global */
+	ck_assert_str_eq(c.chat_template, "llama3");
 	ck_assert_str_eq(c.file, "t.yaml");
 	for (i = 0; i < CONFIG_NKEYS; i++)
 		ck_assert_int_eq(c.origin[i].from, CONFIG_FROM_FILE);

@@ -223,7 +223,8 @@ START_TEST(test_setup_segment)
 	ck_assert_uint_eq(f.w.cq_entries, 16);
 	ck_assert_uint_eq(f.w.arena_bytes, 4096);
 	ck_assert_uint_eq(f.w.max_reqs, 8);
-	ck_assert_uint_eq(f.w.features, CP_FEAT_PROGRESS);
+	ck_assert_uint_eq(f.w.features, CP_FEAT_PROGRESS | CP_FEAT_STRICT |
+	    CP_FEAT_CHAT);
 	ck_assert_uint_eq(f.w.reserved[0] | f.w.reserved[1] | f.w.reserved[2],
 	    0);
 	ck_assert_int_eq(cp_seg_layout(16, 16, 4096, &l), 0);

@@ -959,18 +959,20 @@ START_TEST(test_length_and_errors)
 	tw_open(&t, recs, 10, 0, 0, 0, 64);
 	p = greedy(5);
 	tw_text(&t, 0, ref_prompt, &p);
-	/* 13 + 116 > 128. */
+	/* 13 + 116 > 128, refused in strict mode only. */
 	p = greedy(N_CTX - REF_N_PROMPT + 1);
-	tw_text(&t, 1, ref_prompt, &p);
+	tw_submit(&t, 1, 101, 1, ref_prompt, NULL, 0, &p, EP_SUBMIT_STRICT,
+	    NULL, 0);
 	/* A prompt longer than the context. */
 	p = greedy(4);
 	tw_submit(&t, 2, 102, 2, NULL, toks, N_CTX + 1, &p, 0, NULL, 0);
 	tw_submit(&t, 3, 103, 3, NULL, bad_hi, 3, &p, 0, NULL, 0);
 	tw_submit(&t, 4, 104, 4, NULL, bad_lo, 3, &p, 0, NULL, 0);
 	tw_submit(&t, 5, 105, 5, NULL, toks, 0, &p, 0, NULL, 0);
-	/* 13 + 100 tokens fit the context but not the pool. */
+	/* 13 + 100 tokens fit the context but not the pool (strict). */
 	p = greedy(100);
-	tw_text(&t, 6, ref_prompt, &p);
+	tw_submit(&t, 6, 106, 6, ref_prompt, NULL, 0, &p, EP_SUBMIT_STRICT,
+	    NULL, 0);
 	/* A prompt filling the whole context leaves nothing to generate. */
 	p = greedy(0);
 	tw_submit(&t, 7, 107, 7, NULL, toks, N_CTX, &p, 0, NULL, 0);

@@ -28,6 +28,33 @@ $(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon \
 $(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon \
     $(BUILD)/tests/check_prefix: override LDLIBS += $(LIBCPCLIENT_A)
 
+# check_chat_daemon drives build/bin/cpd and cpq through the static client
+# library, and runs the libcpclient(3) example program built against it.
+CP_EXAMPLE_BIN := $(BUILD)/tests/cpclient_example
+$(CP_EXAMPLE_BIN): tests/example/cpclient_example.c $(LIBCPCLIENT_A)
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(WARNFLAGS) $(CFLAGS) $(SANFLAGS) -Ilibclient $< \
+		$(LIBCPCLIENT_A) -pthread -o $@
+# Programs of the first interface (tests/abi/v0/cpclient.h, structures
+# without sizes) linked with the shared library as it is now.
+ABI_V0_BINS := $(BUILD)/tests/abi_v0 $(BUILD)/tests/cpclient_example_v0
+$(BUILD)/tests/abi_v0: tests/abi/abi_v0.c
+$(BUILD)/tests/cpclient_example_v0: tests/example/cpclient_example.c
+$(ABI_V0_BINS): tests/abi/v0/cpclient.h $(LIBCPCLIENT_SO) $(LIBCPCLIENT_LINK)
+	$(call msg,CC,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(WARNFLAGS) $(CFLAGS) $(SANFLAGS) -Itests/abi/v0 \
+		$(filter %.c,$^) \
+		-L$(BUILD)/lib -lcpclient -Wl,-rpath,$(abspath $(BUILD)/lib) \
+		-pthread -o $@
+$(BUILD)/tests/check_chat_daemon: $(LIBCPCLIENT_A) | $(CP_EXAMPLE_BIN) \
+    $(ABI_V0_BINS) $(BUILD)/bin/cpd $(BUILD)/bin/cpq
+$(BUILD)/tests/check_chat_daemon: override LDLIBS += $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_chat_daemon.o: override XCFLAGS += \
+	-DCP_EXAMPLE='"$(abspath $(CP_EXAMPLE_BIN))"' \
+	-DCP_BUILD_TESTS='"$(abspath $(BUILD)/tests)"'
+
 # check_install: make install / uninstall into a scratch DESTDIR, and the
 # example program built against it; it needs the tree, this build
 # directory, and the compiler and sanitizer flags of this build.

@@ -1,0 +1,303 @@
+/*
+ * cpclient.h - client library of cpd, the local LLM inference daemon.
+ *
+ * A program connects once, submits prompts, and reads back a stream of
+ * events (tokens with their text, then one DONE or ERROR per request).
+ * Requests and events travel through rings in memory shared with the
+ * daemon; the socket is used only to connect and for statistics.
+ *
+ *	struct cp_client *c;
+ *	struct cp_event ev;
+ *	int id, r;
+ *
+ *	if ((r = cp_connect(NULL, &c)) < 0)
+ *		errx(1, "cpd: %s", cp_strerror(r));
+ *	id = cp_submit(c, "Once upon a time", 16, NULL);
+ *	while ((r = cp_next_event(c, &ev, 30000)) == 0) {
+ *		if (ev.type != CP_EVENT_ERROR)	(DONE may carry the last bytes)
+ *			fwrite(ev.text, 1, ev.text_len, stdout);
+ *		if ((ev.type == CP_EVENT_DONE || ev.type == CP_EVENT_ERROR) &&
+ *		    ev.req_id == id)
+ *			break;
+ *	}
+ *	cp_close(c);
+ *
+ * PROGRESS.  A request submitted with cp_params.progress set may get
+ * CP_EVENT_PROGRESS events before its first token: after each engine step
+ * that computed some of its prompt, n_prompt of n_total prompt tokens
+ * done (the last one says n_total).  They carry no text, end nothing, may
+ * be skipped (the daemon drops them rather than wait for ring room), and
+ * after the daemon set the request back to make room (recompute) the count
+ * may start again lower.  A daemon that does not offer them sends none.
+ *
+ * ERRORS.  Functions return 0 (or a request id, or a descriptor) on
+ * success and a negative number on failure: a negative errno value, or one
+ * of the CP_E* codes below.  cp_strerror() names either kind.  After
+ * CP_EDEAD or CP_EPROTO the client can only be closed.
+ *
+ * THREADS.  Different clients are independent.  One client may be shared
+ * by threads: cp_submit() and cp_cancel() serialise on one lock,
+ * cp_next_event() on another (events go to whichever thread asks; the
+ * event's text stays valid until that client's next cp_next_event() or
+ * cp_close()), cp_stats() on a third; cp_model_info() and cp_event_fd()
+ * take no lock.  cp_close() must not run concurrently with any other call
+ * on the same client.  No function installs signal handlers; writes that
+ * could raise SIGPIPE are guarded.
+ *
+ * TRUST.  The library checks everything the daemon writes (message sizes,
+ * the segment's layout and seals, ring indices, event fields) and fails
+ * the connection with CP_EPROTO rather than read out of bounds.
+ */
+#ifndef CPCLIENT_H
+#define CPCLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CP_API __attribute__((visibility("default")))
+
+/* Library errors (besides negative errno values). */
+#define CP_EDEAD	(-10001)	/* the daemon closed the connection or died */
+#define CP_EPROTO	(-10002)	/* the daemon broke the protocol */
+
+/* Event types. */
+#define CP_EVENT_TOKEN	1	/* text (and usually a token) of a request */
+#define CP_EVENT_DONE	2	/* the request finished; finish says why */
+#define CP_EVENT_ERROR	3	/* the request failed; error and text say why */
+#define CP_EVENT_PROGRESS 4	/* prefill: n_prompt of n_total prompt tokens
+				   computed (cp_params.progress) */
+
+/* Why a request finished (CP_EVENT_DONE). */
+#define CP_DONE_STOP		1	/* end of sequence, or a stop string */
+#define CP_DONE_LENGTH		2	/* max_tokens generated */
+#define CP_DONE_CANCELLED	3	/* cp_cancel() */
+#define CP_DONE_CONTEXT		4	/* the context window is full */
+#define CP_DONE_STALLED		5	/* cancelled: events were not read in time */
+
+/* Why the daemon ended a client's connection (cp_stats.disconnects[]). */
+#define CP_DISC_CLOSED		0	/* the client closed it */
+#define CP_DISC_EXITED		1	/* the client process exited */
+#define CP_DISC_PROTOCOL	2	/* the client broke the protocol */
+#define CP_DISC_TIMEOUT		3	/* no handshake in time */
+#define CP_DISC_OVERFLOW	4	/* too many events left unread */
+#define CP_DISC_ERROR		5	/* a failure inside the daemon */
+#define CP_DISC_SHUTDOWN	6	/* the daemon stopped */
+#define CP_DISC_REASONS		8	/* entries of disconnects[] */
+
+#define CP_HIST_BUCKETS		20	/* buckets of a cp_histogram */
+
+struct cp_client;
+
+struct cp_connect_opts {
+	const char *socket_path;	/* NULL: $CPD_SOCKET, else
+					   $XDG_RUNTIME_DIR/cpd.sock, else
+					   /run/cpd/cpd.sock */
+	uint32_t sq_entries;		/* submission slots wanted; 0 = daemon's */
+	uint32_t cq_entries;		/* event slots wanted; 0 = daemon's */
+	uint32_t arena_bytes;		/* prompt buffer wanted; 0 = daemon's */
+	int timeout_ms;			/* connecting, waiting for ring room */
+};
+
+/* Sampling and stopping; start from cp_params_init(). */
+struct cp_params {
+	uint32_t max_tokens;		/* 0: the daemon's default */
+	float temperature;		/* [0, 100]; 0 = greedy */
+	float top_p;			/* (0, 1]; 1 = off */
+	float min_p;			/* [0, 1]; 0 = off */
+	float repeat_penalty;		/* (0, 16]; 1 = off */
+	int32_t top_k;			/* [0, 1048576]; 0 = off */
+	uint32_t repeat_last_n;		/* tokens the penalty looks back */
+	int use_seed;			/* nonzero: sample with seed */
+	uint64_t seed;
+	int logprobs;			/* nonzero: fill cp_event.logprob */
+	const char *const *stop;	/* up to 8 non-empty strings, 511 bytes */
+	size_t n_stop;
+	int progress;			/* nonzero: CP_EVENT_PROGRESS events
+					   until the first token (where the
+					   daemon offers them; else none) */
+};
+
+struct cp_event {
+	int type;		/* CP_EVENT_* */
+	int req_id;		/* as returned by cp_submit() */
+	int32_t token;		/* TOKEN: token id, -1 for text alone */
+	float logprob;		/* TOKEN with logprobs: natural log; else 0 */
+	const char *text;	/* bytes (NUL-terminated too), see THREADS */
+	size_t text_len;
+	int finish;		/* DONE: CP_DONE_* */
+	int error;		/* ERROR: negative errno or CP_E*; -EUSERS:
+				   the user's quota, -ESHUTDOWN: the daemon
+				   is stopping */
+	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens; PROGRESS:
+				   prompt tokens computed so far (> 0) */
+	uint32_t n_gen;		/* DONE/ERROR: generated tokens */
+	uint32_t step;		/* the daemon's engine step (counted from 1,
+				   wraps at 2^32) that sampled the token,
+				   computed the prompt tokens (PROGRESS) or
+				   ended the request; 0 when none did */
+	union {
+		uint32_t n_total;	/* PROGRESS: the prompt's tokens
+					   (>= n_prompt); else 0 */
+		uint32_t n_cached;	/* DONE: of n_prompt, the tokens the
+					   prefix cache gave (their KV was
+					   not computed again) */
+	};
+};
+
+struct cp_model_info {
+	char name[64];
+	char arch[32];
+	char backend[16];	/* "cpu", "cuda" */
+	uint32_t n_ctx;		/* context length served */
+	uint32_t n_vocab;
+	uint32_t n_embd;
+	uint32_t n_layer;
+	uint32_t n_head;
+	uint32_t n_head_kv;
+	int32_t bos;		/* -1 when none */
+	int32_t eos;
+	uint64_t n_params;
+	char chat_template[32];	/* chat format's name ("chatml", "llama3"...), "" = unknown */
+	uint32_t max_prompt_bytes;	/* longest prompt this client may send */
+	uint32_t max_requests;		/* requests in flight at once */
+};
+
+/*
+ * A histogram of samples: bucket i counts samples v with
+ * le[i - 1] < v <= le[i] (le[-1] taken as 0, inclusive); le[] increases
+ * and its last entry is UINT64_MAX.
+ */
+struct cp_histogram {
+	uint64_t count;			/* samples */
+	uint64_t sum;			/* of all samples */
+	uint64_t max;			/* largest sample; 0 when none */
+	uint64_t le[CP_HIST_BUCKETS];	/* upper bounds, inclusive */
+	uint64_t n[CP_HIST_BUCKETS];	/* samples per bucket */
+};
+
+/* The daemon's counters since it started, and a snapshot of its load. */
+struct cp_stats {
+	uint64_t uptime_ms;
+	uint64_t clients;		/* connected now */
+	uint64_t clients_total;		/* accepted since start */
+	uint64_t clients_rejected;	/* refused when connecting */
+	uint64_t protocol_errors;	/* connections closed for a violation */
+	uint64_t requests_total;	/* accepted for generation */
+	uint64_t requests_active;	/* accepted and not ended */
+	uint64_t tokens_prompt;		/* prompt positions computed */
+	uint64_t tokens_generated;
+	uint64_t steps;			/* engine steps (see cp_event.step) */
+	uint64_t cq_stalls;		/* requests ended CP_DONE_STALLED */
+	uint64_t kv_blocks_used;	/* KV cache blocks held by requests */
+	uint64_t kv_blocks_total;
+	uint64_t kv_blocks_free;	/* total - used */
+	uint64_t requests_waiting;	/* queued in the engine, no KV yet */
+	uint64_t requests_running;	/* holding KV (prefill or decode) */
+	uint64_t requests_refused;	/* answered ERROR at once (limits,
+					   shutdown) */
+	uint64_t preemptions;		/* requests set back for KV space */
+	uint64_t requests_paused;	/* held: their client's event ring is
+					   full */
+	int draining;			/* nonzero: the daemon is stopping */
+	uint64_t disconnects[CP_DISC_REASONS];	/* ended connections, by
+						   CP_DISC_* reason */
+	struct cp_histogram step_prefill;	/* prompt tokens per step */
+	struct cp_histogram step_decode;	/* generated tokens per step */
+	struct cp_histogram step_seqs;		/* requests per step */
+	struct cp_histogram ttft_us;	/* request received to first token */
+	struct cp_histogram itl_us;	/* between two tokens of a request */
+	uint64_t tokens_prompt_cached;	/* prompt positions the prefix cache
+					   gave instead of computing them */
+	uint64_t kv_blocks_cached;	/* idle blocks it keeps (part of
+					   kv_blocks_free) */
+	uint64_t prefix_evictions;	/* cached blocks taken for new KV */
+};
+
+/* Fills o with defaults: path from the environment, daemon's sizes, 5 s timeout. */
+CP_API void cp_connect_opts_init(struct cp_connect_opts *o);
+
+/*
+ * Connects to the daemon (o may be NULL for defaults).  Returns 0 and a new
+ * client in *out (free with cp_close()), or: -ENOENT / -ECONNREFUSED (no
+ * daemon), -EACCES (not on the daemon's allow list), -EUSERS (too many
+ * connections for this user), -EAGAIN (daemon full), -ESHUTDOWN (the
+ * daemon is draining), -ETIMEDOUT, CP_EPROTO (also a daemon of another
+ * protocol version), or another -errno.
+ */
+CP_API int cp_connect(const struct cp_connect_opts *o, struct cp_client **out);
+
+/*
+ * The socket cp_connect() dials for socket_path given (NULL or "": from the
+ * environment), as a string in buf: 0, or -ENAMETOOLONG when it does not fit
+ * size bytes or a socket address.
+ */
+CP_API int cp_socket_path(const char *given, char *buf, size_t size);
+
+/* Disconnects (the daemon cancels what is still running) and frees c; NULL accepted. */
+CP_API void cp_close(struct cp_client *c);
+
+/*
+ * Fills p with defaults: temperature 0.8, top_k 40, top_p 0.95,
+ * min_p 0.05, no repetition penalty, the daemon's max_tokens, no stops.
+ */
+CP_API void cp_params_init(struct cp_params *p);
+
+/*
+ * Submits a prompt of len bytes (copied; p NULL = defaults).  Returns the
+ * request id (> 0), or -EINVAL (bad parameters), -E2BIG (prompt longer
+ * than max_prompt_bytes), -EBUSY (max_requests in flight: read events
+ * first), -ETIMEDOUT (no ring room in time), CP_EDEAD, CP_EPROTO.  May
+ * wait for ring room up to the connect timeout.
+ */
+CP_API int cp_submit(struct cp_client *c, const char *prompt, size_t len,
+    const struct cp_params *p);
+
+/* As cp_submit() for n token ids (the daemon checks them against the vocabulary). */
+CP_API int cp_submit_tokens(struct cp_client *c, const int32_t *ids, size_t n,
+    const struct cp_params *p);
+
+/*
+ * Asks the daemon to stop request req_id; its DONE (CP_DONE_CANCELLED, or
+ * another reason if it ended first) still arrives.  0, -EINVAL (never
+ * submitted), -ETIMEDOUT, CP_EDEAD, CP_EPROTO.
+ */
+CP_API int cp_cancel(struct cp_client *c, int req_id);
+
+/*
+ * Next event into *ev, waiting up to timeout_ms (0: do not wait; -1: no
+ * limit, though the daemon's death is still noticed).  Returns 0, -EAGAIN
+ * (timeout 0 and nothing ready), -ETIMEDOUT, CP_EDEAD (the daemon is gone
+ * and every event it wrote has been read), CP_EPROTO.
+ */
+CP_API int cp_next_event(struct cp_client *c, struct cp_event *ev,
+    int timeout_ms);
+
+/*
+ * A descriptor that polls readable when events are ready or the daemon is
+ * gone (for poll, epoll, GLib...); then call cp_next_event() with timeout
+ * 0 until -EAGAIN.  Owned by c; valid until cp_close().
+ */
+CP_API int cp_event_fd(struct cp_client *c);
+
+/* Copies the served model's description and this client's limits; 0. */
+CP_API int cp_model_info(struct cp_client *c, struct cp_model_info *out);
+
+/*
+ * Asks the daemon for its counters (checked for consistency); 0,
+ * -ETIMEDOUT, -EPROTONOSUPPORT (the daemon's statistics have another
+ * layout; the connection stays usable), CP_EDEAD, CP_EPROTO.
+ */
+CP_API int cp_stats(struct cp_client *c, struct cp_stats *out);
+
+/* Static English message for err (negative errno or CP_E*); never NULL. */
+CP_API const char *cp_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
