@@ -521,27 +521,32 @@ END_TEST
 static Suite *
 chat_daemon_suite(void)
 {
-	Suite *s = suite_create("chat_daemon");
-	TCase *tc = tcase_create("limits");
+	const struct suite_fixture plain = { daemon_up, daemon_down, true };
+	const struct suite_fixture chatml = { daemon_up_chatml, daemon_down,
+	    true };
+	const struct suite_test limits[] = {
+		{ test_cap_ends_at_context, 0, 0 },
+		{ test_strict_refuses_up_front, 0, 0 },
+		{ test_prompt_past_context_refused, 0, 0 },
+		{ test_manual_example_runs, 0, 2 },
+		{ test_v0_program_runs, 0, 0 },
+		{ test_sizes, 0, 0 },
+		{ test_chat_without_template, 0, 0 },
+		{ test_cpq_json_context, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_test chat[] = {
+		{ test_chat_is_its_text, 0, 0 },
+		{ test_chat_refused, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "limits", 120, limits, &plain },
+		{ "chat", 120, chat, &chatml },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_set_timeout(tc, 120);
-	tcase_add_checked_fixture(tc, daemon_up, daemon_down);
-	tcase_add_test(tc, test_cap_ends_at_context);
-	tcase_add_test(tc, test_strict_refuses_up_front);
-	tcase_add_test(tc, test_prompt_past_context_refused);
-	tcase_add_loop_test(tc, test_manual_example_runs, 0, 2);
-	tcase_add_test(tc, test_v0_program_runs);
-	tcase_add_test(tc, test_sizes);
-	tcase_add_test(tc, test_chat_without_template);
-	tcase_add_test(tc, test_cpq_json_context);
-	suite_add_tcase(s, tc);
-	tc = tcase_create("chat");
-	tcase_set_timeout(tc, 120);
-	tcase_add_checked_fixture(tc, daemon_up_chatml, daemon_down);
-	tcase_add_test(tc, test_chat_is_its_text);
-	tcase_add_test(tc, test_chat_refused);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("chat_daemon", tcases);
 }
 
 int
@@ -556,7 +561,7 @@ main(void)
 	}
 	if ((model = fx_need("aidreams260K.gguf")) == NULL)
 		return 77;
-	nfail = suite_run(chat_daemon_suite());
+	nfail = suite_main(chat_daemon_suite());
 	free(model);
-	return nfail == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return nfail;
 }

@@ -156,17 +156,21 @@ END_TEST
 static Suite *
 chatwire_suite(void)
 {
-	Suite *s = suite_create("chatwire");
-	TCase *tc = tcase_create("render");
+	const struct suite_test render[] = {
+		{ test_render_goldens, 0, LLAMACPP_GOLDENS_N },
+		{ test_hostile_blocks, 0, 0 },
+		{ NULL, 0, 0 }
+	};
+	const struct suite_case tcases[] = {
+		{ "render", 0, render, NULL },
+		{ NULL, 0, NULL, NULL }
+	};
 
-	tcase_add_loop_test(tc, test_render_goldens, 0, LLAMACPP_GOLDENS_N);
-	tcase_add_test(tc, test_hostile_blocks);
-	suite_add_tcase(s, tc);
-	return s;
+	return suite_make("chatwire", tcases);
 }
 
 int
 main(void)
 {
-	return suite_run(chatwire_suite()) == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+	return suite_main(chatwire_suite());
 }
