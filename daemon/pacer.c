@@ -25,6 +25,13 @@ pacer_init(struct pacer *p, double target_ms)
 	p->aim = 1.0;
 }
 
+void
+pacer_set_target(struct pacer *p, double ms)
+{
+	if (ms > 0)
+		p->target_fixed = p->target = ms;
+}
+
 bool
 pacer_on(const struct pacer *p)
 {
@@ -173,11 +180,23 @@ cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+double
+pacer_decode_ms(const struct pacer *p)
+{
+	double v[PACER_MEDIAN_STEPS];
+
+	if (p->n_dec == 0)
+		return 0;
+	memcpy(v, p->dec_ms, (size_t)p->n_dec * sizeof(v[0]));
+	qsort(v, (size_t)p->n_dec, sizeof(v[0]), cmp_double);
+	return v[p->n_dec / 2];
+}
+
 /* A decode-only step's time joins the median a derived target follows. */
 static void
 note_decode_step(struct pacer *p, double ms)
 {
-	double v[PACER_MEDIAN_STEPS], t;
+	double t;
 
 	p->dec_ms[p->dec_next] = ms;
 	p->dec_next = (p->dec_next + 1) % PACER_MEDIAN_STEPS;
@@ -185,11 +204,34 @@ note_decode_step(struct pacer *p, double ms)
 		p->n_dec++;
 	if (p->target_fixed >= 0)
 		return;
-	memcpy(v, p->dec_ms, (size_t)p->n_dec * sizeof(v[0]));
-	qsort(v, (size_t)p->n_dec, sizeof(v[0]), cmp_double);
-	t = PACER_AUTO_FACTOR * v[p->n_dec / 2];
+	t = PACER_AUTO_FACTOR * pacer_decode_ms(p);
 	p->target = t < PACER_AUTO_MIN_MS ? PACER_AUTO_MIN_MS :
 	    t > PACER_AUTO_MAX_MS ? PACER_AUTO_MAX_MS : t;
+}
+
+/*
+ * A paced step's measured / estimated time joins the window; the aim
+ * becomes 1 over the PACER_RATIO_RANK-th largest ratio in it.
+ */
+static void
+note_ratio(struct pacer *p, double r)
+{
+	double v[PACER_RATIO_STEPS];
+	int n;
+
+	p->ratio[p->ratio_next] = r;
+	p->ratio_next = (p->ratio_next + 1) % PACER_RATIO_STEPS;
+	if (p->n_ratio < PACER_RATIO_STEPS)
+		p->n_ratio++;
+	n = p->n_ratio;
+	memcpy(v, p->ratio, (size_t)n * sizeof(v[0]));
+	qsort(v, (size_t)n, sizeof(v[0]), cmp_double);
+	r = v[n >= PACER_RATIO_RANK ? n - PACER_RATIO_RANK : n - 1];
+	p->aim = r > 0 ? 1.0 / r : PACER_AIM_MAX;
+	if (p->aim < PACER_AIM_MIN)
+		p->aim = PACER_AIM_MIN;
+	if (p->aim > PACER_AIM_MAX)
+		p->aim = PACER_AIM_MAX;
 }
 
 void
@@ -228,11 +270,7 @@ pacer_observe(struct pacer *p, const struct pacer_load *ld, double ms)
 		return;
 	}
 	if (est > 0)
-		p->rel_err += PACER_SPREAD_ALPHA * (fabs(ms / est - 1.0) -
-		    p->rel_err);
-	p->aim = 1.0 - PACER_AIM_SPREAD * p->rel_err;
-	if (p->aim < PACER_AIM_MIN)
-		p->aim = PACER_AIM_MIN;
+		note_ratio(p, ms / est);
 }
 
 static void

@@ -18,11 +18,12 @@
  *
  * Each step: pacer_begin() with the decode rows the scheduler planned,
  * then pacer_rows() / pacer_take() for each prompt chunk: the most rows
- * whose predicted step stays under the aim: the target times 1 -
- * PACER_AIM_SPREAD times the recent mean relative error of the model on
- * paced steps (within [PACER_AIM_MIN, 1]), so that a noisy machine's steps
- * are aimed low enough that about one in a hundred misses, and an exact
- * model fills the target.  Until the model has seen prompt
+ * whose predicted step stays under the aim: the target over the
+ * PACER_RATIO_RANK-th largest ratio of measured to predicted time among
+ * the last PACER_RATIO_STEPS paced steps (within [PACER_AIM_MIN,
+ * PACER_AIM_MAX]), so that about one step in fifty misses however noisy
+ * the machine or biased the model, and an exact model fills the target.
+ * Until the model has seen prompt
  * rows it does not extrapolate: a chunk takes at most twice the most
  * prompt rows a measured step held (PACER_PROBE_ROWS at first).  A step
  * without decode rows is not paced: a prompt alone gets the whole
@@ -44,12 +45,13 @@
 #include <stdint.h>
 
 #define PACER_NCOEF		4
-#define PACER_FORGET		0.97	/* weight of a step per newer step */
+#define PACER_FORGET		0.99	/* weight of a step per newer step */
 #define PACER_AIM_MIN		0.5
-#define PACER_AIM_SPREAD	2.5	/* margin, in mean relative errors */
-#define PACER_SPREAD_ALPHA	0.05	/* weight of a step in that mean */
+#define PACER_AIM_MAX		1.5
+#define PACER_RATIO_STEPS	100
+#define PACER_RATIO_RANK	2
 #define PACER_PROBE_ROWS	32
-#define PACER_AUTO_FACTOR	3.0
+#define PACER_AUTO_FACTOR	3.5
 #define PACER_AUTO_MIN_MS	5.0
 #define PACER_AUTO_MAX_MS	1000.0
 #define PACER_MEDIAN_STEPS	31	/* decode-only steps the median uses */
@@ -80,8 +82,9 @@ struct pacer {
 	double target_fixed;	/* > 0, or < 0 for auto, 0 for off */
 	double target;		/* in use; 0 while unknown */
 	double aim;
-	double rel_err;		/* mean |measured / estimate - 1|, paced
-				   steps */
+	double ratio[PACER_RATIO_STEPS];	/* measured / estimate of the
+						   last paced steps */
+	int n_ratio, ratio_next;
 	double A[PACER_NCOEF][PACER_NCOEF];	/* weighted normal equations */
 	double b[PACER_NCOEF];
 	double coef[PACER_NCOEF];
@@ -96,6 +99,12 @@ struct pacer {
 
 /* target_ms > 0: fixed; < 0: derived; 0: off. */
 void pacer_init(struct pacer *p, double target_ms);
+
+/* The target becomes ms (> 0), fixed: e.g. another pacer's derived one. */
+void pacer_set_target(struct pacer *p, double ms);
+
+/* The median of the recent decode-only steps, ms; 0 before one. */
+double pacer_decode_ms(const struct pacer *p);
 
 /* Whether p paces at all (a target, fixed or derived). */
 bool pacer_on(const struct pacer *p);

@@ -348,7 +348,7 @@ START_TEST(test_alone_whole_machine)
 END_TEST
 
 /*
- * The derived target: 3 times the median decode-only step (10 ms on the
+ * The derived target: PACER_AUTO_FACTOR times the median decode-only step (10 ms on the
  * fast machine: 3.6 + 4 x 1.6 plus the decodes' attention), unknown
  * before one was measured; off lets everything through.
  */
@@ -372,7 +372,7 @@ START_TEST(test_auto_target)
 	for (int c = 0; c < STREAMS; c++)
 		pacer_load_add(&ld, 16 + 40 - 16, 1, false);
 	t4 = machine_ms(&m, &ld);
-	ck_assert_msg(fabs(ps.target_ms - 3 * t4) < 0.1,
+	ck_assert_msg(fabs(ps.target_ms - PACER_AUTO_FACTOR * t4) < 0.1,
 	    "target %.2f ms for decode steps of %.2f ms", ps.target_ms, t4);
 	run_mixed(&r, 0);
 	ck_assert_msg(quantile(&r, LEARN, 0.99) <= ps.target_ms * 1.01,
