@@ -100,13 +100,12 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	    "keeps it, and so the decoding streams' gap between two tokens, "
 	    "under this many milliseconds, as a model of the measured step "
 	    "times predicts, and prompts get the rest of the machine; auto is "
-	    "3 times the recent median of steps that only decode; 0 turns the "
-	    "target off (prompt chunks then follow max_prefill_chunk, and "
-	    "long ones prefill_lane_tokens)" },
+	    "3.5 times the recent median of steps that only decode; 0 turns "
+	    "the target off (prompt chunks then follow max_prefill_chunk "
+	    "alone); long prompts go to the prefill lane either way" },
 	[CONFIG_PREFILL_LANE_TOKENS] = { "prefill_lane_tokens", T_INT,
 	    F(prefill_lane_tokens), 0, 0, 1 << 24, 0, NULL, "256",
-	    "with max_inter_token_ms 0, a prompt of at least this many tokens "
-	    "is prefilled by a second forward pass on its own threads (half "
+	    "a prompt of at least this many tokens is prefilled by a second forward pass on its own threads (half "
 	    "of them) while the other requests' steps run on the rest, one "
 	    "such prompt at a time: at once when others are live, else when "
 	    "others arrive (the rest of it); CPU backend with 2 or more "

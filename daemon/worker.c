@@ -121,6 +121,8 @@
 #define WK_DEF_REQUESTS	1024
 #define WK_DEF_CLIENTS	256
 #define WK_IDLE_WAIT_MS	1000	/* wait for commands, then look again */
+/* A step planned this soon after the previous batch follows it at once. */
+#define STEP_GAP_NS	(2ull * 1000000ull)
 
 /* ---- events ------------------------------------------------------------ */
 
@@ -765,6 +767,10 @@ step(struct worker *w)
 	int k, rc, n_ent = 0, n_tok = 0, n_dec = 0;
 	uint64_t t0 = stats_now_ns();
 	bool sent;
+
+	/* back to back with the previous batch: the gap starts there */
+	if (w->t_step_ns != 0 && t0 - w->t_step_ns < STEP_GAP_NS)
+		t0 = w->t_step_ns;
 
 	/* Events of this step carry its number (emit()). */
 	w->cur_step = w->es.steps + 1;

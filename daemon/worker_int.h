@@ -105,7 +105,9 @@ struct worker {
 	int prefix;			/* PREFIX_* of worker_params */
 	int32_t *pfx_blocks;		/* (pfx_cap) kv_prefix_match() out */
 	int pfx_cap;
-	struct pacer pacer;		/* the latency target (pacer.h) */
+	struct pacer pacer[2];		/* the latency target (pacer.h): the
+					   model of steps on every thread,
+					   and of steps beside the lane */
 	uint64_t t_pace_log_ns;		/* its last line in the log */
 	pthread_mutex_t pub_lock;
 	struct worker_stats pub;	/* published copy, pub_lock */
@@ -145,6 +147,9 @@ void wk_prefix_publish(struct worker *w, const struct wreq *r);
 /* The pacer for p's target, and its hooks in sc when there is one. */
 void wk_pace_setup(struct worker *w, const struct worker_params *p,
     struct sched_config *sc);
+
+/* Whether the target lets a long prompt go to the prefill lane. */
+bool wk_pace_lane_ok(struct worker *w);
 
 /* plan's n_ent entries ran from t0 to w->t_step_ns: into the model. */
 void wk_pace_step(struct worker *w, const struct sched_plan *plan, int n_ent,

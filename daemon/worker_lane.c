@@ -27,7 +27,7 @@ wk_lane_wants(struct worker *w, int n)
 	struct lane_status st;
 
 	if (w->lane == NULL || n - 1 < w->lane_min || w->lane_slot >= 0 ||
-	    w->n_free == w->max_requests)
+	    w->n_free == w->max_requests || !wk_pace_lane_ok(w))
 		return false;
 	lane_status(w->lane, &st);
 	return st.state == LANE_IDLE;
@@ -60,7 +60,8 @@ wk_lane_note(struct worker *w, const struct sched_plan *plan, int k)
 	const struct wreq *r = &w->req[it->req_id];
 
 	if (w->lane != NULL && k >= plan->n_decode && r->n_gen == 0 &&
-	    r->n_prompt - 1 - (it->pos + it->n) >= w->lane_min)
+	    r->n_prompt - 1 - (it->pos + it->n) >= w->lane_min &&
+	    wk_pace_lane_ok(w))
 		w->move_slot = (int)it->req_id;
 }
 
@@ -221,9 +222,11 @@ wake_engine(void *arg)
 }
 
 /*
- * The prefill lane, when asked for, the backend can share its cores and no
- * latency target paces the steps: with one, a long prompt's chunks in the
- * steps take all the time the streams leave (BENCHMARKS-serve.md).
+ * The prefill lane, when asked for and the backend can share its cores.
+ * A latency target paces the prompt chunks of the steps beside it; a long
+ * prompt still goes to the lane, which on two cores gave the streams half
+ * the worst gap of paced chunks at the same first-token time
+ * (BENCHMARKS-serve.md, "A latency target").
  */
 int
 wk_lane_setup(struct worker *w, const struct worker_params *p,
@@ -231,8 +234,8 @@ wk_lane_setup(struct worker *w, const struct worker_params *p,
 {
 	struct lane_params lp;
 
-	if (p->prefill_lane_tokens <= 0 || pacer_on(&w->pacer) ||
-	    strcmp(be_name(w->be), "cpu") != 0 || w->threads_all < 2)
+	if (p->prefill_lane_tokens <= 0 || strcmp(be_name(w->be), "cpu") != 0 ||
+	    w->threads_all < 2)
 		return 0;
 	memset(&lp, 0, sizeof(lp));
 	lp.model = w->model;

@@ -14,14 +14,72 @@
 
 #define PACE_LOG_NS	(60ull * 1000000000ull)
 
+/*
+ * The pacer of the steps now: the threads they run on make another
+ * machine, so steps beside the prefill lane have a model of their own.
+ */
+static struct pacer *
+pacer_now(struct worker *w)
+{
+	return &w->pacer[w->threads_now != w->threads_all];
+}
+
+static void
+pace_begin(void *arg, int n, int64_t pos_sum)
+{
+	pacer_begin(pacer_now(arg), n, pos_sum);
+}
+
+static int
+pace_rows(void *arg, int pos, int n)
+{
+	return pacer_rows(pacer_now(arg), pos, n);
+}
+
+static void
+pace_take(void *arg, int pos, int n)
+{
+	pacer_take(pacer_now(arg), pos, n);
+}
+
 void
 wk_pace_setup(struct worker *w, const struct worker_params *p,
     struct sched_config *sc)
 {
-	pacer_init(&w->pacer, p->max_inter_token_ms < 0 ? -1.0 :
-	    (double)p->max_inter_token_ms);
-	if (pacer_on(&w->pacer))
-		pacer_attach(&w->pacer, sc);
+	double t = p->max_inter_token_ms < 0 ? -1.0 :
+	    (double)p->max_inter_token_ms;
+
+	pacer_init(&w->pacer[0], t);
+	pacer_init(&w->pacer[1], t);
+	if (!pacer_on(&w->pacer[0]))
+		return;
+	sc->pace_begin = pace_begin;
+	sc->pace_rows = pace_rows;
+	sc->pace_take = pace_take;
+	sc->pace_arg = w;
+}
+
+/*
+ * Whether a long prompt may go to the prefill lane under the target: the
+ * decode steps beside it, on the threads the lane leaves, must keep under
+ * the target.  Their recent median when steps ran beside the lane, else
+ * the steps on every thread scaled by the threads taken away (a decode
+ * step streams the weights: fewer threads, at most that much slower).
+ * Without a target, or before any decode step, the lane may run.
+ */
+bool
+wk_pace_lane_ok(struct worker *w)
+{
+	struct pacer_stats ps;
+	double beside = pacer_decode_ms(&w->pacer[1]);
+
+	if (!pacer_on(&w->pacer[0]))
+		return true;
+	pacer_stats(&w->pacer[0], &ps);
+	if (beside == 0 && w->threads_all > w->threads_lane)
+		beside = pacer_decode_ms(&w->pacer[0]) * w->threads_all /
+		    (w->threads_all - w->threads_lane);
+	return ps.target_ms == 0 || beside <= ps.target_ms * ps.aim;
 }
 
 static uint64_t
@@ -31,12 +89,12 @@ us(double ms)
 }
 
 static void
-pace_log(const struct pacer_stats *ps)
+pace_log(const char *which, const struct pacer_stats *ps)
 {
-	log_debug("pacer: target %.1f ms (aimed at %.2f of it); step ms = "
+	log_debug("pacer%s: target %.1f ms (aimed at %.2f of it); step ms = "
 	    "%.2f + %.4f rows + %.4f prompt kpos + %.4f decode kpos; last step "
 	    "%.1f ms for %.1f estimated, mean error %.1f ms; %llu of %llu "
-	    "steps over the target, by %.0f ms in all", ps->target_ms,
+	    "steps over the target, by %.0f ms in all", which, ps->target_ms,
 	    ps->aim, ps->coef[0], ps->coef[1], ps->coef[2], ps->coef[3],
 	    ps->meas_ms, ps->est_ms, ps->err_ms,
 	    (unsigned long long)ps->missed, (unsigned long long)ps->steps,
@@ -44,17 +102,21 @@ pace_log(const struct pacer_stats *ps)
 }
 
 /*
- * The step of plan ran its n_ent entries (w->bitem) from t0 (before it was
- * planned) to w->t_step_ns: its time goes into the model.
+ * The step of plan ran its n_ent entries (w->bitem) from t0 to
+ * w->t_step_ns: its time goes into the model.  t0 is when it was planned,
+ * or, when it followed the previous step at once, when that one's batch
+ * came back: the gap a stream sees between two tokens holds the events
+ * and the planning between the batches too.
  */
 void
 wk_pace_step(struct worker *w, const struct sched_plan *plan, int n_ent,
     uint64_t t0)
 {
+	struct pacer *pc = pacer_now(w);
 	struct pacer_load ld = { 0 };
-	struct pacer_stats ps;
+	struct pacer_stats ps, other;
 
-	if (!pacer_on(&w->pacer) || n_ent <= 0 || w->t_step_ns < t0)
+	if (!pacer_on(pc) || n_ent <= 0 || w->t_step_ns < t0)
 		return;
 	for (int k = 0; k < n_ent; k++) {
 		const struct sched_item *it = &plan->items[w->bitem[k]];
@@ -62,8 +124,15 @@ wk_pace_step(struct worker *w, const struct sched_plan *plan, int n_ent,
 		pacer_load_add(&ld, it->pos, it->n, w->bitem[k] >=
 		    plan->n_decode);
 	}
-	pacer_observe(&w->pacer, &ld, (double)(w->t_step_ns - t0) / 1e6);
-	pacer_stats(&w->pacer, &ps);
+	pacer_observe(pc, &ld, (double)(w->t_step_ns - t0) / 1e6);
+	/* a derived target follows the streams' steps on every thread */
+	pacer_stats(&w->pacer[0], &ps);
+	pacer_set_target(&w->pacer[1], ps.target_ms);
+	pacer_stats(pc, &ps);
+	pacer_stats(&w->pacer[pc == &w->pacer[0]], &other);
+	ps.steps += other.steps;
+	ps.missed += other.missed;
+	ps.missed_ms += other.missed_ms;
 	w->es.pace_target_us = us(ps.target_ms);
 	w->es.pace_est_us = us(ps.est_ms);
 	w->es.pace_meas_us = us(ps.meas_ms);
@@ -73,6 +142,6 @@ wk_pace_step(struct worker *w, const struct sched_plan *plan, int n_ent,
 	w->es.pace_missed_us = us(ps.missed_ms);
 	if (w->t_step_ns - w->t_pace_log_ns >= PACE_LOG_NS) {
 		w->t_pace_log_ns = w->t_step_ns;
-		pace_log(&ps);
+		pace_log(pc == &w->pacer[0] ? "" : " (beside the lane)", &ps);
 	}
 }
