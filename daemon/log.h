@@ -6,7 +6,9 @@
  * the engine thread never interleave mid-line.  log_warn() and fatal()
  * append ": " and strerror(errno); the x variants do not.  fatal() and
  * fatalx() exit(1): only for start-up failures and broken invariants, never
- * for a bad client.
+ * for a bad client.  When stderr is the journal's stream ($JOURNAL_STREAM),
+ * each line starts with its syslog priority, "<3>" for errors to "<7>" for
+ * debug messages, as systemd-journald reads them.
  */
 #ifndef CP_LOG_H
 #define CP_LOG_H
@@ -26,6 +28,13 @@ int log_setlevel(int level);
 
 /* The current level. */
 int log_getlevel(void);
+
+/*
+ * An error that stops cpd (start-up), with and without ": strerror(errno)";
+ * logged at every level.
+ */
+void log_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void log_errx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Warning with ": strerror(errno)" appended; errno is preserved. */
 void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

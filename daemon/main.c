@@ -15,11 +15,18 @@
  * blocked until the handlers are in place, so every thread but this one
  * (the io loop's) starts with them blocked.
  *
- * Every configuration key is also a flag: --max-batch-tokens 256 sets
- * max_batch_tokens, the same way and with the same checks as the file;
- * -m, -t, -s and --socket are short for --model, --threads and
- * --socket-path.
- * cpd stays in the foreground and logs to stderr, as systemd expects.
+ * Every configuration key is also a flag: --max-batch-tokens 256 (or
+ * --max-batch-tokens=256) sets max_batch_tokens, the same way and with the
+ * same checks as the file; -m, -t, -s and --socket are short for --model,
+ * --threads and --socket-path.
+ * cpd stays in the foreground and logs to stderr, as systemd expects, and
+ * tells it how the start goes (notify.h: STATUS lines, READY=1 once it
+ * serves, STOPPING=1 when it drains).  Exit status: 0 after a drain, 2 for
+ * a usage error, and sysexits(3)'s codes for a failed start: 78
+ * (EX_CONFIG) for a bad configuration, 66 for a model file that cannot be
+ * opened and 65 for one that is not a model cpd can run, 69 for a backend
+ * or socket it cannot use, 71 when out of memory or threads, 70 for
+ * anything else.
  */
 #include <errno.h>
 #include <grp.h>
@@ -31,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sysexits.h>
 #include <unistd.h>
 
 #include "chat.h"
@@ -40,6 +48,7 @@
 #include "kvcache.h"
 #include "log.h"
 #include "model.h"
+#include "notify.h"
 #include "server.h"
 #include "tokenizer.h"
 #include "ttype.h"
@@ -68,10 +77,40 @@ on_signal(int sig)
 	(void)sig;
 	if (running_srv == NULL)
 		return;
-	if (signals_seen++ == 0)
+	if (signals_seen++ == 0) {
+		notify_raw("STOPPING=1\nSTATUS=draining");
 		srv_drain(running_srv);
-	else
+	} else {
 		srv_stop(running_srv);
+	}
+}
+
+/*
+ * argv with every "--key=value" split into "--key" "value" (a new array
+ * of pointers into argv's strings and n of them), or NULL when out of
+ * memory.
+ */
+static char **
+split_flags(int argc, char **argv, int *n)
+{
+	char **out = calloc((size_t)argc * 2 + 1, sizeof(*out));
+	char *eq;
+	int k = 0;
+
+	if (out == NULL)
+		return NULL;
+	for (int i = 0; i < argc; i++) {
+		if (i > 0 && strncmp(argv[i], "--", 2) == 0 &&
+		    (eq = strchr(argv[i], '=')) != NULL) {
+			*eq = '\0';
+			out[k++] = argv[i];
+			out[k++] = eq + 1;
+		} else {
+			out[k++] = argv[i];
+		}
+	}
+	*n = k;
+	return out;
 }
 
 /* "--max-batch-tokens" -> "max_batch_tokens" in buf; false if too long. */
@@ -379,17 +418,26 @@ main(int argc, char **argv)
 	struct srv_config sc;
 	struct sigaction sa;
 	sigset_t stop_sigs;
-	int rc, status = 1;
+	int rc, ac, status = EX_SOFTWARE;
 	bool started = false;
+	char **av;
 
-	if ((rc = load_config(argc, argv, &cfg)) != 0)
-		return rc == 1 ? 0 : rc == -2 ? 2 : 1;
+	if ((av = split_flags(argc, argv, &ac)) == NULL)
+		return EX_OSERR;
+	rc = load_config(ac, av, &cfg);
+	free(av);
+	if (rc != 0)
+		return rc == 1 ? 0 : rc == -2 ? 2 : rc == -ENOMEM ? EX_OSERR :
+		    EX_CONFIG;
 	log_init(cfg.log_level, -1);
 	if (cfg.model[0] == '\0') {
-		log_warnx("no model: give -m MODEL.gguf or 'model:' in the "
+		log_errx("no model: give -m MODEL.gguf or 'model:' in the "
 		    "configuration file");
-		return 1;
+		return EX_CONFIG;
 	}
+	if ((rc = notify_init()) < 0)
+		log_warnx("NOTIFY_SOCKET: %s; not telling the service manager",
+		    strerror(-rc));
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = SIG_IGN;
@@ -402,9 +450,13 @@ main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 
 	log_info("loading %s", cfg.model);
-	if (model_load(cfg.model, &m, &e) < 0 ||
-	    tok_load(m->gf, &tok, &e) < 0) {
-		log_warnx("%s", e.msg);
+	notify_status("loading %s", cfg.model);
+	if ((rc = model_load(cfg.model, &m, &e)) < 0 ||
+	    (rc = tok_load(m->gf, &tok, &e)) < 0) {
+		log_errx("%s", e.msg);
+		status = rc == -ENOENT || rc == -EACCES || rc == -EISDIR ||
+		    rc == -ELOOP ? EX_NOINPUT : rc == -ENOMEM ? EX_OSERR :
+		    EX_DATAERR;
 		goto out;
 	}
 
@@ -417,8 +469,9 @@ main(int argc, char **argv)
 	wp.be.max_seqs = cfg.max_seqs;
 	wp.be.n_ctx = cfg.context;
 	if (cfg.kv_cache_tokens > INT_MAX) {
-		log_warnx("kv_cache: %llu tokens is too many",
+		log_errx("kv_cache: %llu tokens is too many",
 		    (unsigned long long)cfg.kv_cache_tokens);
+		status = EX_CONFIG;
 		goto out;
 	}
 	wp.be.kv_tokens = (int)cfg.kv_cache_tokens;
@@ -431,34 +484,45 @@ main(int argc, char **argv)
 	wp.prefill_lane_tokens = cfg.prefill_lane_tokens;
 	wp.no_warmup = !cfg.warmup;
 	wp.prefix_cache = cfg.prefix_cache;
-	if (pick_chat(&cfg, m, &wp.chat) < 0)
+	if (pick_chat(&cfg, m, &wp.chat) < 0) {
+		status = EX_CONFIG;
 		goto out;
+	}
 	wp.model_name = cfg.model;
 	srv_config_defaults(&sc);
 	wp.max_clients = (int)sc.max_clients;
 	wp.max_requests = sc.max_clients * sc.max_reqs > CPD_MAX_REQUESTS ?
 	    CPD_MAX_REQUESTS : (int)(sc.max_clients * sc.max_reqs);
 	if ((port = ep_new()) == NULL) {
-		log_warn("engine port");
+		log_err("engine port");
+		status = EX_OSERR;
 		goto out;
 	}
-	if (worker_new(&wp, port, &w, &e) < 0) {
-		log_warnx("%s", e.msg);
+	notify_status("warming up %s", sc.model.name[0] != '\0' ?
+	    sc.model.name : cfg.model);
+	if ((rc = worker_new(&wp, port, &w, &e)) < 0) {
+		log_errx("%s", e.msg);
+		status = rc == -ENOMEM ? EX_OSERR : EX_UNAVAILABLE;
 		goto out;
 	}
 	worker_stats(w, &ws);
 	ep_stats_get(port, &es);
 	if (server_config(&cfg, m, tok, be_name(worker_backend(w)), ws.n_ctx,
-	    wp.chat, &sc) < 0)
+	    wp.chat, &sc) < 0) {
+		status = EX_CONFIG;
 		goto out;
+	}
 	if ((rc = worker_start(w)) < 0) {
 		errno = -rc;
-		log_warn("engine thread");
+		log_err("engine thread");
+		status = EX_OSERR;
 		goto out;
 	}
 	started = true;
-	if (srv_new(&sc, port, &srv) < 0)
+	if (srv_new(&sc, port, &srv) < 0) {
+		status = EX_UNAVAILABLE;
 		goto out;	/* srv_new() logged why */
+	}
 
 	running_srv = srv;
 	sa.sa_handler = on_signal;
@@ -474,9 +538,14 @@ main(int argc, char **argv)
 	    be_name(worker_backend(w)), be_params(worker_backend(w))->n_threads,
 	    ws.n_ctx, (int)es.kv_blocks_total, ws.kv_block_tokens,
 	    srv_path(srv));
+	notify_status("serving %s on %s", sc.model.name, srv_path(srv));
+	notify_raw("READY=1");
+	if ((rc = notify_start(port)) < 0)
+		log_warnx("notify thread: %s", strerror(-rc));
 	if ((rc = srv_run(srv)) < 0) {
 		errno = -rc;
-		log_warn("io loop");
+		log_err("io loop");
+		status = EX_SOFTWARE;
 	} else {
 		status = 0;
 		log_info("shutting down");
@@ -484,6 +553,7 @@ main(int argc, char **argv)
 out:
 	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 	running_srv = NULL;
+	notify_stop();
 	srv_free(srv);
 	if (started) {
 		ep_push_simple(port, EP_CMD_SHUTDOWN, 0, 0);

@@ -512,7 +512,7 @@ START_TEST(test_chat_without_template)
 	ck_assert_int_eq(g->type, CP_EVENT_DONE);
 	for (int k = 0; k < 4; k++)
 		ck_assert_int_eq(g->ids[k], aid_ref_ids[k]);
-	ck_assert_int_eq(prog_runv(argv, NULL), 1);
+	ck_assert_int_eq(prog_runv(argv, NULL), 78);	/* EX_CONFIG */
 	free(g);
 	cp_close(c);
 }

@@ -1,16 +1,23 @@
 /*
  * check_cpd.c - the cpd program end to end: start build/bin/cpd on a real
- * model, talk to it through libcpclient, stop it with a signal.
+ * model, talk to it through libcpclient, stop it with a signal; its exit
+ * codes (sysexits(3)), and what it tells a service manager: sd_notify
+ * datagrams (this test binds the NOTIFY_SOCKET, as systemd does) and
+ * syslog priorities on the journal's stream ($JOURNAL_STREAM,
+ * systemd.exec(5)).
  *
  * Golden values are llama.cpp's (../shared/models/REFERENCE.md): greedy
  * "Once upon a time" on aidreams260K.gguf, 64 tokens.
  */
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -179,8 +186,9 @@ END_TEST
 
 START_TEST(test_check_config)
 {
-	char bad[600];
+	char bad[600], eq[700];
 	const char *argv[] = { cpd_bin, "--check-config", bad, NULL };
+	const char *argv_eq[] = { cpd_bin, eq, NULL };
 	FILE *f;
 
 	snprintf(bad, sizeof(bad), "%s.yaml", sock);
@@ -188,12 +196,15 @@ START_TEST(test_check_config)
 	ck_assert_ptr_nonnull(f);
 	fputs("max_batch_tokens: 512\nthreads: many\n", f);
 	fclose(f);
-	ck_assert_int_eq(prog_runv(argv, NULL), 1);
+	ck_assert_int_eq(prog_runv(argv, NULL), 78);
 	f = fopen(bad, "w");
 	ck_assert_ptr_nonnull(f);
 	fputs("max_batch_tokens: 256\nmax_prefill_chunk: 128\n", f);
 	fclose(f);
 	ck_assert_int_eq(prog_runv(argv, NULL), 0);
+	/* --key=value is --key value */
+	snprintf(eq, sizeof(eq), "--check-config=%s", bad);
+	ck_assert_int_eq(prog_runv(argv_eq, NULL), 0);
 	unlink(bad);
 }
 END_TEST
@@ -203,14 +214,20 @@ START_TEST(test_bad_invocations)
 	const char *unknown[] = { cpd_bin, "--no-such-flag", "1", NULL };
 	const char *range[] = { cpd_bin, "--max-batch-tokens", "0", "-m",
 	    model, NULL };
+	const char *range_eq[] = { cpd_bin, "--max-batch-tokens=0", "-m",
+	    model, NULL };
+	const char *notgguf[] = { cpd_bin, "-m", "/dev/null", "-s", sock,
+	    NULL };
 	const char *nomodel[] = { cpd_bin, "-s", sock, NULL };
 	const char *missing[] = { cpd_bin, "-m", "/nonexistent/model.gguf",
 	    "-s", sock, NULL };
 
 	ck_assert_int_eq(prog_runv(unknown, NULL), 2);
-	ck_assert_int_eq(prog_runv(range, NULL), 1);
-	ck_assert_int_eq(prog_runv(nomodel, NULL), 1);
-	ck_assert_int_eq(prog_runv(missing, NULL), 1);
+	ck_assert_int_eq(prog_runv(range, NULL), 78);	/* EX_CONFIG */
+	ck_assert_int_eq(prog_runv(nomodel, NULL), 78);
+	ck_assert_int_eq(prog_runv(missing, NULL), 66);	/* EX_NOINPUT */
+	ck_assert_int_eq(prog_runv(notgguf, NULL), 65);	/* EX_DATAERR */
+	ck_assert_int_eq(prog_runv(range_eq, NULL), 78);
 }
 END_TEST
 
@@ -222,7 +239,7 @@ START_TEST(test_socket_in_use)
 	const char *argv[] = { cpd_bin, "-m", model, "-s", sock, NULL };
 	struct cp_model_info mi;
 
-	ck_assert_int_eq(prog_runv(argv, NULL), 1);
+	ck_assert_int_eq(prog_runv(argv, NULL), 69);	/* EX_UNAVAILABLE */
 	ck_assert_int_eq(cp_model_info(c, &mi), 0);
 	cp_close(c);
 	c = connect_retry();
@@ -328,6 +345,139 @@ START_TEST(test_warmup)
 }
 END_TEST
 
+#define MAX_MSGS 64
+
+struct msgs {
+	char m[MAX_MSGS][512];
+	int n;
+};
+
+/* A datagram socket at path, as a service manager's. */
+static int
+notify_socket(char *path, size_t size)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd;
+
+	snprintf(path, size, "%s/notify-%d.sock", tmp_dir(), (int)getpid());
+	unlink(path);
+	ck_assert_uint_lt(strlen(path), sizeof(a.sun_path));
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	return fd;
+}
+
+/* Datagrams into ms until one holds want (returns its index) or 20 s. */
+static int
+read_until(int fd, struct msgs *ms, const char *want)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	for (int waited = 0; waited < 20000;) {
+		ssize_t n;
+
+		if (poll(&p, 1, 100) <= 0) {
+			waited += 100;
+			continue;
+		}
+		ck_assert_int_lt(ms->n, MAX_MSGS);
+		n = recv(fd, ms->m[ms->n], sizeof(ms->m[0]) - 1, 0);
+		ck_assert_int_gt(n, 0);
+		ms->m[ms->n][n] = '\0';
+		if (strstr(ms->m[ms->n++], want) != NULL)
+			return ms->n - 1;
+	}
+	ck_abort_msg("no datagram with '%s' in 20 s", want);
+	return -1;
+}
+
+/* The first datagram of ms that holds s, or -1. */
+static int
+find(const struct msgs *ms, const char *s)
+{
+	for (int i = 0; i < ms->n; i++)
+		if (strstr(ms->m[i], s) != NULL)
+			return i;
+	return -1;
+}
+
+/*
+ * STATUS lines while it loads, READY=1 once it serves (after them), and
+ * STOPPING=1 when SIGTERM starts the drain.
+ */
+START_TEST(test_ready_and_stopping)
+{
+	const char *extra[] = { "--max-batch-tokens=64", NULL };
+	struct msgs ms = { .n = 0 };
+	char path[300];
+	struct cpd d;
+	int fd, ready, k;
+
+	fd = notify_socket(path, sizeof(path));
+	ck_assert_int_eq(setenv("NOTIFY_SOCKET", path, 1), 0);
+	cpd_start_bin(&d, cpd_bin, model, extra);
+	unsetenv("NOTIFY_SOCKET");
+	ready = read_until(fd, &ms, "READY=1");
+	k = find(&ms, "STATUS=loading ");
+	ck_assert_msg(k >= 0 && k < ready, "no STATUS=loading before READY");
+	k = find(&ms, "STATUS=warming up");
+	ck_assert_msg(k >= 0 && k < ready, "no warm-up STATUS before READY");
+	k = find(&ms, "STATUS=serving ");
+	ck_assert_msg(k >= 0 && k <= ready, "no serving STATUS by READY");
+	ck_assert_int_lt(find(&ms, "STOPPING=1"), 0);
+	cpd_stop(&d);
+	(void)read_until(fd, &ms, "STOPPING=1");
+	close(fd);
+	unlink(path);
+}
+END_TEST
+
+/* Where the journal reads stderr, each line starts with its priority. */
+START_TEST(test_journal_priorities)
+{
+	const char *argv[] = { cpd_bin, "-m", "/nonexistent/m.gguf",
+	    "--socket-path=/nonexistent/s.sock", NULL };
+	char out[300], env[64], text[4096];
+	struct stat st;
+	FILE *f;
+	size_t n;
+
+	snprintf(out, sizeof(out), "%s/journal-%d.txt", tmp_dir(),
+	    (int)getpid());
+	f = fopen(out, "w");
+	ck_assert_ptr_nonnull(f);
+	fclose(f);
+	ck_assert_int_eq(stat(out, &st), 0);
+	snprintf(env, sizeof(env), "%llu:%llu", (unsigned long long)st.st_dev,
+	    (unsigned long long)st.st_ino);
+	for (int journal = 1; journal >= 0; journal--) {
+		if (journal)
+			ck_assert_int_eq(setenv("JOURNAL_STREAM", env, 1), 0);
+		ck_assert_int_eq(prog_runv(argv, out), 66);
+		unsetenv("JOURNAL_STREAM");
+		f = fopen(out, "r");
+		ck_assert_ptr_nonnull(f);
+		n = fread(text, 1, sizeof(text) - 1, f);
+		fclose(f);
+		text[n] = '\0';
+		if (journal) {
+			ck_assert_msg(strncmp(text, "<6>cpd: loading ", 16) == 0,
+			    "%s", text);
+			ck_assert_msg(strstr(text, "\n<3>cpd: error: ") != NULL,
+			    "%s", text);
+		} else {
+			ck_assert_msg(strncmp(text, "cpd: loading ", 13) == 0,
+			    "%s", text);
+			ck_assert_msg(strstr(text, "\ncpd: error: ") != NULL,
+			    "%s", text);
+		}
+	}
+	unlink(out);
+}
+END_TEST
+
 static Suite *
 cpd_suite(void)
 {
@@ -339,6 +489,8 @@ cpd_suite(void)
 		{ test_socket_in_use, 0, 0 },
 		{ test_cpq_text, 0, 0 },
 		{ test_warmup, 0, 0 },
+		{ test_ready_and_stopping, 0, 0 },
+		{ test_journal_priorities, 0, 0 },
 		{ NULL, 0, 0 }
 	};
 	const struct suite_case tcases[] = {

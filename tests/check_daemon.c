@@ -1195,7 +1195,7 @@ START_TEST(test_drain_timeout_flag)
 
 	for (i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		argv[4] = bad[i];
-		ck_assert_msg(prog_runv(argv, NULL) == 1,
+		ck_assert_msg(prog_runv(argv, NULL) == 78,
 		    "--drain-timeout '%s' accepted", bad[i]);
 	}
 }
