@@ -9,3 +9,6 @@ PROGRAMS += $(BUILD)/bin/cpd
 $(BUILD)/bin/cpd: $(BUILD)/daemon/main.o $(DAEMON_LIB) $(ENGINE_LIB) $(CUDA_LIB)
 	$(call link,$(DAEMON_LDLIBS))
 endif
+
+# cpd looks for its configuration under the installed sysconfdir.
+$(BUILD)/daemon/main.o: override XCFLAGS += -DCPD_SYSCONFDIR='"$(SYSCONFDIR)"'

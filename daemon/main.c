@@ -56,6 +56,10 @@
 
 #define CPD_VERSION "0.1.0"
 
+#ifndef CPD_SYSCONFDIR
+#define CPD_SYSCONFDIR "/etc"
+#endif
+
 /* The running server, for the signal handler (srv_drain, srv_stop). */
 static struct server *volatile running_srv;
 static volatile sig_atomic_t signals_seen;
@@ -66,6 +70,7 @@ usage(FILE *f)
 	fputs("usage: cpd [-c FILE] [-m MODEL] [-t THREADS] [-s SOCKET] "
 	    "[-v] [--KEY VALUE ...]\n"
 	    "       cpd --check-config FILE\n"
+	    "       cpd [-c FILE] [--KEY VALUE ...] --print-config\n"
 	    "       cpd --help | --version\n"
 	    "Every key of cpd.yaml(5) is also a flag: --max-batch-tokens 256, "
 	    "--backend cpu ...\n", f);
@@ -148,8 +153,52 @@ short_key(char c)
 }
 
 /*
- * Build the configuration: defaults, then -c FILE, then the flags in
- * order.  Returns 0, 1 for --help/--version/--check-config done (exit 0),
+ * The configuration file when no -c names one: the user's,
+ * $XDG_CONFIG_HOME/cpd/cpd.yaml (for a user other than root without it,
+ * $HOME/.config/cpd/cpd.yaml), when it exists; else SYSCONFDIR/cpd/cpd.yaml
+ * when it exists; else none.
+ */
+static const char *
+default_config(char *buf, size_t size)
+{
+	const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+	int n = -1;
+
+	if (xdg != NULL && xdg[0] == '/')
+		n = snprintf(buf, size, "%s/cpd/cpd.yaml", xdg);
+	else if (getuid() != 0 && home != NULL && home[0] == '/')
+		n = snprintf(buf, size, "%s/.config/cpd/cpd.yaml", home);
+	if (n > 0 && (size_t)n < size && access(buf, F_OK) == 0)
+		return buf;
+	n = snprintf(buf, size, "%s/cpd/cpd.yaml", CPD_SYSCONFDIR);
+	return n > 0 && (size_t)n < size && access(buf, F_OK) == 0 ? buf :
+	    NULL;
+}
+
+/* Every key's value and where it came from, as YAML. */
+static void
+print_config(const struct cpd_config *c)
+{
+	char val[4 * CONFIG_PATH_MAX + 8];
+
+	printf("# cpd configuration in effect; see cpd.yaml(5)\n");
+	for (size_t i = 0; i < config_nkeys(); i++) {
+		const struct config_origin *o = &c->origin[i];
+
+		if (config_format(c, i, val, sizeof(val)) != 0)
+			continue;
+		printf("%s: %s", config_key_name(i), val);
+		if (o->from == CONFIG_FROM_FILE)
+			printf("  # %s:%u:%u\n", c->file, o->line, o->col);
+		else
+			printf("  # %s\n", o->from == CONFIG_FROM_FLAG ?
+			    "command line" : "default");
+	}
+}
+
+/*
+ * Build the configuration: defaults, then -c FILE (or the default file,
+ * default_config()), then the flags in order.  Returns 0, 1 for --help/--version/--check-config done (exit 0),
  * or -1 after printing the error (exit 1), -2 for a usage error (exit 2).
  */
 static int
@@ -157,7 +206,8 @@ load_config(int argc, char **argv, struct cpd_config *c)
 {
 	struct cp_err e = { 0 };
 	const char *file = NULL, *check = NULL;
-	char key[64];
+	char key[64], dflt[CONFIG_PATH_MAX];
+	bool print = false;
 	int i;
 
 	config_defaults(c);
@@ -175,6 +225,10 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		}
 		if (strcmp(a, "-v") == 0)
 			continue;
+		if (strcmp(a, "--print-config") == 0) {
+			print = true;
+			continue;
+		}
 		if (a[0] != '-' || i + 1 >= argc) {
 			fprintf(stderr, "cpd: %s: expected a flag and its "
 			    "value\n", a);
@@ -189,6 +243,8 @@ load_config(int argc, char **argv, struct cpd_config *c)
 	}
 	if (check != NULL)
 		file = check;
+	else if (file == NULL)
+		file = default_config(dflt, sizeof(dflt));
 	if (file != NULL && config_load(file, c, &e) < 0) {
 		fprintf(stderr, "cpd: %s\n", e.msg);
 		return -1;
@@ -202,6 +258,8 @@ load_config(int argc, char **argv, struct cpd_config *c)
 				goto bad;
 			continue;
 		}
+		if (strcmp(a, "--print-config") == 0)
+			continue;
 		if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0 ||
 		    strcmp(a, "--check-config") == 0) {
 			i++;
@@ -225,6 +283,10 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		goto bad;
 	if (check != NULL) {
 		printf("%s: configuration ok\n", check);
+		return 1;
+	}
+	if (print) {
+		print_config(c);
 		return 1;
 	}
 	return 0;

@@ -478,6 +478,48 @@ START_TEST(test_journal_priorities)
 }
 END_TEST
 
+/*
+ * Without -c, cpd reads $XDG_CONFIG_HOME/cpd/cpd.yaml; --print-config
+ * shows every value and where it came from; a bad default file is a
+ * configuration error.
+ */
+START_TEST(test_default_config)
+{
+	const char *argv[] = { cpd_bin, "--threads=3", "--print-config",
+	    NULL };
+	char dir[400], file[450], out[8192], want[600];
+	FILE *f;
+
+	snprintf(dir, sizeof(dir), "%s/xdg-%d", tmp_dir(), (int)getpid());
+	snprintf(file, sizeof(file), "%s/cpd", dir);
+	ck_assert(mkdir(dir, 0700) == 0 || errno == EEXIST);
+	ck_assert(mkdir(file, 0700) == 0 || errno == EEXIST);
+	snprintf(file, sizeof(file), "%s/cpd/cpd.yaml", dir);
+	f = fopen(file, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("threads: 2\nmax_seqs: 7\n", f);
+	fclose(f);
+	ck_assert_int_eq(setenv("XDG_CONFIG_HOME", dir, 1), 0);
+	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 0);
+	snprintf(want, sizeof(want), "\nmax_seqs: 7  # %s:2:11\n", file);
+	ck_assert_msg(strstr(out, want) != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "\nthreads: 3  # command line\n") != NULL,
+	    "%s", out);
+	ck_assert_msg(strstr(out, "\nmax_batch_tokens: 512  # default\n") !=
+	    NULL, "%s", out);
+	f = fopen(file, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("max_seqs: many\n", f);
+	fclose(f);
+	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 78);
+	unsetenv("XDG_CONFIG_HOME");
+	unlink(file);
+	snprintf(file, sizeof(file), "%s/cpd", dir);
+	rmdir(file);
+	rmdir(dir);
+}
+END_TEST
+
 static Suite *
 cpd_suite(void)
 {
@@ -491,6 +533,7 @@ cpd_suite(void)
 		{ test_warmup, 0, 0 },
 		{ test_ready_and_stopping, 0, 0 },
 		{ test_journal_priorities, 0, 0 },
+		{ test_default_config, 0, 0 },
 		{ NULL, 0, 0 }
 	};
 	const struct suite_case tcases[] = {
