@@ -33,6 +33,7 @@
 #include "lib/resident.h"
 #include "lib/rig.h"
 #include "lib/suite.h"
+#include "lib/tfile.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -1174,8 +1175,7 @@ START_TEST(test_cli_errors)
 	const char *tmp = tmp_dir();
 	char *out, *err, path[512];
 	unsigned char *buf;
-	long size;
-	FILE *fp;
+	size_t size;
 
 	if (cpmodel_path()[0] == '\0') {
 		printf("cpmodel not built: test_cli_errors skipped\n");
@@ -1217,22 +1217,11 @@ START_TEST(test_cli_errors)
 		free(err);
 	}
 	/* a model whose weights are NaN from layer 1 on */
-	fp = fopen(model, "rb");
-	ck_assert_ptr_nonnull(fp);
-	fseek(fp, 0, SEEK_END);
-	size = ftell(fp);
-	rewind(fp);
-	buf = malloc((size_t)size);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)size, fp), (size_t)size);
-	fclose(fp);
+	buf = (unsigned char *)tfile_read(model, &size);
 	memset(buf + size - 300000, 0xff, 100000);
 	snprintf(path, sizeof(path), "%s/check_forward-%ld-nan.gguf",
 	    tmp, (long)getpid());
-	fp = fopen(path, "wb");
-	ck_assert_ptr_nonnull(fp);
-	ck_assert_uint_eq(fwrite(buf, 1, (size_t)size, fp), (size_t)size);
-	fclose(fp);
+	tfile_write(path, buf, size);
 	{
 		const char *a[] = { path, "Once upon a time", NULL };
 
@@ -1243,11 +1232,7 @@ START_TEST(test_cli_errors)
 		free(err);
 	}
 	/* the same file cut short */
-	fp = fopen(path, "wb");
-	ck_assert_ptr_nonnull(fp);
-	ck_assert_uint_eq(fwrite(buf, 1, (size_t)size / 2, fp),
-	    (size_t)size / 2);
-	fclose(fp);
+	tfile_write(path, buf, size / 2);
 	{
 		const char *a[] = { path, "Once upon a time", NULL };
 
@@ -1441,22 +1426,13 @@ START_TEST(test_damaged_weights)
 	const struct gguf_tensor *t;
 	struct rig r;
 	float *lg;
-	FILE *fp;
-	long size;
+	size_t size;
 	int seq;
 
 	memset(&r, 0, sizeof(r));
 	ck_assert_ptr_nonnull(path);
-	fp = fopen(path, "rb");
-	ck_assert_ptr_nonnull(fp);
-	fseek(fp, 0, SEEK_END);
-	size = ftell(fp);
-	rewind(fp);
-	buf = malloc((size_t)size);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)size, fp), (size_t)size);
-	fclose(fp);
-	ck_assert_int_eq(gguf_open_mem(buf, (size_t)size, &r.f, &e), 0);
+	buf = (unsigned char *)tfile_read(path, &size);
+	ck_assert_int_eq(gguf_open_mem(buf, size, &r.f, &e), 0);
 	t = gguf_find_tensor(r.f, "blk.1.attn_q.weight");
 	ck_assert_ptr_nonnull(t);
 	memset(buf + ((const unsigned char *)t->data - buf), 0xff, 256);
