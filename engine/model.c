@@ -70,58 +70,56 @@ struct model_ld {
 	size_t max_vec;		/* floats of vec_buf */
 };
 
-/* Read an integer hyperparameter "<arch>.<key>" into *out. */
+/*
+ * Read hyperparameter "<arch>.<key>" into *iout (a uint32 key) or, when
+ * iout is NULL, *fout (a float32 key); def when it is absent and not
+ * required.  It must lie in [min, max].
+ */
+static int
+model_hp(struct model_ld *ld, const char *key, bool required, double def,
+    double min, double max, int *iout, float *fout, struct cp_err *e)
+{
+	char full[128];
+	uint32_t u = 0;
+	float f = 0;
+	double v;
+	int rc;
+
+	snprintf(full, sizeof(full), "%s.%s", ld->arch, key);
+	rc = iout != NULL ? gguf_get_u32(ld->f, full, &u, e) :
+	    gguf_get_f32(ld->f, full, &f, e);
+	v = iout != NULL ? (double)u : (double)f;
+	if (rc == -ENOENT && !required)
+		v = def;
+	else if (rc == -ENOENT)
+		return cp_err_set(e, -EINVAL, "%s: required key '%s' missing",
+		    ld->path, full);
+	else if (rc < 0)
+		return rc;
+	else if (!(v >= min && v <= max))
+		return cp_err_set(e, -EINVAL, iout != NULL ?
+		    "%s: key '%s' = %.0f, expected %.0f..%.0f" :
+		    "%s: key '%s' = %g, expected %g..%g", ld->path, full, v,
+		    min, max);
+	if (iout != NULL)
+		*iout = (int)v;
+	else
+		*fout = (float)v;
+	return 0;
+}
+
 static int
 model_hp_int(struct model_ld *ld, const char *key, bool required, int def,
     int min, int max, int *out, struct cp_err *e)
 {
-	char full[128];
-	uint32_t v;
-	int rc;
-
-	snprintf(full, sizeof(full), "%s.%s", ld->arch, key);
-	rc = gguf_get_u32(ld->f, full, &v, e);
-	if (rc == -ENOENT && !required) {
-		*out = def;
-		return 0;
-	}
-	if (rc == -ENOENT)
-		return cp_err_set(e, -EINVAL, "%s: required key '%s' missing",
-		    ld->path, full);
-	if (rc < 0)
-		return rc;
-	if (v < (uint32_t)min || v > (uint32_t)max)
-		return cp_err_set(e, -EINVAL, "%s: key '%s' = %u, expected "
-		    "%d..%d", ld->path, full, v, min, max);
-	*out = (int)v;
-	return 0;
+	return model_hp(ld, key, required, def, min, max, out, NULL, e);
 }
 
 static int
 model_hp_float(struct model_ld *ld, const char *key, bool required,
     float def, float min, float max, float *out, struct cp_err *e)
 {
-	char full[128];
-	float v;
-	int rc;
-
-	snprintf(full, sizeof(full), "%s.%s", ld->arch, key);
-	rc = gguf_get_f32(ld->f, full, &v, e);
-	if (rc == -ENOENT && !required) {
-		*out = def;
-		return 0;
-	}
-	if (rc == -ENOENT)
-		return cp_err_set(e, -EINVAL, "%s: required key '%s' missing",
-		    ld->path, full);
-	if (rc < 0)
-		return rc;
-	if (!(v >= min && v <= max))
-		return cp_err_set(e, -EINVAL, "%s: key '%s' = %g, expected "
-		    "%g..%g", ld->path, full, (double)v, (double)min,
-		    (double)max);
-	*out = v;
-	return 0;
+	return model_hp(ld, key, required, def, min, max, NULL, out, e);
 }
 
 static int

@@ -251,6 +251,28 @@ load_tokens(struct load *ld, const struct gguf_array *toks)
 	return 0;
 }
 
+/*
+ * Optional per-token array key of elem_type (GGUF_VT_COUNT: any type): *a
+ * NULL when absent, else an array of n_vocab entries.
+ */
+static int
+opt_vocab_arr(struct load *ld, const char *key, enum gguf_vtype elem_type,
+    const struct gguf_array **a)
+{
+	int rc;
+
+	*a = NULL;
+	if (gguf_find_kv(ld->f, key) == NULL)
+		return 0;
+	if ((rc = gguf_get_arr(ld->f, key, elem_type, a, ld->e)) != 0)
+		return rc;
+	if ((*a)->n != (uint64_t)ld->t->n_vocab)
+		return cp_err_set(ld->e, -EINVAL, "%s: %s has %llu entries, "
+		    "expected %d (one per token)", ld->path, key,
+		    (unsigned long long)(*a)->n, ld->t->n_vocab);
+	return 0;
+}
+
 static int
 load_scores_types(struct load *ld)
 {
@@ -259,54 +281,36 @@ load_scores_types(struct load *ld)
 	int32_t i;
 	int rc;
 
-	if (gguf_find_kv(ld->f, "tokenizer.ggml.scores") != NULL) {
-		rc = gguf_get_arr(ld->f, "tokenizer.ggml.scores",
-		    GGUF_VT_FLOAT32, &a, ld->e);
-		if (rc != 0)
-			return rc;
-		if (a->n != (uint64_t)t->n_vocab)
-			return cp_err_set(ld->e, -EINVAL, "%s: "
-			    "tokenizer.ggml.scores has %llu entries, expected "
-			    "%d (one per token)", ld->path,
-			    (unsigned long long)a->n, t->n_vocab);
-		for (i = 0; i < t->n_vocab; i++) {
-			double s = gguf_arr_f64(a, (uint64_t)i);
+	if ((rc = opt_vocab_arr(ld, "tokenizer.ggml.scores", GGUF_VT_FLOAT32,
+	    &a)) != 0)
+		return rc;
+	for (i = 0; a != NULL && i < t->n_vocab; i++) {
+		double s = gguf_arr_f64(a, (uint64_t)i);
 
-			if (isnan(s))
-				return cp_err_set(ld->e, -EINVAL, "%s: "
-				    "tokenizer.ggml.scores[%d] is NaN",
-				    ld->path, i);
-			t->tok[i].score = (float)s;
-		}
+		if (isnan(s))
+			return cp_err_set(ld->e, -EINVAL, "%s: "
+			    "tokenizer.ggml.scores[%d] is NaN", ld->path, i);
+		t->tok[i].score = (float)s;
 	}
 	for (i = 0; i < t->n_vocab; i++)
 		t->tok[i].type = TOK_TYPE_NORMAL;
-	if (gguf_find_kv(ld->f, "tokenizer.ggml.token_type") != NULL) {
-		rc = gguf_get_arr(ld->f, "tokenizer.ggml.token_type",
-		    GGUF_VT_COUNT, &a, ld->e);
-		if (rc != 0)
-			return rc;
-		if (gguf_vtype_size(a->type) == 0 ||
-		    a->type == GGUF_VT_FLOAT32 || a->type == GGUF_VT_FLOAT64 ||
-		    a->type == GGUF_VT_BOOL)
-			return cp_err_set(ld->e, -EINVAL, "%s: "
-			    "tokenizer.ggml.token_type is an array of %s, "
-			    "wanted integers", ld->path,
-			    gguf_vtype_name(a->type));
-		if (a->n != (uint64_t)t->n_vocab)
-			return cp_err_set(ld->e, -EINVAL, "%s: "
-			    "tokenizer.ggml.token_type has %llu entries, "
-			    "expected %d (one per token)", ld->path,
-			    (unsigned long long)a->n, t->n_vocab);
-		for (i = 0; i < t->n_vocab; i++) {
-			int64_t v = gguf_arr_i64(a, (uint64_t)i);
+	if ((rc = opt_vocab_arr(ld, "tokenizer.ggml.token_type",
+	    GGUF_VT_COUNT, &a)) != 0)
+		return rc;
+	if (a != NULL && (gguf_vtype_size(a->type) == 0 ||
+	    a->type == GGUF_VT_FLOAT32 || a->type == GGUF_VT_FLOAT64 ||
+	    a->type == GGUF_VT_BOOL))
+		return cp_err_set(ld->e, -EINVAL, "%s: "
+		    "tokenizer.ggml.token_type is an array of %s, wanted "
+		    "integers", ld->path, gguf_vtype_name(a->type));
+	for (i = 0; a != NULL && i < t->n_vocab; i++) {
+		int64_t v = gguf_arr_i64(a, (uint64_t)i);
 
-			if (v < TOK_TYPE_UNDEFINED || v > TOK_TYPE_BYTE)
-				return cp_err_set(ld->e, -EINVAL, "%s: "
-				    "tokenizer.ggml.token_type[%d] = %lld, "
-				    "expected 0..6", ld->path, i, (long long)v);
-			t->tok[i].type = (uint8_t)v;
-		}
+		if (v < TOK_TYPE_UNDEFINED || v > TOK_TYPE_BYTE)
+			return cp_err_set(ld->e, -EINVAL, "%s: "
+			    "tokenizer.ggml.token_type[%d] = %lld, expected "
+			    "0..6", ld->path, i, (long long)v);
+		t->tok[i].type = (uint8_t)v;
 	}
 	return 0;
 }

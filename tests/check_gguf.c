@@ -16,6 +16,8 @@
 #include "gguf.h"
 #include "gguf_write.h"
 #include "lib/suite.h"
+#include "lib/tfile.h"
+#include "lib/tgguf.h"
 #include "lib/tmpdir.h"
 #include "ttype.h"
 
@@ -991,16 +993,6 @@ tmp_path(char *buf, size_t size, const char *name)
 	    name);
 }
 
-static void
-write_file(const char *path, const void *p, size_t n)
-{
-	FILE *fp = fopen(path, "wb");
-
-	ck_assert_ptr_nonnull(fp);
-	ck_assert_uint_eq(fwrite(p, 1, n, fp), n);
-	ck_assert_int_eq(fclose(fp), 0);
-}
-
 START_TEST(test_open_paths)
 {
 	char path[512];
@@ -1016,7 +1008,7 @@ START_TEST(test_open_paths)
 	ck_assert_ptr_nonnull(strstr(e.msg, "not a regular file"));
 
 	tmp_path(path, sizeof(path), "empty.gguf");
-	write_file(path, "", 0);
+	tfile_write(path, "", 0);
 	ck_assert_int_eq(gguf_open(path, &f, &e), -EINVAL);
 	ck_assert_ptr_nonnull(strstr(e.msg, "file size 0"));
 	ck_assert(strncmp(e.msg, path, strlen(path)) == 0);
@@ -1024,7 +1016,7 @@ START_TEST(test_open_paths)
 
 	mk_small(&b, 3, &o);
 	tmp_path(path, sizeof(path), "small.gguf");
-	write_file(path, b.p, b.n);
+	tfile_write(path, b.p, b.n);
 	ck_assert_int_eq(gguf_open(path, &f, &e), 0);
 	ck_assert_str_eq(gguf_path(f), path);
 	ck_assert_uint_eq(gguf_file_size(f), b.n);
@@ -1032,7 +1024,7 @@ START_TEST(test_open_paths)
 	    37);
 	gguf_close(f);
 	patch64(&b, o.t1_off, 96);
-	write_file(path, b.p, b.n);
+	tfile_write(path, b.p, b.n);
 	ck_assert_int_eq(gguf_open(path, &f, &e), -EINVAL);
 	ck_assert(strncmp(e.msg, path, strlen(path)) == 0);
 	ck_assert_ptr_nonnull(strstr(e.msg, ": tensor 1 'b': data ["));
@@ -1041,16 +1033,6 @@ START_TEST(test_open_paths)
 	gguf_close(NULL);
 }
 END_TEST
-
-static struct gguf_file *
-open_ok_path(const char *path)
-{
-	struct gguf_file *f = NULL;
-	struct cp_err e = { 0, "" };
-
-	ck_assert_msg(gguf_open(path, &f, &e) == 0, "%s", e.msg);
-	return f;
-}
 
 /* ---- the writer ---------------------------------------------------------- */
 
@@ -1271,7 +1253,7 @@ START_TEST(test_writer_gen)
 	ck_assert_int_eq(gguf_writer_write(w, path, &e), 0);
 	ck_assert_int_eq(calls, 6);
 	gguf_writer_free(w);
-	f = open_ok_path(path);
+	f = tgguf_open(path);
 	t = gguf_find_tensor(f, "g");
 	ck_assert_uint_eq(t->n_dims, 3);
 	ck_assert_uint_eq(t->ne[2], 2);
@@ -1288,7 +1270,7 @@ START_TEST(test_writer_gen)
 	ck_assert_int_eq(gguf_writer_write(w, path, &e), -EIO);
 	ck_assert_ptr_nonnull(strstr(e.msg, ".tmp."));
 	gguf_writer_free(w);
-	f = open_ok_path(path);
+	f = tgguf_open(path);
 	ck_assert_uint_eq(gguf_find_tensor(f, "g")->nbytes, 6 * 68);
 	gguf_close(f);
 	snprintf(tmpl, sizeof(tmpl), "ls %s.tmp.* >/dev/null 2>&1", path);

@@ -16,6 +16,7 @@
 #include "gguf_write.h"
 #include "lib/fixtures.h"
 #include "lib/suite.h"
+#include "lib/tfile.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "ttype.h"
@@ -28,22 +29,11 @@ slurp(const char *rel, size_t *size)
 {
 	char *path = fx_path(rel);
 	unsigned char *buf;
-	FILE *fp;
-	long n;
 
 	ck_assert_msg(path != NULL, "fixture %s missing", rel);
-	fp = fopen(path, "rb");
-	ck_assert_ptr_nonnull(fp);
-	ck_assert_int_eq(fseek(fp, 0, SEEK_END), 0);
-	n = ftell(fp);
-	ck_assert_int_gt(n, 0);
-	rewind(fp);
-	buf = malloc((size_t)n);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)n, fp), (size_t)n);
-	fclose(fp);
+	buf = (unsigned char *)tfile_read(path, size);
+	ck_assert_uint_gt(*size, 0);
 	free(path);
-	*size = (size_t)n;
 	return buf;
 }
 
@@ -388,26 +378,19 @@ START_TEST(test_err_file)
 	char path[512];
 	struct model *m = (struct model *)1;
 	struct cp_err e = { 0 };
-	FILE *fp;
 
 	snprintf(path, sizeof(path), "%s/check_model_%d.gguf",
 	    tmp, (int)getpid());
 	off = find_gguf_str(buf, size, "blk.3.attn_v.weight");
 	buf[off - 1] = 'w';
-	fp = fopen(path, "wb");
-	ck_assert_ptr_nonnull(fp);
-	ck_assert_uint_eq(fwrite(buf, 1, size, fp), size);
-	fclose(fp);
+	tfile_write(path, buf, size);
 	ck_assert_int_eq(model_load(path, &m, &e), -ENOENT);
 	ck_assert_ptr_null(m);
 	ck_assert_msg(strstr(e.msg, path) != NULL, "%s", e.msg);
 	ck_assert_msg(strstr(e.msg, "'blk.3.attn_v.weight' missing") != NULL,
 	    "%s", e.msg);
 	/* truncated: the reader refuses it */
-	fp = fopen(path, "wb");
-	ck_assert_ptr_nonnull(fp);
-	ck_assert_uint_eq(fwrite(buf, 1, size / 2, fp), size / 2);
-	fclose(fp);
+	tfile_write(path, buf, size / 2);
 	ck_assert_int_lt(model_load(path, &m, &e), 0);
 	ck_assert_ptr_null(m);
 	unlink(path);

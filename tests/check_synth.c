@@ -21,6 +21,8 @@
 #include "lib/fixtures.h"
 #include "lib/prog.h"
 #include "lib/suite.h"
+#include "lib/tfile.h"
+#include "lib/tgguf.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "quant.h"
@@ -39,38 +41,6 @@ tmp_path(char *buf, size_t size, const char *name)
 {
 	snprintf(buf, size, "%s/check_synth-%ld-%s", tmp_dir(), (long)getpid(),
 	    name);
-}
-
-/* The whole file at path, NUL-terminated (caller frees); *n its size. */
-static char *
-slurp(const char *path, size_t *n)
-{
-	FILE *fp = fopen(path, "rb");
-	char *p;
-	long len;
-
-	ck_assert_ptr_nonnull(fp);
-	fseek(fp, 0, SEEK_END);
-	len = ftell(fp);
-	fseek(fp, 0, SEEK_SET);
-	p = malloc((size_t)len + 1);
-	ck_assert_ptr_nonnull(p);
-	ck_assert_uint_eq(fread(p, 1, (size_t)len, fp), (size_t)len);
-	p[len] = '\0';
-	fclose(fp);
-	if (n != NULL)
-		*n = (size_t)len;
-	return p;
-}
-
-static struct gguf_file *
-open_ok(const char *path)
-{
-	struct gguf_file *f = NULL;
-	struct cp_err e = { 0, "" };
-
-	ck_assert_msg(gguf_open(path, &f, &e) == 0, "%s", e.msg);
-	return f;
 }
 
 static uint32_t
@@ -117,17 +87,6 @@ tensor(const struct gguf_file *f, const char *name, uint32_t type,
 	return t;
 }
 
-/* Tensor t as floats (malloc'd). */
-static float *
-floats(const struct gguf_tensor *t)
-{
-	float *v = malloc(t->n_elems * sizeof(float));
-
-	ck_assert_ptr_nonnull(v);
-	ck_assert_int_eq(dequant_row(t->type, t->data, v, t->n_elems), 0);
-	return v;
-}
-
 /* Shape of the files below: 2 layers, embd 64, 4/2 heads, ff 96. */
 #define S_ARGS "--layers", "2", "--embd", "64", "--heads", "4", \
 	"--kv-heads", "2", "--ff", "96", "--ctx", "512"
@@ -146,7 +105,7 @@ START_TEST(test_synth_f32)
 	tmp_path(path, sizeof(path), "f32.gguf");
 	ck_assert_int_eq(run(NULL, "synth", "-o", path, S_ARGS, "--vocab",
 	    "1000", "--seed", "7", "--rope-base", "500000", END), 0);
-	f = open_ok(path);
+	f = tgguf_open(path);
 	ck_assert_uint_eq(gguf_version(f), 3);
 	ck_assert_int_eq(gguf_get_str(f, "general.architecture", &s, NULL), 0);
 	str_is(s, "llama");
@@ -230,7 +189,7 @@ START_TEST(test_synth_f32)
 		tensor(f, n, CP_T_F32, 2, 96, 64);
 	}
 	/* N(0, 0.02^2): 64000 samples */
-	v = floats(t);
+	v = tgguf_floats(t);
 	for (uint64_t i = 0; i < t->n_elems; i++) {
 		sum += v[i];
 		sq += (double)v[i] * v[i];
@@ -238,7 +197,7 @@ START_TEST(test_synth_f32)
 	ck_assert_double_le(fabs(sum / (double)t->n_elems), 0.0005);
 	ck_assert_double_eq_tol(sqrt(sq / (double)t->n_elems), 0.02, 0.0006);
 	free(v);
-	v = floats(gguf_find_tensor(f, "blk.1.ffn_norm.weight"));
+	v = tgguf_floats(gguf_find_tensor(f, "blk.1.ffn_norm.weight"));
 	for (int i = 0; i < 64; i++)
 		ck_assert_float_eq(v[i], 1.0f);
 	free(v);
@@ -265,9 +224,9 @@ START_TEST(test_synth_deterministic)
 	    "--seed", "42", "--type", "q4_0", END), 0);
 	ck_assert_int_eq(run(NULL, "synth", "-o", p3, S_ARGS, "--vocab", "300",
 	    "--seed", "43", "--type", "q4_0", END), 0);
-	a = slurp(p1, &na);
-	b = slurp(p2, &nb);
-	c = slurp(p3, &nc);
+	a = tfile_read(p1, &na);
+	b = tfile_read(p2, &nb);
+	c = tfile_read(p3, &nc);
 	ck_assert_uint_eq(na, nb);
 	ck_assert_int_eq(memcmp(a, b, na), 0);
 	ck_assert_uint_eq(na, nc);
@@ -306,15 +265,15 @@ START_TEST(test_synth_types)
 	    "--seed", "3", END), 0);
 	ck_assert_int_eq(run(NULL, "synth", "-o", pq, S_ARGS, "--vocab", "300",
 	    "--seed", "3", "--type", types[_i].name, END), 0);
-	ff = open_ok(pf);
-	fq = open_ok(pq);
+	ff = tgguf_open(pf);
+	fq = tgguf_open(pq);
 	ck_assert_uint_eq(u32_of(fq, "general.file_type"), types[_i].file_type);
 	tensor(fq, "blk.0.attn_norm.weight", CP_T_F32, 1, 64, 1);
 	for (size_t k = 0; k < 3; k++) {
 		const struct gguf_tensor *tf = gguf_find_tensor(ff, tname[k]);
 		const struct gguf_tensor *tq = tensor(fq, tname[k],
 		    types[_i].type, 2, tf->ne[0], tf->ne[1]);
-		float *x = floats(tf), *y = floats(tq);
+		float *x = tgguf_floats(tf), *y = tgguf_floats(tq);
 
 		for (uint64_t b = 0; b < tf->n_elems; b += 32) {
 			float amax = 0, tol;
@@ -371,8 +330,8 @@ START_TEST(test_synth_tied_vocab_from)
 	tmp_path(path, sizeof(path), "vf.gguf");
 	ck_assert_int_eq(run(NULL, "synth", "-o", path, S_ARGS, "--tied",
 	    "--vocab-from", src, "--type", "f16", END), 0);
-	f = open_ok(path);
-	s = open_ok(src);
+	f = tgguf_open(path);
+	s = tgguf_open(src);
 	ck_assert_uint_eq(gguf_n_tensors(f), 20);
 	ck_assert_ptr_null(gguf_find_tensor(f, "output.weight"));
 	tensor(f, "token_embd.weight", CP_T_F16, 2, 64, 512);
@@ -438,29 +397,29 @@ START_TEST(test_synth_bad_args)
 	ck_assert_int_eq(run(log, "synth", "-o", path, "--layers", "2",
 	    "--embd", "64", "--heads", "3", "--kv-heads", "1", "--ff", "96",
 	    "--ctx", "64", "--vocab", "300", END), 2);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "--embd 64 must be --heads 3"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab", "300",
 	    "--type", "iq2_xxs", END), 2);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "--type 'iq2_xxs'"));
 	free(msg);
 	/* a K-quant needs rows that are a multiple of 256 elements */
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab", "300",
 	    "--type", "q4_k", END), 2);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "must be multiples of 256"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, "--layers", "1",
 	    "--embd", "48", "--heads", "3", "--kv-heads", "1", "--ff", "64",
 	    "--ctx", "64", "--vocab", "300", "--type", "q8_0", END), 2);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "multiples of 32"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab", "100",
 	    END), 2);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "at least 260 tokens"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS, "--vocab",
@@ -478,12 +437,12 @@ START_TEST(test_synth_bad_args)
 	/* failures past argument checking exit 1 */
 	ck_assert_int_eq(run(log, "synth", "-o", path, S_ARGS,
 	    "--vocab-from", "/nonexistent.gguf", END), 1);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "/nonexistent.gguf"));
 	free(msg);
 	ck_assert_int_eq(run(log, "synth", "-o", "/nonexistent/dir/x.gguf",
 	    S_ARGS, "--vocab", "300", END), 1);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "/nonexistent/dir/x.gguf"));
 	free(msg);
 	unlink(log);
@@ -503,7 +462,7 @@ START_TEST(test_info_fixtures)
 	}
 	tmp_path(log, sizeof(log), "info.log");
 	ck_assert_int_eq(run(log, "info", src, END), 0);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "GGUF version     3"));
 	ck_assert_ptr_nonnull(strstr(msg, "architecture     llama\n"));
 	ck_assert_ptr_nonnull(strstr(msg, "  layers         4\n"));
@@ -520,7 +479,7 @@ START_TEST(test_info_fixtures)
 	src = fx_path("vocab/ggml-vocab-gpt-2.gguf");
 	ck_assert_ptr_nonnull(src);
 	ck_assert_int_eq(run(log, "info", "-k", src, END), 0);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "  model          gpt2\n"));
 	ck_assert_ptr_nonnull(strstr(msg, "  tokens         50257\n"));
 	ck_assert_ptr_nonnull(strstr(msg, "tensors          0 "));
@@ -532,7 +491,7 @@ START_TEST(test_info_fixtures)
 	src = fx_path("synth/synth-tiny-Q4_K_M.gguf");
 	ck_assert_ptr_nonnull(src);
 	ck_assert_int_eq(run(log, "info", "-t", src, END), 0);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "file type        15 (Q4_K_M)"));
 	ck_assert_ptr_nonnull(strstr(msg, "  q6_K          3 "));
 	ck_assert_ptr_nonnull(strstr(msg, "  q4_K         13 "));
@@ -545,7 +504,7 @@ START_TEST(test_info_fixtures)
 	src = fx_path("arch/arch-gemma2-Q8_0.gguf");
 	ck_assert_ptr_nonnull(src);
 	ck_assert_int_eq(run(log, "info", src, END), 0);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "model            gemma2: neox "
 	    "RoPE, GeGLU FFN"));
 	ck_assert_ptr_nonnull(strstr(msg, "  soft-capping   scores 4, logits "
@@ -614,16 +573,12 @@ START_TEST(test_info_bad)
 {
 	char path[512], log[512];
 	char *msg;
-	FILE *fp;
 
 	tmp_path(path, sizeof(path), "junk.gguf");
 	tmp_path(log, sizeof(log), "junk.log");
-	fp = fopen(path, "wb");
-	ck_assert_ptr_nonnull(fp);
-	ck_assert_uint_eq(fwrite("GGUF\x03\0\0\0 truncated", 1, 18, fp), 18);
-	fclose(fp);
+	tfile_write(path, "GGUF\x03\0\0\0 truncated", 18);
 	ck_assert_int_eq(run(log, "info", path, END), 1);
-	msg = slurp(log, NULL);
+	msg = tfile_read(log, NULL);
 	ck_assert_ptr_nonnull(strstr(msg, "cpmodel info: "));
 	ck_assert_ptr_nonnull(strstr(msg, path));
 	ck_assert_ptr_nonnull(strstr(msg, "smaller than the 24-byte header"));

@@ -32,6 +32,7 @@
 #include "lib/prog.h"
 #include "lib/rig.h"
 #include "lib/suite.h"
+#include "lib/tgguf.h"
 #include "lib/tmpdir.h"
 #include "model.h"
 #include "quant.h"
@@ -342,16 +343,6 @@ START_TEST(test_random_hostile)
 }
 END_TEST
 
-static struct gguf_file *
-open_ok(const char *path)
-{
-	struct gguf_file *f = NULL;
-	struct cp_err e = { 0 };
-
-	ck_assert_msg(gguf_open(path, &f, &e) == 0, "%s", e.msg);
-	return f;
-}
-
 /* Tensor name as a C string in buf (GGUF_MAX_NAME_LEN + 1 bytes). */
 static const char *
 tensor_name(const struct gguf_tensor *t, char *buf)
@@ -411,17 +402,6 @@ static const struct engine_case engine_cases[] = {
 };
 #define N_ENGINE (sizeof(engine_cases) / sizeof(engine_cases[0]))
 
-/* Tensor t dequantized (malloc'd). */
-static float *
-floats(const struct gguf_tensor *t)
-{
-	float *v = malloc(t->n_elems * sizeof(float));
-
-	ck_assert_ptr_nonnull(v);
-	ck_assert_int_eq(dequant_row(t->type, t->data, v, t->n_elems), 0);
-	return v;
-}
-
 /*
  * The file written in type c->type against the F32 file of the same seed:
  * every matrix in that type, norms F32, the file type key, and each
@@ -430,7 +410,7 @@ floats(const struct gguf_tensor *t)
 static void
 check_weights(const struct engine_case *c, const char *pq, const char *pf)
 {
-	struct gguf_file *fq = open_ok(pq), *ff = open_ok(pf);
+	struct gguf_file *fq = tgguf_open(pq), *ff = tgguf_open(pf);
 	const struct gguf_kv *kv = gguf_find_kv(fq, "general.file_type");
 
 	ck_assert_ptr_nonnull(kv);
@@ -454,8 +434,8 @@ check_weights(const struct engine_case *c, const char *pq, const char *pf)
 		}
 		ck_assert_msg(tq->type == c->type, "%s: %s, want %s", name,
 		    ttype_name(tq->type), ttype_name(c->type));
-		x = floats(tf);
-		y = floats(tq);
+		x = tgguf_floats(tf);
+		y = tgguf_floats(tq);
 		for (uint64_t b = 0; b < tq->n_elems; b += (uint64_t)bs) {
 			double amax = 0, bound;
 
@@ -509,7 +489,7 @@ check_weights(const struct engine_case *c, const char *pq, const char *pf)
 static void
 write_f32_copy(const char *src, const char *dst)
 {
-	struct gguf_file *f = open_ok(src);
+	struct gguf_file *f = tgguf_open(src);
 	struct gguf_writer *w = gguf_writer_new();
 	size_t nt = gguf_n_tensors(f);
 	float **data = calloc(nt, sizeof(*data));
@@ -528,7 +508,7 @@ write_f32_copy(const char *src, const char *dst)
 		const struct gguf_tensor *t = gguf_tensor_at(f, i);
 		char name[GGUF_MAX_NAME_LEN + 1];
 
-		data[i] = floats(t);
+		data[i] = tgguf_floats(t);
 		ck_assert_int_eq(gguf_writer_add_tensor(w, tensor_name(t, name),
 		    CP_T_F32, t->n_dims, t->ne, data[i]), 0);
 	}

@@ -24,6 +24,7 @@
 #include "lib/fixtures.h"
 #include "lib/json.h"
 #include "lib/suite.h"
+#include "lib/tfile.h"
 #include "lib/tmpdir.h"
 #include "tok_internal.h"
 #include "tokenizer.h"
@@ -60,27 +61,6 @@ unload(struct loaded *l)
 	gguf_close(l->f);
 }
 
-static char *
-slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf;
-	long n;
-
-	ck_assert_msg(f != NULL, "cannot open %s", path);
-	ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
-	n = ftell(f);
-	ck_assert_int_ge(n, 0);
-	ck_assert_int_eq(fseek(f, 0, SEEK_SET), 0);
-	buf = malloc((size_t)n + 1);
-	ck_assert_ptr_nonnull(buf);
-	ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-	buf[n] = '\0';
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
-}
-
 /* One test string and the ids llama.cpp gave it. */
 struct vec {
 	const char *s;
@@ -111,11 +91,11 @@ read_vecs(const char *rel, struct vecs *vs)
 	memset(vs, 0, sizeof(*vs));
 	snprintf(name, sizeof(name), "%s.inp", rel);
 	ck_assert_ptr_nonnull(path = fx_path(name));
-	vs->inp = slurp(path, &ni);
+	vs->inp = tfile_read(path, &ni);
 	free(path);
 	snprintf(name, sizeof(name), "%s.out", rel);
 	ck_assert_ptr_nonnull(path = fx_path(name));
-	vs->out = slurp(path, &no);
+	vs->out = tfile_read(path, &no);
 	free(path);
 	while (pos < ni) {
 		char *next = strstr(vs->inp + pos, sep);
@@ -868,7 +848,7 @@ START_TEST(test_speed)
 	struct loaded l = load_fx(rels[_i]);
 	size_t len;
 	char *path = fx_path("vocab/ggml-vocab-gpt-2.gguf.inp");
-	char *text = slurp(path, &len), *big;
+	char *text = tfile_read(path, &len), *big;
 	int32_t *ids = malloc(8 * len * sizeof(*ids));
 	double t0, ms;
 	int n;

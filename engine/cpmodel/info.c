@@ -138,65 +138,74 @@ info_bytes(uint64_t n)
 		printf("%" PRIu64 " bytes (%.2f MiB)", n, (double)n / (1 << 20));
 }
 
+/* info_row() of key "<arch>.<suffix>". */
+static void
+info_arow(const struct gguf_file *f, struct gguf_str arch, const char *label,
+    const char *suffix)
+{
+	char key[128];
+
+	info_row(f, label, info_akey(key, sizeof(key), arch, suffix));
+}
+
+/* 0 and the uint32 key "<arch>.<suffix>" in *v, or < 0. */
+static int
+info_au32(const struct gguf_file *f, struct gguf_str arch,
+    const char *suffix, uint32_t *v)
+{
+	char key[128];
+
+	return gguf_get_u32(f, info_akey(key, sizeof(key), arch, suffix), v,
+	    NULL);
+}
+
+/* A "label   n" row for the n entries of string array key, "-" when absent. */
+static void
+info_count(const struct gguf_file *f, const char *label, const char *key)
+{
+	const struct gguf_array *a;
+
+	printf("  %-14s ", label);
+	if (gguf_get_arr(f, key, GGUF_VT_STRING, &a, NULL) == 0)
+		printf("%" PRIu64 "\n", a->n);
+	else
+		puts("-");
+}
+
 static void
 info_hparams(const struct gguf_file *f, struct gguf_str arch)
 {
-	char key[128];
 	uint32_t embd, heads, kdim;
 
 	puts("hyper-parameters");
-	info_row(f, "context", info_akey(key, sizeof(key), arch,
-	    "context_length"));
-	info_row(f, "embedding", info_akey(key, sizeof(key), arch,
-	    "embedding_length"));
-	info_row(f, "layers", info_akey(key, sizeof(key), arch,
-	    "block_count"));
-	info_row(f, "heads", info_akey(key, sizeof(key), arch,
-	    "attention.head_count"));
-	info_row(f, "kv heads", info_akey(key, sizeof(key), arch,
-	    "attention.head_count_kv"));
+	info_arow(f, arch, "context", "context_length");
+	info_arow(f, arch, "embedding", "embedding_length");
+	info_arow(f, arch, "layers", "block_count");
+	info_arow(f, arch, "heads", "attention.head_count");
+	info_arow(f, arch, "kv heads", "attention.head_count_kv");
 	printf("  %-14s ", "head dim");
-	if (gguf_get_u32(f, info_akey(key, sizeof(key), arch,
-	    "attention.key_length"), &kdim, NULL) == 0)
+	if (info_au32(f, arch, "attention.key_length", &kdim) == 0)
 		printf("%" PRIu32 "\n", kdim);
-	else if (gguf_get_u32(f, info_akey(key, sizeof(key), arch,
-	    "embedding_length"), &embd, NULL) == 0 &&
-	    gguf_get_u32(f, info_akey(key, sizeof(key), arch,
-	    "attention.head_count"), &heads, NULL) == 0 && heads > 0 &&
-	    embd % heads == 0)
+	else if (info_au32(f, arch, "embedding_length", &embd) == 0 &&
+	    info_au32(f, arch, "attention.head_count", &heads) == 0 &&
+	    heads > 0 && embd % heads == 0)
 		printf("%" PRIu32 "\n", embd / heads);
 	else
 		puts("-");
-	info_row(f, "ffn", info_akey(key, sizeof(key), arch,
-	    "feed_forward_length"));
-	info_row(f, "rope base", info_akey(key, sizeof(key), arch,
-	    "rope.freq_base"));
-	info_row(f, "rope dims", info_akey(key, sizeof(key), arch,
-	    "rope.dimension_count"));
-	info_row(f, "rms eps", info_akey(key, sizeof(key), arch,
-	    "attention.layer_norm_rms_epsilon"));
+	info_arow(f, arch, "ffn", "feed_forward_length");
+	info_arow(f, arch, "rope base", "rope.freq_base");
+	info_arow(f, arch, "rope dims", "rope.dimension_count");
+	info_arow(f, arch, "rms eps", "attention.layer_norm_rms_epsilon");
 }
 
 static void
 info_tokenizer(const struct gguf_file *f)
 {
-	const struct gguf_array *a;
-
 	puts("tokenizer");
 	info_row(f, "model", "tokenizer.ggml.model");
 	info_row(f, "pre", "tokenizer.ggml.pre");
-	printf("  %-14s ", "tokens");
-	if (gguf_get_arr(f, "tokenizer.ggml.tokens", GGUF_VT_STRING, &a,
-	    NULL) == 0)
-		printf("%" PRIu64 "\n", a->n);
-	else
-		puts("-");
-	printf("  %-14s ", "merges");
-	if (gguf_get_arr(f, "tokenizer.ggml.merges", GGUF_VT_STRING, &a,
-	    NULL) == 0)
-		printf("%" PRIu64 "\n", a->n);
-	else
-		puts("-");
+	info_count(f, "tokens", "tokenizer.ggml.tokens");
+	info_count(f, "merges", "tokenizer.ggml.merges");
 	info_row(f, "bos id", "tokenizer.ggml.bos_token_id");
 	info_row(f, "eos id", "tokenizer.ggml.eos_token_id");
 	info_row(f, "unk id", "tokenizer.ggml.unknown_token_id");
