@@ -121,18 +121,31 @@ ifeq ($(filter clean distclean help,$(MAKECMDGOALS)),)
 $(info cpd: CUDA backend $(CUDA_STATUS))
 endif
 
+# Objects are remade when the options that make them change (CC, CFLAGS,
+# CPPFLAGS, CUDA=, WERROR=, NVCCFLAGS ...): their text is kept in this
+# file, which every object depends on.  (SAN= builds in a directory of its
+# own.)
+FLAGS_STAMP := $(BUILD)/build-flags
+FLAGS_NOW := $(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) | $(NVCC) $(ALL_NVCCFLAGS)
+ifeq ($(filter clean distclean help,$(MAKECMDGOALS)),)
+ifneq ($(file <$(FLAGS_STAMP)),$(FLAGS_NOW))
+$(shell mkdir -p $(BUILD))
+$(file >$(FLAGS_STAMP),$(FLAGS_NOW))
+endif
+endif
+
 # ---- pattern rules -------------------------------------------------------
-$(BUILD)/%.o: %.c
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	$(call msg,CC,$<)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -c $< -o $@
 
-$(BUILD)/%.pic.o: %.c
+$(BUILD)/%.pic.o: %.c $(FLAGS_STAMP)
 	$(call msg,CC,$<)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(ALL_CPPFLAGS) $(ALL_CFLAGS) -fPIC -fvisibility=hidden -c $< -o $@
 
-$(BUILD)/%.cu.o: %.cu
+$(BUILD)/%.cu.o: %.cu $(FLAGS_STAMP)
 	$(call msg,NVCC,$<)
 	@mkdir -p $(@D)
 	$(Q)$(NVCC) $(ALL_NVCCFLAGS) -MMD -MP -c $< -o $@
@@ -166,7 +179,8 @@ include tests/tests.mk
 include man/man.mk
 include etc/etc.mk
 
-# Built files that name install directories (cpclient.pc, the units) are
+# Built files that name install directories (cpclient.pc, the units, cpd's
+# default configuration path) are
 # remade whenever those directories change, so that `make install
 # PREFIX=/usr` after a plain `make` installs /usr paths.
 DIRS_STAMP := $(BUILD)/install-dirs
@@ -177,7 +191,7 @@ $(shell mkdir -p $(BUILD))
 $(file >$(DIRS_STAMP),$(DIRS_NOW))
 endif
 endif
-$(LIBCPCLIENT_PC) $(ETC_BUILT): $(DIRS_STAMP)
+$(LIBCPCLIENT_PC) $(ETC_BUILT) $(BUILD)/daemon/main.o: $(DIRS_STAMP)
 
 $(ENGINE_LIB): $(ENGINE_OBJS)
 $(DAEMON_LIB): $(DAEMON_OBJS)
