@@ -26,6 +26,9 @@ MANDIR ?= $(PREFIX)/share/man
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 DESTDIR ?=
 
+# The version every program prints (--version) and the library's.
+CP_VERSION := 0.1.0
+
 SAN ?= 0
 ifeq ($(SAN),1)
 BUILD ?= build/san
@@ -53,7 +56,8 @@ endif
 # never hides the system's <sched.h>.
 INCDIRS := engine kernels/cpu kernels/cuda libclient daemon
 INCFLAGS := $(addprefix -iquote ,$(INCDIRS))
-ALL_CPPFLAGS = -D_GNU_SOURCE $(INCFLAGS) $(CPPFLAGS)
+ALL_CPPFLAGS = -D_GNU_SOURCE -DCP_VERSION='"$(CP_VERSION)"' $(INCFLAGS) \
+	$(CPPFLAGS)
 ALL_CFLAGS = $(WARNFLAGS) $(CFLAGS) $(SANFLAGS) -pthread -MMD -MP $(XCFLAGS)
 ALL_LDFLAGS = $(SANFLAGS) -pthread $(LDFLAGS)
 LDLIBS_BASE := -lm

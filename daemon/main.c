@@ -54,7 +54,9 @@
 #include "ttype.h"
 #include "worker.h"
 
-#define CPD_VERSION "0.1.0"
+#ifndef CP_VERSION
+#define CP_VERSION "unknown"
+#endif
 
 #ifndef CPD_SYSCONFDIR
 #define CPD_SYSCONFDIR "/etc"
@@ -220,7 +222,7 @@ load_config(int argc, char **argv, struct cpd_config *c)
 			return 1;
 		}
 		if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
-			printf("cpd %s\n", CPD_VERSION);
+			printf("cpd %s\n", CP_VERSION);
 			return 1;
 		}
 		if (strcmp(a, "-v") == 0)

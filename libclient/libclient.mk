@@ -1,7 +1,7 @@
 # libclient/: libcpclient, shared (soname libcpclient.so.0, exporting only
 # cp_* through libcpclient.map) and static, from every libclient/*.c but
 # cpq.c, compiled -fPIC -fvisibility=hidden; its pkg-config file; and cpq.
-LIBCPCLIENT_VERSION := 0.1.0
+LIBCPCLIENT_VERSION := $(CP_VERSION)
 LIBCPCLIENT_SRCS := $(filter-out libclient/cpq.c,$(wildcard libclient/*.c))
 LIBCPCLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.pic.o,$(LIBCPCLIENT_SRCS))
 LIBCPCLIENT_SO := $(BUILD)/lib/libcpclient.so.0

@@ -39,6 +39,10 @@ main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (strcmp(argv[1], "-V") == 0 || strcmp(argv[1], "--version") == 0) {
+		printf("cpmodel %s\n", CP_VERSION);
+		return 0;
+	}
 	if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
 	    strcmp(argv[1], "help") == 0) {
 		usage(stdout);

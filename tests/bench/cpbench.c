@@ -32,7 +32,7 @@ bench_stats(const double *x, int n, double *mean, double *sd)
 }
 
 static void
-usage(void)
+usage(FILE *f)
 {
 	fputs("usage: cpbench engine -m FILE [-p N] [-n N] [-r N] [-t N] "
 	    "[-b BACKEND] [-o md|json]\n"
@@ -50,12 +50,23 @@ usage(void)
 	    "       cpbench prefix [--socket S] [-c N] [--system-len L] "
 	    "[--question-len Q]\n"
 	    "           [--turns T] [--turn-len U] [--gen-len G] "
-	    "[-o md|json]\n", stderr);
+	    "[-o md|json]\n"
+	    "       cpbench --help | --version\n", f);
 }
 
 int
 main(int argc, char **argv)
 {
+	if (argc >= 2 && (strcmp(argv[1], "--version") == 0 ||
+	    strcmp(argv[1], "-V") == 0)) {
+		printf("cpbench %s\n", CP_VERSION);
+		return 0;
+	}
+	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 ||
+	    strcmp(argv[1], "-h") == 0)) {
+		usage(stdout);
+		return 0;
+	}
 	if (argc >= 2 && strcmp(argv[1], "engine") == 0)
 		return bench_engine(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "mixed") == 0)
@@ -70,7 +81,7 @@ main(int argc, char **argv)
 		return bench_ipc(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "prefix") == 0)
 		return bench_prefix(argc - 1, argv + 1);
-	usage();
+	usage(stderr);
 	return 2;
 }
 
