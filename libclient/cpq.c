@@ -4,11 +4,16 @@
  * one JSON object per event), or prints the model's and the daemon's
  * information and counters.  See cpq(1).
  *
- * Order of work: arguments (exit 2 on any error, before any connection),
- * connect (exit 3 when no daemon listens), then the prompt (arguments, or
- * standard input read after connecting, so that a missing daemon or an
- * unknown chat template shows before anyone types), the chat template,
- * submit, stream.
+ * Order of work: arguments and the --history file (exit 2 on any error,
+ * before any connection), connect (exit 3 when no daemon listens), then
+ * the prompt (arguments, or standard input read after connecting, so that
+ * a missing daemon or a model without a chat template shows before anyone
+ * types), submit, stream.
+ *
+ * Chat: --chat sends the conversation as messages (cp_submit_chat()): the
+ * --system text, the --history file's turns, then the prompt as the
+ * user's turn.  The daemon renders them with the model's chat template;
+ * cpq knows no template (cpd.yaml(5), chat_template).
  *
  * Interrupts: before the prompt is submitted, SIGINT exits at once (130;
  * the daemon forgets a client that leaves).  After, the first SIGINT
@@ -30,6 +35,7 @@
 #include "cpclient.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -40,8 +46,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chat.h"
 #include "cp_proto.h"
+#include "cpq_json.h"
 
 /* Exit statuses (cpq(1), EXIT STATUS). */
 #define EXIT_DAEMON	1	/* the daemon refused or failed the request */
@@ -64,7 +70,8 @@ struct opts {
 	enum mode mode;
 	int chat;
 	const char *system;
-	const char *template_name;	/* --chat-template */
+	const char *history_path;	/* --history */
+	struct cpq_history history;	/* its messages */
 	int info, stats, prometheus;
 	int progress;			/* --progress */
 	char **args;			/* prompt words */
@@ -134,10 +141,14 @@ usage(FILE *f)
 	    "picks)\n"
 	    "  -s, --stop STR           stop when the output ends with STR "
 	    "(up to %u)\n"
-	    "      --chat               apply the model's chat template\n"
+	    "      --chat               send the prompt as the user's turn of "
+	    "a\n"
+	    "                           conversation, in the model's chat "
+	    "template\n"
 	    "      --system TEXT        system message (implies --chat)\n"
-	    "      --chat-template NAME this format, not the model's "
-	    "(implies --chat)\n"
+	    "      --history FILE       earlier turns, a JSON array of "
+	    "{\"role\", \"content\"}\n"
+	    "                           objects (implies --chat)\n"
 	    "      --ids                print the generated token ids, not "
 	    "text\n"
 	    "      --json               print one JSON object per event\n"
@@ -206,7 +217,7 @@ parse_float(const char *s, double lo, double hi, int open_lo, float *out)
 enum {
 	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
-	OPT_CHAT_TEMPLATE, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
+	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
 	OPT_PROGRESS,
 };
 
@@ -226,6 +237,7 @@ static const struct option longopts[] = {
 	{ "system", required_argument, NULL, OPT_SYSTEM },
 	{ "chat", no_argument, NULL, OPT_CHAT },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
+	{ "history", required_argument, NULL, OPT_HISTORY },
 	{ "info", no_argument, NULL, OPT_INFO },
 	{ "stats", no_argument, NULL, OPT_STATS },
 	{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
@@ -233,17 +245,6 @@ static const struct option longopts[] = {
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
-
-/* The known chat formats, for messages: "chatml, llama2, ...". */
-static void
-print_formats(FILE *f)
-{
-	int k;
-
-	for (k = CHAT_UNKNOWN + 1; k < CHAT_KIND_COUNT; k++)
-		fprintf(f, "%s%s", k > CHAT_UNKNOWN + 1 ? ", " : "",
-		    chat_name((enum chat_kind)k));
-}
 
 static int
 add_stop(struct opts *o, const char *s)
@@ -352,14 +353,13 @@ parse_args(int argc, char **argv, struct opts *o)
 			o->chat = 1;
 			break;
 		case OPT_CHAT_TEMPLATE:
-			if (chat_from_name(a) == CHAT_UNKNOWN) {
-				fprintf(stderr, "cpq: --chat-template: unknown "
-				    "format '%s'; known: ", a);
-				print_formats(stderr);
-				fputc('\n', stderr);
-				return -EINVAL;
-			}
-			o->template_name = a;
+			fprintf(stderr, "cpq: --chat-template: the daemon "
+			    "renders chat templates; name the format with the "
+			    "chat_template key of cpd.yaml (or cpd "
+			    "--chat-template)\n");
+			return -EINVAL;
+		case OPT_HISTORY:
+			o->history_path = a;
 			o->chat = 1;
 			break;
 		case OPT_INFO:
@@ -425,96 +425,11 @@ usage:
 
 /* ---- JSON output ----------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence (RFC 3629) at s[0..n), 0 if invalid. */
-static size_t
-utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
-	size_t len, i;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		len = 2;
-	else if (c >= 0xe0 && c <= 0xef)
-		len = 3;
-	else if (c >= 0xf0 && c <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	/* No overlong forms, no surrogates, nothing past U+10FFFF. */
-	if (c == 0xe0)
-		lo = 0xa0;
-	else if (c == 0xed)
-		hi = 0x9f;
-	else if (c == 0xf0)
-		lo = 0x90;
-	else if (c == 0xf4)
-		hi = 0x8f;
-	if (n < len || s[1] < lo || s[1] > hi)
-		return 0;
-	for (i = 2; i < len; i++)
-		if (s[i] < 0x80 || s[i] > 0xbf)
-			return 0;
-	return len;
-}
-
-/*
- * s[0..n) as a JSON string: control characters escaped, valid UTF-8 kept,
- * each byte of an invalid sequence written as U+FFFD.
- */
-static void
-json_string(FILE *f, const char *str, size_t n)
-{
-	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0, len;
-
-	putc('"', f);
-	while (i < n) {
-		unsigned char c = s[i];
-
-		if (c >= 0x80) {
-			if ((len = utf8_seq(s + i, n - i)) == 0) {
-				fputs("\\ufffd", f);
-				len = 1;
-			} else {
-				fwrite(s + i, 1, len, f);
-			}
-			i += len;
-			continue;
-		}
-		switch (c) {
-		case '"':
-			fputs("\\\"", f);
-			break;
-		case '\\':
-			fputs("\\\\", f);
-			break;
-		case '\n':
-			fputs("\\n", f);
-			break;
-		case '\r':
-			fputs("\\r", f);
-			break;
-		case '\t':
-			fputs("\\t", f);
-			break;
-		default:
-			if (c < 0x20 || c == 0x7f)
-				fprintf(f, "\\u%04x", c);
-			else
-				putc(c, f);
-		}
-		i++;
-	}
-	putc('"', f);
-}
-
 static void
 json_key_str(FILE *f, const char *key, const char *val, int comma)
 {
 	fprintf(f, "%s\"%s\":", comma ? "," : "", key);
-	json_string(f, val, strlen(val));
+	cpq_json_string(f, val, strlen(val));
 }
 
 /* A number, or null when it is not finite. */
@@ -1034,51 +949,87 @@ get_prompt(const struct opts *o, size_t max, char **out, size_t *len)
 }
 
 /*
- * The chat format to apply: --chat-template's, else the model's.  0 and
- * *kind, or EXIT_DAEMON with the message printed.
+ * Reads and parses the --history file (at most CP_ARENA_MAX bytes, more
+ * than any daemon takes); 0 or EXIT_USAGE with the message printed.
  */
 static int
-pick_chat(const struct opts *o, const struct cp_model_info *mi,
-    enum chat_kind *kind)
+read_history(struct opts *o)
 {
-	const char *name = o->template_name ? o->template_name :
-	    mi->chat_template;
+	char err[256], *text;
+	size_t len;
+	int fd, r;
 
-	if ((*kind = chat_from_name(name)) != CHAT_UNKNOWN)
-		return 0;
-	if (name[0] == '\0')
-		fprintf(stderr, "cpq: --chat: the chat template of model '%s' "
-		    "is not one cpd recognises\n", mi->name);
-	else
-		fprintf(stderr, "cpq: --chat: model '%s' has chat template "
-		    "'%s', which cpq cannot apply\n", mi->name, name);
-	fputs("cpq: name a format with --chat-template: ", stderr);
-	print_formats(stderr);
-	fputc('\n', stderr);
-	return EXIT_DAEMON;
+	if ((fd = open(o->history_path, O_RDONLY | O_CLOEXEC)) < 0) {
+		fprintf(stderr, "cpq: --history: %s: %s\n", o->history_path,
+		    strerror(errno));
+		return EXIT_USAGE;
+	}
+	r = read_all(fd, CP_ARENA_MAX, &text, &len);
+	close(fd);
+	if (r < 0) {
+		fprintf(stderr, "cpq: --history: %s: %s\n", o->history_path,
+		    r == -EFBIG ? "larger than 64 MiB" : strerror(-r));
+		return EXIT_USAGE;
+	}
+	/* Room for --system and the prompt besides. */
+	r = cpq_history_parse(text, len, CP_CHAT_MAX_MSGS - 2, &o->history,
+	    err, sizeof(err));
+	free(text);
+	if (r == -EINVAL) {
+		fprintf(stderr, "cpq: --history: %s: %s\n", o->history_path,
+		    err);
+		return EXIT_USAGE;
+	}
+	if (r < 0) {
+		fprintf(stderr, "cpq: --history: %s\n", strerror(-r));
+		return EXIT_USAGE;
+	}
+	return 0;
 }
 
-/* Replaces *prompt with itself in chat format kind; 0 or EXIT_DAEMON. */
+/*
+ * The conversation --chat sends: the system message, the history, the
+ * prompt as the user's turn, in *msgs (malloc'd; contents borrowed from o
+ * and prompt) and *n; 0 or EXIT_DAEMON.
+ */
 static int
-apply_chat(const struct opts *o, enum chat_kind kind, char **prompt,
-    size_t *len)
+chat_messages(const struct opts *o, const char *prompt, size_t len,
+    struct cp_message **msgs, size_t *n)
 {
-	size_t sys_len = o->system ? strlen(o->system) : 0;
-	int64_t n;
-	char *buf;
+	struct cp_message *m;
+	size_t k = 0;
 
-	n = chat_format(kind, o->system, sys_len, *prompt, *len, NULL, 0);
-	if (n < 0 || (uint64_t)n >= SIZE_MAX ||
-	    (buf = malloc((size_t)n + 1)) == NULL) {
-		fprintf(stderr, "cpq: --chat: prompt too large\n");
+	m = calloc(o->history.n + 2, sizeof(*m));
+	if (m == NULL) {
+		fprintf(stderr, "cpq: out of memory\n");
 		return EXIT_DAEMON;
 	}
-	chat_format(kind, o->system, sys_len, *prompt, *len, buf,
-	    (size_t)n + 1);
-	free(*prompt);
-	*prompt = buf;
-	*len = (size_t)n;
+	if (o->system != NULL) {
+		m[k].role = CP_CHAT_SYSTEM;
+		m[k].content = o->system;
+		m[k++].len = strlen(o->system);
+	}
+	if (o->history.n > 0)
+		memcpy(m + k, o->history.msgs, o->history.n * sizeof(*m));
+	k += o->history.n;
+	m[k].role = CP_CHAT_USER;
+	m[k].content = prompt;
+	m[k++].len = len;
+	*msgs = m;
+	*n = k;
 	return 0;
+}
+
+/* A model without a chat template: 0, or EXIT_DAEMON with the reason. */
+static int
+check_chat(const struct cp_model_info *mi)
+{
+	if (mi->chat_template[0] != '\0')
+		return 0;
+	fprintf(stderr, "cpq: --chat: model '%s' has no chat template cpd "
+	    "knows; name its format with the chat_template key of cpd.yaml "
+	    "(or cpd --chat-template)\n", mi->name);
+	return EXIT_DAEMON;
 }
 
 /* ---- streaming ------------------------------------------------------ */
@@ -1147,7 +1098,7 @@ on_token(struct run *r, enum mode mode, const struct cp_event *ev)
 		else
 			fputs("null", stdout);
 		fputs(",\"text\":", stdout);
-		json_string(stdout, ev->text, ev->text_len);
+		cpq_json_string(stdout, ev->text, ev->text_len);
 		json_num(stdout, "logprob", ev->logprob, "%.9g");
 		printf(",\"t_ms\":%.3f}\n", ms_between(r->t_submit, t));
 		break;
@@ -1189,14 +1140,14 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 			json_key_str(stdout, "finish", finish_name(ev->finish),
 			    1);
 			fputs(",\"text\":", stdout);
-			json_string(stdout, ev->text, ev->text_len);
+			cpq_json_string(stdout, ev->text, ev->text_len);
 			printf(",\"n_cached\":%u", ev->n_cached);
 		} else {
 			printf("{\"event\":\"error\",\"error\":%d", ev->error);
 			json_key_str(stdout, "error_text",
 			    cp_strerror(ev->error), 1);
 			fputs(",\"message\":", stdout);
-			json_string(stdout, ev->text, ev->text_len);
+			cpq_json_string(stdout, ev->text, ev->text_len);
 		}
 		printf(",\"n_prompt\":%u,\"n_gen\":%u", ev->n_prompt,
 		    ev->n_gen);
@@ -1294,15 +1245,24 @@ stream(struct cp_client *c, const struct opts *o, int id, size_t len,
 	}
 }
 
-/* Submits the prompt and streams its events; returns the exit status. */
+/*
+ * Submits the prompt, or with --chat the conversation ending with it, and
+ * streams its events; returns the exit status.
+ */
 static int
 generate(struct cp_client *c, const struct opts *o, const char *prompt,
     size_t len)
 {
 	struct cp_model_info mi;
 	struct cp_params p = o->p;
+	struct cp_message *msgs = NULL;
+	size_t n_msgs = 0;
 	struct run r;
 	int id;
+
+	if (o->chat && (id = chat_messages(o, prompt, len, &msgs,
+	    &n_msgs)) != 0)
+		return id;
 
 	memset(&r, 0, sizeof(r));
 	r.last_byte = -1;
@@ -1310,12 +1270,23 @@ generate(struct cp_client *c, const struct opts *o, const char *prompt,
 	    o->progress);
 	submitted = 1;
 	r.t_submit = now_ns();
-	id = cp_submit(c, prompt, len, &p);
+	id = o->chat ? cp_submit_chat(c, msgs, n_msgs, &p) :
+	    cp_submit(c, prompt, len, &p);
+	free(msgs);
 	if (id == -E2BIG) {
 		cp_model_info(c, &mi);
-		fprintf(stderr, "cpq: the prompt (%zu bytes) is longer than "
-		    "the daemon accepts (%u bytes)\n", len,
+		fprintf(stderr, "cpq: the %s is longer than the daemon accepts "
+		    "(%u bytes)\n", o->chat ? "conversation" : "prompt",
 		    mi.max_prompt_bytes);
+		return EXIT_DAEMON;
+	}
+	if (id == -EOPNOTSUPP && o->chat) {
+		fprintf(stderr, "cpq: --chat: this daemon takes no chat "
+		    "requests (a cpd older than the chat protocol)\n");
+		return EXIT_DAEMON;
+	}
+	if (id == -EINVAL && o->chat) {
+		fprintf(stderr, "cpq: --chat: the prompt is not UTF-8\n");
 		return EXIT_DAEMON;
 	}
 	if (id < 0) {
@@ -1358,7 +1329,6 @@ main(int argc, char **argv)
 {
 	struct cp_client *c = NULL;
 	struct cp_model_info mi;
-	enum chat_kind kind = CHAT_UNKNOWN;
 	struct sigaction sa;
 	struct opts o;
 	char path[4096], *prompt = NULL;
@@ -1372,6 +1342,8 @@ main(int argc, char **argv)
 	}
 	if (rc < 0)
 		return EXIT_USAGE;
+	if (o.history_path != NULL && (rc = read_history(&o)) != 0)
+		return rc;
 	/* SA_RESTART: a signal never cuts a write to standard output short. */
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_sigint;
@@ -1383,10 +1355,11 @@ main(int argc, char **argv)
 		fprintf(stderr, "cpq: socket path too long: %s\n",
 		    o.socket != NULL && *o.socket != '\0' ? o.socket :
 		    "(from the environment)");
-		return EXIT_USAGE;
+		rc = EXIT_USAGE;
+		goto out;
 	}
 	if ((rc = connect_daemon(path, &c)) != 0)
-		return rc;
+		goto out;
 	cp_model_info(c, &mi);
 	if (o.info || o.stats) {
 		if (o.info)
@@ -1396,7 +1369,7 @@ main(int argc, char **argv)
 		goto out;
 	}
 	/* The chat template is checked before anyone types a prompt. */
-	if (o.chat && (rc = pick_chat(&o, &mi, &kind)) != 0)
+	if (o.chat && (rc = check_chat(&mi)) != 0)
 		goto out;
 	if ((rc = get_prompt(&o, mi.max_prompt_bytes, &prompt, &len)) != 0)
 		goto out;
@@ -1405,8 +1378,6 @@ main(int argc, char **argv)
 		rc = EXIT_USAGE;
 		goto out;
 	}
-	if (o.chat && (rc = apply_chat(&o, kind, &prompt, &len)) != 0)
-		goto out;
 	rc = generate(c, &o, prompt, len);
 out:
 	if (fflush(stdout) == EOF || ferror(stdout)) {
@@ -1415,6 +1386,7 @@ out:
 			rc = EXIT_DAEMON;
 	}
 	free(prompt);
+	cpq_history_free(&o.history);
 	cp_close(c);
 	return rc;
 }

@@ -10,9 +10,11 @@
  * prompt (finish "stop"), after max_tokens ("length") or when the output
  * ends with a stop string (the stop string included), and fails prompts
  * that start with "!error".  So the expected output of every request is
- * the prompt, or a prefix of it, worked out by hand.  The expected chat
+ * the prompt, or a prefix of it, worked out by hand.  A chat request is
+ * rendered by the daemon's renderer (daemon/chatwire.c) in the template
+ * the daemon's configuration names, and echoed: the expected chat
  * prompts are llama.cpp's llama_chat_apply_template() output, as in
- * check_chat.c.
+ * check_chat.c and lib/chat_goldens.h.
  */
 #include <check.h>
 #include <errno.h>
@@ -29,6 +31,7 @@
 #include <unistd.h>
 
 #include "cp_proto.h"
+#include "lib/chat_goldens.h"
 #include "lib/clock.h"
 #include "lib/cpd_harness.h"
 #include "lib/cpq_run.h"
@@ -379,31 +382,37 @@ START_TEST(test_chat)
 	    "<end_of_turn>\n<start_of_turn>model\n";
 	const char *a1[] = { "--socket", NULL, "--chat", "--system",
 	    "You are a helpful assistant", "Hello", NULL };
-	const char *a2[] = { "--socket", NULL, "--chat-template", "llama3",
-	    "--system", " \tBe brief.\n", "Hi\n", NULL };
-	const char *a3[] = { "--socket", NULL, "--chat-template", "gemma",
-	    NULL };
+	const char *a2[] = { "--socket", NULL, "--system", " \tBe brief.\n",
+	    "Hi\n", NULL };
+	const char *a3[] = { "--socket", NULL, "--chat", NULL };
 	const char *a4[] = { "--socket", NULL, "--chat", "Hello", NULL };
 	struct cq_buf out, err;
-	struct hd d;
+	struct hd d, d2, d3;
 
 	cq_start(&d, "chatml", 50);
-	a1[1] = a2[1] = a3[1] = a4[1] = d.path;
+	a1[1] = a4[1] = d.path;
 	ck_assert_int_eq(cq_run(a1, &out, &err), 0);
 	ck_assert_str_eq(out.p, chatml);
 	ck_assert_str_eq(err.p, "");
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 
+	/* The daemon's template decides: the same options, other daemons. */
+	cq_start(&d2, "llama3", 50);
+	a2[1] = d2.path;
 	ck_assert_int_eq(cq_run(a2, &out, &err), 0);
 	ck_assert_str_eq(out.p, llama3);
 	cq_buf_free(&out);
 	cq_buf_free(&err);
+	hd_stop(&d2);
 
+	cq_start(&d3, "gemma", 50);
+	a3[1] = d3.path;
 	ck_assert_int_eq(cq_run_in(a3, "  Who are you?\n", 15, &out, &err), 0);
 	ck_assert_str_eq(out.p, gemma);
 	cq_buf_free(&out);
 	cq_buf_free(&err);
+	hd_stop(&d3);
 
 	/* Without --system: no system turn. */
 	ck_assert_int_eq(cq_run(a4, &out, &err), 0);
@@ -415,32 +424,134 @@ START_TEST(test_chat)
 }
 END_TEST
 
-/* A model without a recognised template: exit 1 before reading the prompt. */
+/*
+ * --history: llama.cpp's conversation (lib/chat_goldens.h) but its last
+ * turn from a JSON file, the last turn as the prompt, to a daemon
+ * rendering format _i: llama.cpp's rendering of the whole conversation.
+ */
+START_TEST(test_chat_history)
+{
+	const struct chat_golden *g = &llamacpp_goldens[_i];
+	const char *args[] = { "--socket", NULL, "--history", NULL,
+	    conv_llamacpp[CONV_LLAMACPP_N - 1].content, NULL };
+	static const char *const role[] = { "system", "user", "assistant" };
+	struct cq_buf out, err;
+	char path[300];
+	FILE *f;
+	struct hd d;
+
+	ck_assert_int_eq(conv_llamacpp[CONV_LLAMACPP_N - 1].role,
+	    CHAT_ROLE_USER);
+	cq_start(&d, chat_name(g->kind), 20);
+	snprintf(path, sizeof(path), "%s/history.json", d.dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	/* The contents hold no character JSON escapes. */
+	fputs("[\n", f);
+	for (int i = 0; i < CONV_LLAMACPP_N - 1; i++)
+		fprintf(f, "  {\"role\": \"%s\", \"content\": \"%s\"}%s\n",
+		    role[conv_llamacpp[i].role], conv_llamacpp[i].content,
+		    i < CONV_LLAMACPP_N - 2 ? "," : "");
+	fputs("]\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	args[1] = d.path;
+	args[3] = path;
+	ck_assert_int_eq(cq_run(args, &out, &err), 0);
+	ck_assert_msg(strcmp(out.p, g->prompt) == 0, "%s:\n%s\nwant\n%s",
+	    chat_name(g->kind), out.p, g->prompt);
+	ck_assert_str_eq(err.p, "");
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+	hd_stop(&d);
+}
+END_TEST
+
+/* A --history file that is not the expected JSON: exit 2, where and why. */
+START_TEST(test_chat_history_bad)
+{
+	static const struct {
+		const char *text, *want;
+	} bad[] = {
+		{ "", "line 1, column 1: expected '['" },
+		{ "[{\"role\": \"user\"}]", "message 1 has no \"content\"" },
+		{ "[\n {\"role\": \"bot\", \"content\": \"x\"}]",
+		    "line 2, column 3: message 1: role 'bot'" },
+		{ "[{\"role\": \"user\", \"content\": \"x\"},]",
+		    "line 1, column 35: expected '{'" },
+		{ "[{\"role\": \"user\", \"content\": \"\xc0\xaf\"}]",
+		    "not UTF-8" },
+	};
+	const char *args[] = { "--socket", "/nonexistent/cpq-test/sock",
+	    "--history", NULL, "x", NULL };
+	struct cq_buf out, err;
+	char path[300];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/cpq-history-%ld.json", tmp_dir(),
+	    (long)getpid());
+	args[3] = path;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		fputs(bad[i].text, f);
+		ck_assert_int_eq(fclose(f), 0);
+		/* Before connecting: no daemon listens, the file is the error. */
+		ck_assert_int_eq(cq_run(args, &out, &err), 2);
+		ck_assert_msg(strstr(err.p, bad[i].want) != NULL &&
+		    strstr(err.p, path) != NULL, "stderr: %s, want %s", err.p,
+		    bad[i].want);
+		cq_buf_free(&out);
+		cq_buf_free(&err);
+	}
+	unlink(path);
+	args[3] = "/nonexistent/cpq-test/history.json";
+	ck_assert_int_eq(cq_run(args, &out, &err), 2);
+	ck_assert_ptr_nonnull(strstr(err.p, "No such file"));
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+}
+END_TEST
+
+/*
+ * A model without a recognised template: exit 1 before reading the
+ * prompt, naming the key that configures one.  A template the daemon
+ * names but cannot apply fails the request, with the daemon's message.
+ * cpq itself applies no template.
+ */
 START_TEST(test_chat_unknown)
 {
 	const char *a1[] = { "--socket", NULL, "--chat", NULL };
+	const char *a2[] = { "--socket", NULL, "--chat", "Hi", NULL };
+	const char *a3[] = { "--socket", NULL, "--chat-template", "chatml",
+	    "Hi", NULL };
 	struct cq_buf out, err;
 	struct hd d, d2;
 
 	cq_start(&d, "", 200);
-	a1[1] = d.path;
+	a1[1] = a3[1] = d.path;
 	/* stdin is /dev/null: had cpq read it first, it would say "empty". */
 	ck_assert_int_eq(cq_run(a1, &out, &err), 1);
 	ck_assert_str_eq(out.p, "");
-	ck_assert_ptr_nonnull(strstr(err.p, "mock-model"));
-	ck_assert_ptr_nonnull(strstr(err.p, "chat template"));
-	ck_assert_ptr_nonnull(strstr(err.p, "--chat-template"));
-	ck_assert_ptr_nonnull(strstr(err.p, "chatml"));
+	ck_assert_ptr_nonnull(strstr(err.p, "'mock-model'"));
+	ck_assert_ptr_nonnull(strstr(err.p, "no chat template"));
+	ck_assert_ptr_nonnull(strstr(err.p, "chat_template key of cpd.yaml"));
 	ck_assert_ptr_null(strstr(err.p, "empty"));
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+
+	ck_assert_int_eq(cq_run(a3, &out, &err), 2);
+	ck_assert_ptr_nonnull(strstr(err.p, "the daemon renders chat "
+	    "templates"));
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 	hd_stop(&d);
 
-	/* A name this cpq does not know (a newer daemon's, say) is named. */
 	cq_start(&d2, "falcon3", 200);
-	a1[1] = d2.path;
-	ck_assert_int_eq(cq_run(a1, &out, &err), 1);
-	ck_assert_ptr_nonnull(strstr(err.p, "'falcon3'"));
+	a2[1] = d2.path;
+	ck_assert_int_eq(cq_run(a2, &out, &err), 1);
+	ck_assert_str_eq(out.p, "");
+	ck_assert_msg(strstr(err.p, "chat: model 'mock-model' has no chat "
+	    "template cpd knows") != NULL, "stderr: %s", err.p);
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 	hd_stop(&d2);
@@ -538,7 +649,9 @@ static const char *const bad_args[][8] = {
 	{ "-x", "x" },
 	{ "x", "--temp" },
 	{ "" },
-	{ "--chat-template", "falcon3", "x" },
+	{ "--chat-template", "chatml", "x" },
+	{ "--history", "/nonexistent/cpq-test/h.json", "x" },
+	{ "--history" },
 };
 
 #define N_BAD	((int)(sizeof(bad_args) / sizeof(bad_args[0])))
@@ -884,6 +997,8 @@ cpq_suite(void)
 	};
 	const struct suite_test chat[] = {
 		{ test_chat, 0, 0 },
+		{ test_chat_history, 0, LLAMACPP_GOLDENS_N },
+		{ test_chat_history_bad, 0, 0 },
 		{ test_chat_unknown, 0, 0 },
 		{ NULL, 0, 0 }
 	};
