@@ -47,36 +47,8 @@
 #include <unistd.h>
 
 #include "cp_proto.h"
+#include "cpq.h"
 #include "cpq_json.h"
-
-/* Exit statuses (cpq(1), EXIT STATUS). */
-#define EXIT_DAEMON	1	/* the daemon refused or failed the request */
-#define EXIT_USAGE	2	/* bad arguments */
-#define EXIT_NO_DAEMON	3	/* nothing listens on the socket */
-#define EXIT_INTR	130	/* interrupted (SIGINT) */
-
-#define WAIT_SLICE_MS	100	/* longest wait before looking at the flags */
-#define CANCEL_WAIT_MS	2000	/* after cancelling, wait this long for DONE */
-#define PROGRESS_BYTES	1024	/* shorter prompts show no prefill line */
-#define PROGRESS_MS	500	/* prefill line after this long, no token */
-
-enum mode { MODE_TEXT, MODE_IDS, MODE_JSON };
-
-struct opts {
-	const char *socket;
-	struct cp_params p;
-	const char *stops[CP_STOP_MAX];
-	size_t n_stop, stop_bytes;
-	enum mode mode;
-	int chat;
-	const char *system;
-	const char *history_path;	/* --history */
-	struct cpq_history history;	/* its messages */
-	int info, stats, prometheus;
-	int progress;			/* --progress */
-	char **args;			/* prompt words */
-	int n_args;
-};
 
 /* What the stream has seen, for the exit status and the timings. */
 struct run {
@@ -87,16 +59,25 @@ struct run {
 	int waiting_shown;	/* the prefill line is on stderr */
 	uint32_t prog_done;	/* latest PROGRESS: prompt tokens done ... */
 	uint32_t prog_total;	/* ... of this many; 0 before any */
+	struct cpq_text *answer;	/* text output collected, or NULL */
 };
 
-static volatile sig_atomic_t n_sigint;	/* SIGINTs since the submission */
-static volatile sig_atomic_t submitted;	/* a request may be in the daemon */
+volatile sig_atomic_t n_sigint;
+volatile sig_atomic_t submitted;
+volatile sig_atomic_t at_prompt;
 
-/* Before a submission nothing needs cancelling: leave at once. */
+/*
+ * Before a submission nothing needs cancelling: leave at once, unless a
+ * conversation waits for its next turn (cpq_chat.c sees the flag).
+ */
 static void
 on_sigint(int sig)
 {
 	(void)sig;
+	if (at_prompt) {
+		n_sigint = 1;
+		return;
+	}
 	if (!submitted || ++n_sigint >= 2)
 		_exit(EXIT_INTR);
 }
@@ -149,6 +130,10 @@ usage(FILE *f)
 	    "      --history FILE       earlier turns, a JSON array of "
 	    "{\"role\", \"content\"}\n"
 	    "                           objects (implies --chat)\n"
+	    "                           --chat on a terminal without a prompt: "
+	    "a\n"
+	    "                           conversation (Ctrl-C stops an answer, "
+	    "Ctrl-D ends)\n"
 	    "      --ids                print the generated token ids, not "
 	    "text\n"
 	    "      --json               print one JSON object per event\n"
@@ -859,8 +844,7 @@ print_stats(struct cp_client *c, enum mode mode, int prom)
 
 /* ---- the prompt ----------------------------------------------------- */
 
-/* Reads fd to its end, at most max bytes; 0, -EFBIG or -errno. */
-static int
+int
 read_all(int fd, size_t max, char **out, size_t *len)
 {
 	size_t cap = 4096, n = 0;
@@ -948,90 +932,6 @@ get_prompt(const struct opts *o, size_t max, char **out, size_t *len)
 	return 0;
 }
 
-/*
- * Reads and parses the --history file (at most CP_ARENA_MAX bytes, more
- * than any daemon takes); 0 or EXIT_USAGE with the message printed.
- */
-static int
-read_history(struct opts *o)
-{
-	char err[256], *text;
-	size_t len;
-	int fd, r;
-
-	if ((fd = open(o->history_path, O_RDONLY | O_CLOEXEC)) < 0) {
-		fprintf(stderr, "cpq: --history: %s: %s\n", o->history_path,
-		    strerror(errno));
-		return EXIT_USAGE;
-	}
-	r = read_all(fd, CP_ARENA_MAX, &text, &len);
-	close(fd);
-	if (r < 0) {
-		fprintf(stderr, "cpq: --history: %s: %s\n", o->history_path,
-		    r == -EFBIG ? "larger than 64 MiB" : strerror(-r));
-		return EXIT_USAGE;
-	}
-	/* Room for --system and the prompt besides. */
-	r = cpq_history_parse(text, len, CP_CHAT_MAX_MSGS - 2, &o->history,
-	    err, sizeof(err));
-	free(text);
-	if (r == -EINVAL) {
-		fprintf(stderr, "cpq: --history: %s: %s\n", o->history_path,
-		    err);
-		return EXIT_USAGE;
-	}
-	if (r < 0) {
-		fprintf(stderr, "cpq: --history: %s\n", strerror(-r));
-		return EXIT_USAGE;
-	}
-	return 0;
-}
-
-/*
- * The conversation --chat sends: the system message, the history, the
- * prompt as the user's turn, in *msgs (malloc'd; contents borrowed from o
- * and prompt) and *n; 0 or EXIT_DAEMON.
- */
-static int
-chat_messages(const struct opts *o, const char *prompt, size_t len,
-    struct cp_message **msgs, size_t *n)
-{
-	struct cp_message *m;
-	size_t k = 0;
-
-	m = calloc(o->history.n + 2, sizeof(*m));
-	if (m == NULL) {
-		fprintf(stderr, "cpq: out of memory\n");
-		return EXIT_DAEMON;
-	}
-	if (o->system != NULL) {
-		m[k].role = CP_CHAT_SYSTEM;
-		m[k].content = o->system;
-		m[k++].len = strlen(o->system);
-	}
-	if (o->history.n > 0)
-		memcpy(m + k, o->history.msgs, o->history.n * sizeof(*m));
-	k += o->history.n;
-	m[k].role = CP_CHAT_USER;
-	m[k].content = prompt;
-	m[k++].len = len;
-	*msgs = m;
-	*n = k;
-	return 0;
-}
-
-/* A model without a chat template: 0, or EXIT_DAEMON with the reason. */
-static int
-check_chat(const struct cp_model_info *mi)
-{
-	if (mi->chat_template[0] != '\0')
-		return 0;
-	fprintf(stderr, "cpq: --chat: model '%s' has no chat template cpd "
-	    "knows; name its format with the chat_template key of cpd.yaml "
-	    "(or cpd --chat-template)\n", mi->name);
-	return EXIT_DAEMON;
-}
-
 /* ---- streaming ------------------------------------------------------ */
 
 /* The prefill line on stderr: the latest progress, else the time waited. */
@@ -1081,6 +981,7 @@ on_token(struct run *r, enum mode mode, const struct cp_event *ev)
 	r->t_last = t;
 	switch (mode) {
 	case MODE_TEXT:
+		cpq_text_add(r->answer, ev->text, ev->text_len);
 		fwrite(ev->text, 1, ev->text_len, stdout);
 		if (ev->text_len > 0)
 			r->last_byte =
@@ -1130,6 +1031,7 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 	 */
 	if (ev->type == CP_EVENT_DONE && mode == MODE_TEXT &&
 	    ev->text_len > 0) {
+		cpq_text_add(r->answer, ev->text, ev->text_len);
 		fwrite(ev->text, 1, ev->text_len, stdout);
 		r->last_byte = (unsigned char)ev->text[ev->text_len - 1];
 	}
@@ -1245,47 +1147,38 @@ stream(struct cp_client *c, const struct opts *o, int id, size_t len,
 	}
 }
 
-/*
- * Submits the prompt, or with --chat the conversation ending with it, and
- * streams its events; returns the exit status.
- */
-static int
-generate(struct cp_client *c, const struct opts *o, const char *prompt,
-    size_t len)
+int
+generate(struct cp_client *c, const struct opts *o,
+    const struct cp_message *msgs, size_t n_msgs, const char *prompt,
+    size_t len, struct cpq_text *answer)
 {
 	struct cp_model_info mi;
 	struct cp_params p = o->p;
-	struct cp_message *msgs = NULL;
-	size_t n_msgs = 0;
 	struct run r;
 	int id;
 
-	if (o->chat && (id = chat_messages(o, prompt, len, &msgs,
-	    &n_msgs)) != 0)
-		return id;
-
 	memset(&r, 0, sizeof(r));
+	r.answer = answer;
 	r.last_byte = -1;
 	p.progress = show_prefill(o, len) || (o->mode == MODE_JSON &&
 	    o->progress);
 	submitted = 1;
 	r.t_submit = now_ns();
-	id = o->chat ? cp_submit_chat(c, msgs, n_msgs, &p) :
+	id = msgs != NULL ? cp_submit_chat(c, msgs, n_msgs, &p) :
 	    cp_submit(c, prompt, len, &p);
-	free(msgs);
 	if (id == -E2BIG) {
 		cp_model_info(c, &mi);
 		fprintf(stderr, "cpq: the %s is longer than the daemon accepts "
-		    "(%u bytes)\n", o->chat ? "conversation" : "prompt",
+		    "(%u bytes)\n", msgs != NULL ? "conversation" : "prompt",
 		    mi.max_prompt_bytes);
 		return EXIT_DAEMON;
 	}
-	if (id == -EOPNOTSUPP && o->chat) {
+	if (id == -EOPNOTSUPP && msgs != NULL) {
 		fprintf(stderr, "cpq: --chat: this daemon takes no chat "
 		    "requests (a cpd older than the chat protocol)\n");
 		return EXIT_DAEMON;
 	}
-	if (id == -EINVAL && o->chat) {
+	if (id == -EINVAL && msgs != NULL) {
 		fprintf(stderr, "cpq: --chat: the prompt is not UTF-8\n");
 		return EXIT_DAEMON;
 	}
@@ -1371,6 +1264,10 @@ main(int argc, char **argv)
 	/* The chat template is checked before anyone types a prompt. */
 	if (o.chat && (rc = check_chat(&mi)) != 0)
 		goto out;
+	if (o.chat && o.n_args == 0 && isatty(0)) {
+		rc = chat_loop(c, &o);
+		goto out;
+	}
 	if ((rc = get_prompt(&o, mi.max_prompt_bytes, &prompt, &len)) != 0)
 		goto out;
 	if (len == 0) {
@@ -1378,7 +1275,8 @@ main(int argc, char **argv)
 		rc = EXIT_USAGE;
 		goto out;
 	}
-	rc = generate(c, &o, prompt, len);
+	rc = o.chat ? chat_once(c, &o, prompt, len) :
+	    generate(c, &o, NULL, 0, prompt, len, NULL);
 out:
 	if (fflush(stdout) == EOF || ferror(stdout)) {
 		fprintf(stderr, "cpq: standard output: %s\n", strerror(errno));

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -980,6 +981,112 @@ START_TEST(test_progress_line_on_tty)
 }
 END_TEST
 
+/*
+ * Reads the terminal's master m into b until needle shows at or after
+ * b->p + *from; then *from is the offset just past it.  1, or 0 after
+ * timeout_ms.
+ */
+static int
+pty_until(int m, struct cq_buf *b, size_t *from, const char *needle,
+    int timeout_ms)
+{
+	uint64_t end = clock_ms() + (uint64_t)timeout_ms;
+	struct pollfd pfd = { .fd = m, .events = POLLIN };
+	const char *q;
+	char buf[512];
+	ssize_t k;
+
+	for (;;) {
+		if (b->p != NULL && (q = strstr(b->p + *from, needle)) != NULL) {
+			*from = (size_t)(q - b->p) + strlen(needle);
+			return 1;
+		}
+		if (clock_ms() >= end)
+			return 0;
+		if (poll(&pfd, 1, 50) == 1 && (k = read(m, buf,
+		    sizeof(buf))) > 0)
+			cq_buf_add(b, buf, (size_t)k);
+	}
+}
+
+/*
+ * --chat on a terminal without a prompt is a conversation: each line a
+ * turn whose answer (the mock echoes the ChatML text the daemon renders,
+ * so the answer shows what was sent) joins the history; Ctrl-C mid-answer
+ * cancels it in the daemon and drops that turn; Ctrl-D ends, status 0.
+ */
+START_TEST(test_chat_conversation_on_tty)
+{
+	/* llama_chat_apply_template("chatml") of the turns, as the mock
+	 * echoes them (the terminal writes each "\n" as "\r\n"). */
+	static const char turn1[] = "<|im_start|>user\r\nHello<|im_end|>\r\n"
+	    "<|im_start|>assistant\r\n";
+	struct cq_buf b = { 0 };
+	struct cp_wire_stats st;
+	size_t at = 0, t3;
+	char path[300];
+	int m, st_exit;
+	pid_t pid;
+	struct hd d;
+
+	cq_start(&d, "chatml", 5000);
+	snprintf(path, sizeof(path), "%s", d.path);
+	pid = forkpty(&m, NULL, NULL, NULL);
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl(cq_cpq_path, "cpq", "--socket", path, "--chat",
+		    (char *)NULL);
+		_exit(127);
+	}
+	fcntl(m, F_SETFL, fcntl(m, F_GETFL) | O_NONBLOCK);
+	ck_assert(pty_until(m, &b, &at, ">>> ", 5000));
+	ck_assert_int_eq(write(m, "Hello\n", 6), 6);
+	ck_assert_msg(pty_until(m, &b, &at, turn1, 10000), "tty: %s", b.p);
+	ck_assert(pty_until(m, &b, &at, ">>> ", 5000));
+
+	/* Turn 2 sends turn 1 and its answer first: Ctrl-C inside them. */
+	ck_assert_int_eq(write(m, "Again\n", 6), 6);
+	ck_assert(pty_until(m, &b, &at, "Again\r\n", 5000));
+	ck_assert_msg(pty_until(m, &b, &at, "user\r\nHello", 10000),
+	    "tty: %s", b.p);
+	ck_assert_int_eq(write(m, "\x03", 1), 1);
+	ck_assert(pty_until(m, &b, &at, ">>> ", 5000));
+	ck_assert_ptr_null(strstr(b.p + at - 40, "user\r\nAgain"));
+	ck_assert_int_eq(hd_stats(&d, &st), 0);
+	ck_assert_uint_eq(st.requests_active, 0);
+
+	/* Turn 3: turn 1 and its answer, not the cancelled turn 2. */
+	ck_assert_int_eq(write(m, "Bye\n", 4), 4);
+	t3 = at;
+	ck_assert(pty_until(m, &b, &at, "<|im_start|>user\r\nBye<|im_end|>"
+	    "\r\n<|im_start|>assistant\r\n", 10000));
+	ck_assert(pty_until(m, &b, &at, ">>> ", 5000));
+	{
+		const char *a = strstr(b.p + t3, "<|im_start|>user");
+
+		ck_assert_ptr_nonnull(a);
+		/* The history: turn 1, its answer (turn 1's text echoed) as
+		 * the assistant's turn, then turn 3. */
+		ck_assert_msg(strncmp(a, "<|im_start|>user\r\nHello<|im_end|>"
+		    "\r\n<|im_start|>assistant\r\n<|im_start|>user\r\n"
+		    "Hello<|im_end|>\r\n<|im_start|>assistant\r\n<|im_end|>"
+		    "\r\n<|im_start|>user\r\nBye", 128) == 0, "turn 3: %s",
+		    a);
+		ck_assert_ptr_null(strstr(a, "Again"));
+	}
+	ck_assert_int_eq(write(m, "\x04", 1), 1);
+	ck_assert_int_eq(waitpid(pid, &st_exit, 0), pid);
+	ck_assert_msg(WIFEXITED(st_exit) && WEXITSTATUS(st_exit) == 0,
+	    "status %d, tty: %s", st_exit, b.p);
+	ck_assert_int_eq(hd_stats(&d, &st), 0);
+	ck_assert_uint_eq(st.requests_total, 3);
+	ck_assert_uint_eq(st.requests_active, 0);
+	close(m);
+	cq_buf_free(&b);
+	hd_stop(&d);
+}
+END_TEST
+
 Suite *
 cpq_suite(void)
 {
@@ -1022,6 +1129,7 @@ cpq_suite(void)
 #endif
 		{ test_wait_line_on_tty, 0, 0 },
 		{ test_progress_line_on_tty, 0, 0 },
+		{ test_chat_conversation_on_tty, 0, 0 },
 		{ NULL, 0, 0 }
 	};
 	const struct suite_case tcases[] = {
