@@ -268,10 +268,10 @@ check: deps
 LINT_SRCS = $(wildcard engine/*.c engine/cpmodel/*.c kernels/cpu/*.c daemon/*.c \
 	libclient/*.c tests/*.c tests/lib/*.c tests/bench/*.c)
 # tools/check_layers.sh: kernels/ includes nothing above it, engine/ no
-# daemon/ or libclient/ header, and libcpclient uses no engine symbol (cpq
-# only the chat templates'); it reads the built objects.
+# daemon/ or libclient/ header, and no libclient/ object (libcpclient's or
+# cpq's) uses an engine symbol; it reads the built objects.
 .PHONY: lint
-lint: $(ENGINE_LIB) $(LIBCPCLIENT_OBJS) $(BUILD)/libclient/cpq.o
+lint: $(ENGINE_LIB) $(LIBCPCLIENT_OBJS) $(CPQ_OBJS)
 	tools/check_layers.sh $(BUILD) $(INCDIRS)
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
 		--inline-suppr --library=tests/cppcheck.cfg -D_GNU_SOURCE -D__GNUC__ $(addprefix -I,$(INCDIRS)) $(LINT_SRCS)

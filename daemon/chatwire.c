@@ -9,34 +9,12 @@
 #include <string.h>
 
 #include "cp_proto.h"
-#include "unicode.h"
 
 _Static_assert(CP_ROLE_SYSTEM == CHAT_ROLE_SYSTEM &&
     CP_ROLE_USER == CHAT_ROLE_USER &&
     CP_ROLE_ASSISTANT == CHAT_ROLE_ASSISTANT &&
     CP_ROLE_TOOL == CHAT_ROLE_TOOL && CP_ROLES == CHAT_ROLE_COUNT,
     "wire roles are chat.h's");
-
-/* Offset of the first byte of s[0..n) that is not valid UTF-8, or n. */
-static size_t
-utf8_bad(const uint8_t *s, size_t n)
-{
-	size_t i = 0, adv;
-
-	while (i < n) {
-		if (s[i] < 0x80) {
-			i++;
-			continue;
-		}
-		/* U+FFFD is also what a malformed sequence decodes to. */
-		if (uni_decode(s + i, n - i, &adv) == 0xfffd &&
-		    !(adv == 3 && s[i] == 0xef && s[i + 1] == 0xbf &&
-		    s[i + 2] == 0xbd))
-			return i;
-		i += adv;
-	}
-	return n;
-}
 
 /* Fills msgs[0..n) from the messages after the header; 0 or -EINVAL with e. */
 static int
@@ -63,7 +41,7 @@ parse_msgs(const uint8_t *b, size_t len, struct chat_msg *msgs, uint32_t n,
 			return cp_err_set(e, -EINVAL, "chat: message %u of "
 			    "%u bytes runs past the end of the %zu-byte block",
 			    i, m.len, len);
-		if ((bad = utf8_bad(b + off, m.len)) < m.len)
+		if ((bad = cp_utf8_bad(b + off, m.len)) < m.len)
 			return cp_err_set(e, -EINVAL, "chat: message %u is not "
 			    "valid UTF-8 at byte %zu", i, bad);
 		for (k = 0; k < pad; k++)

@@ -627,4 +627,60 @@ cp_seg_layout(uint32_t sq_entries, uint32_t cq_entries, uint32_t arena_bytes,
 	return 0;
 }
 
+/*
+ * ---- UTF-8 ----------------------------------------------------------------
+ * What "valid UTF-8" means wherever the protocol asks for it (a chat
+ * block's contents): RFC 3629, so no overlong form, no surrogate, nothing
+ * past U+10FFFF.  Both sides check with this one definition.
+ */
+
+/* Length of the valid UTF-8 sequence at s[0..n) (n > 0), 0 if invalid. */
+static inline size_t
+cp_utf8_seq(const uint8_t *s, size_t n)
+{
+	uint8_t c = s[0], lo = 0x80, hi = 0xbf;
+	size_t len, i;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		len = 2;
+	else if (c >= 0xe0 && c <= 0xef)
+		len = 3;
+	else if (c >= 0xf0 && c <= 0xf4)
+		len = 4;
+	else
+		return 0;
+	/* The second byte's range rules out the overlong forms, the
+	 * surrogates (ED A0..BF) and what lies past U+10FFFF. */
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	if (n < len || s[1] < lo || s[1] > hi)
+		return 0;
+	for (i = 2; i < len; i++)
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return len;
+}
+
+/* Offset of the first byte of s[0..n) that starts no valid sequence, or n. */
+static inline size_t
+cp_utf8_bad(const uint8_t *s, size_t n)
+{
+	size_t i = 0, k;
+
+	while (i < n) {
+		if ((k = cp_utf8_seq(s + i, n - i)) == 0)
+			return i;
+		i += k;
+	}
+	return n;
+}
+
 #endif /* CP_PROTO_H */

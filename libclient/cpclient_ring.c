@@ -295,43 +295,6 @@ cp_submit_tokens_v1(struct cp_client *c, const int32_t *ids, size_t n,
 	return submit(c, (const unsigned char *)ids, n * 4, 4, 0, p);
 }
 
-/* 1 when s[0..n) is valid UTF-8 (shortest forms, no surrogates, <= U+10FFFF). */
-static int
-utf8_valid(const unsigned char *s, size_t n)
-{
-	size_t i = 0, k, len;
-	uint32_t cp;
-
-	while (i < n) {
-		unsigned char b = s[i];
-
-		if (b < 0x80) {
-			i++;
-			continue;
-		}
-		if (b >= 0xc2 && b <= 0xdf)
-			len = 2, cp = b & 0x1f;
-		else if (b >= 0xe0 && b <= 0xef)
-			len = 3, cp = b & 0x0f;
-		else if (b >= 0xf0 && b <= 0xf4)
-			len = 4, cp = b & 0x07;
-		else
-			return 0;
-		if (n - i < len)
-			return 0;
-		for (k = 1; k < len; k++) {
-			if ((s[i + k] & 0xc0) != 0x80)
-				return 0;
-			cp = cp << 6 | (s[i + k] & 0x3f);
-		}
-		if ((len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
-		    cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-			return 0;
-		i += len;
-	}
-	return 1;
-}
-
 _Static_assert(CP_CHAT_SYSTEM == CP_ROLE_SYSTEM && CP_CHAT_USER == CP_ROLE_USER &&
     CP_CHAT_ASSISTANT == CP_ROLE_ASSISTANT && CP_CHAT_TOOL == CP_ROLE_TOOL &&
     CP_CHAT_TOOL + 1 == CP_ROLES, "chat roles");
@@ -364,7 +327,7 @@ cp_submit_chat_v1(struct cp_client *c, const struct cp_message *msgs,
 		memcpy(&m, base + i * msg_size, MSG_MIN);
 		if (m.role < CP_CHAT_SYSTEM || m.role > CP_CHAT_TOOL ||
 		    (m.content == NULL && m.len > 0) || m.len > UINT32_MAX ||
-		    !utf8_valid((const unsigned char *)m.content, m.len))
+		    cp_utf8_bad((const uint8_t *)m.content, m.len) != m.len)
 			return -EINVAL;
 		if (m.len > c->max_prompt)
 			return -E2BIG;

@@ -4,11 +4,16 @@
  * one JSON object per event), or prints the model's and the daemon's
  * information and counters.  See cpq(1).
  *
- * Order of work: arguments (exit 2 on any error, before any connection),
- * connect (exit 3 when no daemon listens), then the prompt (arguments, or
- * standard input read after connecting, so that a missing daemon or an
- * unknown chat template shows before anyone types), the chat template,
- * submit, stream.
+ * Order of work: arguments and the --history file (exit 2 on any error,
+ * before any connection), connect (exit 3 when no daemon listens), then
+ * the prompt (arguments, or standard input read after connecting, so that
+ * a missing daemon or a model without a chat template shows before anyone
+ * types), submit, stream.
+ *
+ * Chat: --chat sends the conversation as messages (cp_submit_chat()): the
+ * --system text, the --history file's turns, then the prompt as the
+ * user's turn.  The daemon renders them with the model's chat template;
+ * cpq knows no template (cpd.yaml(5), chat_template).
  *
  * Interrupts: before the prompt is submitted, SIGINT exits at once (130;
  * the daemon forgets a client that leaves).  After, the first SIGINT
@@ -30,6 +35,7 @@
 #include "cpclient.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
@@ -40,36 +46,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chat.h"
 #include "cp_proto.h"
-
-/* Exit statuses (cpq(1), EXIT STATUS). */
-#define EXIT_DAEMON	1	/* the daemon refused or failed the request */
-#define EXIT_USAGE	2	/* bad arguments */
-#define EXIT_NO_DAEMON	3	/* nothing listens on the socket */
-#define EXIT_INTR	130	/* interrupted (SIGINT) */
-
-#define WAIT_SLICE_MS	100	/* longest wait before looking at the flags */
-#define CANCEL_WAIT_MS	2000	/* after cancelling, wait this long for DONE */
-#define PROGRESS_BYTES	1024	/* shorter prompts show no prefill line */
-#define PROGRESS_MS	500	/* prefill line after this long, no token */
-
-enum mode { MODE_TEXT, MODE_IDS, MODE_JSON };
-
-struct opts {
-	const char *socket;
-	struct cp_params p;
-	const char *stops[CP_STOP_MAX];
-	size_t n_stop, stop_bytes;
-	enum mode mode;
-	int chat;
-	const char *system;
-	const char *template_name;	/* --chat-template */
-	int info, stats, prometheus;
-	int progress;			/* --progress */
-	char **args;			/* prompt words */
-	int n_args;
-};
+#include "cpq.h"
+#include "cpq_json.h"
 
 /* What the stream has seen, for the exit status and the timings. */
 struct run {
@@ -80,16 +59,25 @@ struct run {
 	int waiting_shown;	/* the prefill line is on stderr */
 	uint32_t prog_done;	/* latest PROGRESS: prompt tokens done ... */
 	uint32_t prog_total;	/* ... of this many; 0 before any */
+	struct cpq_text *answer;	/* text output collected, or NULL */
 };
 
-static volatile sig_atomic_t n_sigint;	/* SIGINTs since the submission */
-static volatile sig_atomic_t submitted;	/* a request may be in the daemon */
+volatile sig_atomic_t n_sigint;
+volatile sig_atomic_t submitted;
+volatile sig_atomic_t at_prompt;
 
-/* Before a submission nothing needs cancelling: leave at once. */
+/*
+ * Before a submission nothing needs cancelling: leave at once, unless a
+ * conversation waits for its next turn (cpq_chat.c sees the flag).
+ */
 static void
 on_sigint(int sig)
 {
 	(void)sig;
+	if (at_prompt) {
+		n_sigint = 1;
+		return;
+	}
 	if (!submitted || ++n_sigint >= 2)
 		_exit(EXIT_INTR);
 }
@@ -134,10 +122,18 @@ usage(FILE *f)
 	    "picks)\n"
 	    "  -s, --stop STR           stop when the output ends with STR "
 	    "(up to %u)\n"
-	    "      --chat               apply the model's chat template\n"
+	    "      --chat               send the prompt as the user's turn of "
+	    "a\n"
+	    "                           conversation, in the model's chat "
+	    "template\n"
 	    "      --system TEXT        system message (implies --chat)\n"
-	    "      --chat-template NAME this format, not the model's "
-	    "(implies --chat)\n"
+	    "      --history FILE       earlier turns, a JSON array of "
+	    "{\"role\", \"content\"}\n"
+	    "                           objects (implies --chat)\n"
+	    "                           --chat on a terminal without a prompt: "
+	    "a\n"
+	    "                           conversation (Ctrl-C stops an answer, "
+	    "Ctrl-D ends)\n"
 	    "      --ids                print the generated token ids, not "
 	    "text\n"
 	    "      --json               print one JSON object per event\n"
@@ -206,7 +202,7 @@ parse_float(const char *s, double lo, double hi, int open_lo, float *out)
 enum {
 	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
-	OPT_CHAT_TEMPLATE, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
+	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
 	OPT_PROGRESS,
 };
 
@@ -226,6 +222,7 @@ static const struct option longopts[] = {
 	{ "system", required_argument, NULL, OPT_SYSTEM },
 	{ "chat", no_argument, NULL, OPT_CHAT },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
+	{ "history", required_argument, NULL, OPT_HISTORY },
 	{ "info", no_argument, NULL, OPT_INFO },
 	{ "stats", no_argument, NULL, OPT_STATS },
 	{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
@@ -233,17 +230,6 @@ static const struct option longopts[] = {
 	{ "help", no_argument, NULL, 'h' },
 	{ NULL, 0, NULL, 0 },
 };
-
-/* The known chat formats, for messages: "chatml, llama2, ...". */
-static void
-print_formats(FILE *f)
-{
-	int k;
-
-	for (k = CHAT_UNKNOWN + 1; k < CHAT_KIND_COUNT; k++)
-		fprintf(f, "%s%s", k > CHAT_UNKNOWN + 1 ? ", " : "",
-		    chat_name((enum chat_kind)k));
-}
 
 static int
 add_stop(struct opts *o, const char *s)
@@ -352,14 +338,13 @@ parse_args(int argc, char **argv, struct opts *o)
 			o->chat = 1;
 			break;
 		case OPT_CHAT_TEMPLATE:
-			if (chat_from_name(a) == CHAT_UNKNOWN) {
-				fprintf(stderr, "cpq: --chat-template: unknown "
-				    "format '%s'; known: ", a);
-				print_formats(stderr);
-				fputc('\n', stderr);
-				return -EINVAL;
-			}
-			o->template_name = a;
+			fprintf(stderr, "cpq: --chat-template: the daemon "
+			    "renders chat templates; name the format with the "
+			    "chat_template key of cpd.yaml (or cpd "
+			    "--chat-template)\n");
+			return -EINVAL;
+		case OPT_HISTORY:
+			o->history_path = a;
 			o->chat = 1;
 			break;
 		case OPT_INFO:
@@ -425,96 +410,11 @@ usage:
 
 /* ---- JSON output ----------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence (RFC 3629) at s[0..n), 0 if invalid. */
-static size_t
-utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
-	size_t len, i;
-
-	if (c < 0x80)
-		return 1;
-	if (c >= 0xc2 && c <= 0xdf)
-		len = 2;
-	else if (c >= 0xe0 && c <= 0xef)
-		len = 3;
-	else if (c >= 0xf0 && c <= 0xf4)
-		len = 4;
-	else
-		return 0;
-	/* No overlong forms, no surrogates, nothing past U+10FFFF. */
-	if (c == 0xe0)
-		lo = 0xa0;
-	else if (c == 0xed)
-		hi = 0x9f;
-	else if (c == 0xf0)
-		lo = 0x90;
-	else if (c == 0xf4)
-		hi = 0x8f;
-	if (n < len || s[1] < lo || s[1] > hi)
-		return 0;
-	for (i = 2; i < len; i++)
-		if (s[i] < 0x80 || s[i] > 0xbf)
-			return 0;
-	return len;
-}
-
-/*
- * s[0..n) as a JSON string: control characters escaped, valid UTF-8 kept,
- * each byte of an invalid sequence written as U+FFFD.
- */
-static void
-json_string(FILE *f, const char *str, size_t n)
-{
-	const unsigned char *s = (const unsigned char *)str;
-	size_t i = 0, len;
-
-	putc('"', f);
-	while (i < n) {
-		unsigned char c = s[i];
-
-		if (c >= 0x80) {
-			if ((len = utf8_seq(s + i, n - i)) == 0) {
-				fputs("\\ufffd", f);
-				len = 1;
-			} else {
-				fwrite(s + i, 1, len, f);
-			}
-			i += len;
-			continue;
-		}
-		switch (c) {
-		case '"':
-			fputs("\\\"", f);
-			break;
-		case '\\':
-			fputs("\\\\", f);
-			break;
-		case '\n':
-			fputs("\\n", f);
-			break;
-		case '\r':
-			fputs("\\r", f);
-			break;
-		case '\t':
-			fputs("\\t", f);
-			break;
-		default:
-			if (c < 0x20 || c == 0x7f)
-				fprintf(f, "\\u%04x", c);
-			else
-				putc(c, f);
-		}
-		i++;
-	}
-	putc('"', f);
-}
-
 static void
 json_key_str(FILE *f, const char *key, const char *val, int comma)
 {
 	fprintf(f, "%s\"%s\":", comma ? "," : "", key);
-	json_string(f, val, strlen(val));
+	cpq_json_string(f, val, strlen(val));
 }
 
 /* A number, or null when it is not finite. */
@@ -944,8 +844,7 @@ print_stats(struct cp_client *c, enum mode mode, int prom)
 
 /* ---- the prompt ----------------------------------------------------- */
 
-/* Reads fd to its end, at most max bytes; 0, -EFBIG or -errno. */
-static int
+int
 read_all(int fd, size_t max, char **out, size_t *len)
 {
 	size_t cap = 4096, n = 0;
@@ -1033,54 +932,6 @@ get_prompt(const struct opts *o, size_t max, char **out, size_t *len)
 	return 0;
 }
 
-/*
- * The chat format to apply: --chat-template's, else the model's.  0 and
- * *kind, or EXIT_DAEMON with the message printed.
- */
-static int
-pick_chat(const struct opts *o, const struct cp_model_info *mi,
-    enum chat_kind *kind)
-{
-	const char *name = o->template_name ? o->template_name :
-	    mi->chat_template;
-
-	if ((*kind = chat_from_name(name)) != CHAT_UNKNOWN)
-		return 0;
-	if (name[0] == '\0')
-		fprintf(stderr, "cpq: --chat: the chat template of model '%s' "
-		    "is not one cpd recognises\n", mi->name);
-	else
-		fprintf(stderr, "cpq: --chat: model '%s' has chat template "
-		    "'%s', which cpq cannot apply\n", mi->name, name);
-	fputs("cpq: name a format with --chat-template: ", stderr);
-	print_formats(stderr);
-	fputc('\n', stderr);
-	return EXIT_DAEMON;
-}
-
-/* Replaces *prompt with itself in chat format kind; 0 or EXIT_DAEMON. */
-static int
-apply_chat(const struct opts *o, enum chat_kind kind, char **prompt,
-    size_t *len)
-{
-	size_t sys_len = o->system ? strlen(o->system) : 0;
-	int64_t n;
-	char *buf;
-
-	n = chat_format(kind, o->system, sys_len, *prompt, *len, NULL, 0);
-	if (n < 0 || (uint64_t)n >= SIZE_MAX ||
-	    (buf = malloc((size_t)n + 1)) == NULL) {
-		fprintf(stderr, "cpq: --chat: prompt too large\n");
-		return EXIT_DAEMON;
-	}
-	chat_format(kind, o->system, sys_len, *prompt, *len, buf,
-	    (size_t)n + 1);
-	free(*prompt);
-	*prompt = buf;
-	*len = (size_t)n;
-	return 0;
-}
-
 /* ---- streaming ------------------------------------------------------ */
 
 /* The prefill line on stderr: the latest progress, else the time waited. */
@@ -1130,6 +981,7 @@ on_token(struct run *r, enum mode mode, const struct cp_event *ev)
 	r->t_last = t;
 	switch (mode) {
 	case MODE_TEXT:
+		cpq_text_add(r->answer, ev->text, ev->text_len);
 		fwrite(ev->text, 1, ev->text_len, stdout);
 		if (ev->text_len > 0)
 			r->last_byte =
@@ -1147,7 +999,7 @@ on_token(struct run *r, enum mode mode, const struct cp_event *ev)
 		else
 			fputs("null", stdout);
 		fputs(",\"text\":", stdout);
-		json_string(stdout, ev->text, ev->text_len);
+		cpq_json_string(stdout, ev->text, ev->text_len);
 		json_num(stdout, "logprob", ev->logprob, "%.9g");
 		printf(",\"t_ms\":%.3f}\n", ms_between(r->t_submit, t));
 		break;
@@ -1179,6 +1031,7 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 	 */
 	if (ev->type == CP_EVENT_DONE && mode == MODE_TEXT &&
 	    ev->text_len > 0) {
+		cpq_text_add(r->answer, ev->text, ev->text_len);
 		fwrite(ev->text, 1, ev->text_len, stdout);
 		r->last_byte = (unsigned char)ev->text[ev->text_len - 1];
 	}
@@ -1189,14 +1042,14 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 			json_key_str(stdout, "finish", finish_name(ev->finish),
 			    1);
 			fputs(",\"text\":", stdout);
-			json_string(stdout, ev->text, ev->text_len);
+			cpq_json_string(stdout, ev->text, ev->text_len);
 			printf(",\"n_cached\":%u", ev->n_cached);
 		} else {
 			printf("{\"event\":\"error\",\"error\":%d", ev->error);
 			json_key_str(stdout, "error_text",
 			    cp_strerror(ev->error), 1);
 			fputs(",\"message\":", stdout);
-			json_string(stdout, ev->text, ev->text_len);
+			cpq_json_string(stdout, ev->text, ev->text_len);
 		}
 		printf(",\"n_prompt\":%u,\"n_gen\":%u", ev->n_prompt,
 		    ev->n_gen);
@@ -1294,10 +1147,10 @@ stream(struct cp_client *c, const struct opts *o, int id, size_t len,
 	}
 }
 
-/* Submits the prompt and streams its events; returns the exit status. */
-static int
-generate(struct cp_client *c, const struct opts *o, const char *prompt,
-    size_t len)
+int
+generate(struct cp_client *c, const struct opts *o,
+    const struct cp_message *msgs, size_t n_msgs, const char *prompt,
+    size_t len, struct cpq_text *answer)
 {
 	struct cp_model_info mi;
 	struct cp_params p = o->p;
@@ -1305,17 +1158,28 @@ generate(struct cp_client *c, const struct opts *o, const char *prompt,
 	int id;
 
 	memset(&r, 0, sizeof(r));
+	r.answer = answer;
 	r.last_byte = -1;
 	p.progress = show_prefill(o, len) || (o->mode == MODE_JSON &&
 	    o->progress);
 	submitted = 1;
 	r.t_submit = now_ns();
-	id = cp_submit(c, prompt, len, &p);
+	id = msgs != NULL ? cp_submit_chat(c, msgs, n_msgs, &p) :
+	    cp_submit(c, prompt, len, &p);
 	if (id == -E2BIG) {
 		cp_model_info(c, &mi);
-		fprintf(stderr, "cpq: the prompt (%zu bytes) is longer than "
-		    "the daemon accepts (%u bytes)\n", len,
+		fprintf(stderr, "cpq: the %s is longer than the daemon accepts "
+		    "(%u bytes)\n", msgs != NULL ? "conversation" : "prompt",
 		    mi.max_prompt_bytes);
+		return EXIT_DAEMON;
+	}
+	if (id == -EOPNOTSUPP && msgs != NULL) {
+		fprintf(stderr, "cpq: --chat: this daemon takes no chat "
+		    "requests (a cpd older than the chat protocol)\n");
+		return EXIT_DAEMON;
+	}
+	if (id == -EINVAL && msgs != NULL) {
+		fprintf(stderr, "cpq: --chat: the prompt is not UTF-8\n");
 		return EXIT_DAEMON;
 	}
 	if (id < 0) {
@@ -1358,7 +1222,6 @@ main(int argc, char **argv)
 {
 	struct cp_client *c = NULL;
 	struct cp_model_info mi;
-	enum chat_kind kind = CHAT_UNKNOWN;
 	struct sigaction sa;
 	struct opts o;
 	char path[4096], *prompt = NULL;
@@ -1372,6 +1235,8 @@ main(int argc, char **argv)
 	}
 	if (rc < 0)
 		return EXIT_USAGE;
+	if (o.history_path != NULL && (rc = read_history(&o)) != 0)
+		return rc;
 	/* SA_RESTART: a signal never cuts a write to standard output short. */
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_sigint;
@@ -1383,10 +1248,11 @@ main(int argc, char **argv)
 		fprintf(stderr, "cpq: socket path too long: %s\n",
 		    o.socket != NULL && *o.socket != '\0' ? o.socket :
 		    "(from the environment)");
-		return EXIT_USAGE;
+		rc = EXIT_USAGE;
+		goto out;
 	}
 	if ((rc = connect_daemon(path, &c)) != 0)
-		return rc;
+		goto out;
 	cp_model_info(c, &mi);
 	if (o.info || o.stats) {
 		if (o.info)
@@ -1396,8 +1262,12 @@ main(int argc, char **argv)
 		goto out;
 	}
 	/* The chat template is checked before anyone types a prompt. */
-	if (o.chat && (rc = pick_chat(&o, &mi, &kind)) != 0)
+	if (o.chat && (rc = check_chat(&mi)) != 0)
 		goto out;
+	if (o.chat && o.n_args == 0 && isatty(0)) {
+		rc = chat_loop(c, &o);
+		goto out;
+	}
 	if ((rc = get_prompt(&o, mi.max_prompt_bytes, &prompt, &len)) != 0)
 		goto out;
 	if (len == 0) {
@@ -1405,9 +1275,8 @@ main(int argc, char **argv)
 		rc = EXIT_USAGE;
 		goto out;
 	}
-	if (o.chat && (rc = apply_chat(&o, kind, &prompt, &len)) != 0)
-		goto out;
-	rc = generate(c, &o, prompt, len);
+	rc = o.chat ? chat_once(c, &o, prompt, len) :
+	    generate(c, &o, NULL, 0, prompt, len, NULL);
 out:
 	if (fflush(stdout) == EOF || ferror(stdout)) {
 		fprintf(stderr, "cpq: standard output: %s\n", strerror(errno));
@@ -1415,6 +1284,7 @@ out:
 			rc = EXIT_DAEMON;
 	}
 	free(prompt);
+	cpq_history_free(&o.history);
 	cp_close(c);
 	return rc;
 }

@@ -1,8 +1,11 @@
 # libclient/: libcpclient, shared (soname libcpclient.so.0, exporting only
 # cp_* through libcpclient.map) and static, from every libclient/*.c but
-# cpq.c, compiled -fPIC -fvisibility=hidden; its pkg-config file; and cpq.
+# cpq's (cpq*.c), compiled -fPIC -fvisibility=hidden; its pkg-config file;
+# and cpq, a client of the static library and nothing else.
 LIBCPCLIENT_VERSION := $(CP_VERSION)
-LIBCPCLIENT_SRCS := $(filter-out libclient/cpq.c,$(wildcard libclient/*.c))
+CPQ_SRCS := $(wildcard libclient/cpq*.c)
+CPQ_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CPQ_SRCS))
+LIBCPCLIENT_SRCS := $(filter-out $(CPQ_SRCS),$(wildcard libclient/*.c))
 LIBCPCLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.pic.o,$(LIBCPCLIENT_SRCS))
 LIBCPCLIENT_SO := $(BUILD)/lib/libcpclient.so.0
 LIBCPCLIENT_LINK := $(BUILD)/lib/libcpclient.so
@@ -35,15 +38,15 @@ $(LIBCPCLIENT_PC): libclient/cpclient.pc.in
 # cpq, the shell tool, once its source exists.
 ifneq ($(wildcard libclient/cpq.c),)
 PROGRAMS += $(BUILD)/bin/cpq
-# cpq formats chat prompts with the engine's chat.o (static, from libcpengine.a).
-$(BUILD)/bin/cpq: $(BUILD)/libclient/cpq.o $(LIBCPCLIENT_A) $(ENGINE_LIB)
+$(BUILD)/bin/cpq: $(CPQ_OBJS) $(LIBCPCLIENT_A)
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) $< $(LIBCPCLIENT_A) $(ENGINE_LIB) $(LDLIBS_BASE) $(LDLIBS) -o $@
+	$(Q)$(CC) $(ALL_LDFLAGS) $(CPQ_OBJS) $(LIBCPCLIENT_A) $(LDLIBS_BASE) $(LDLIBS) -o $@
 endif
 
-# check_cpq runs build/bin/cpq.
+# check_cpq runs build/bin/cpq; check_cpq_json tests its JSON reader.
 $(BUILD)/tests/check_cpq: | $(BUILD)/bin/cpq
+$(BUILD)/tests/check_cpq_json: $(BUILD)/libclient/cpq_json.o
 
 # check_client links the static library and dlopen()s the shared one.
 $(BUILD)/tests/check_client: $(LIBCPCLIENT_A) $(LIBCPCLIENT_SO)

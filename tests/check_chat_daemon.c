@@ -16,8 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cp_proto.h"
 #include "cpclient.h"
 #include "lib/aidreams.h"
+#include "lib/cpd_harness.h"
 #include "lib/cpd_proc.h"
 #include "lib/fixtures.h"
 #include "lib/prog.h"
@@ -518,6 +520,100 @@ START_TEST(test_chat_without_template)
 }
 END_TEST
 
+/* A chat block's bytes, built as a hostile client would write them. */
+struct blk {
+	uint32_t w[16];
+	size_t len;
+};
+
+/*
+ * Chat blocks that break each rule of cp_proto.h (CHAT BLOCK), written
+ * straight into the ring (not through libcpclient, which would refuse to
+ * send them), and the words of the error each must get.
+ */
+static const struct {
+	struct blk b;
+	const char *want;
+} hostile[] = {
+	{ { { 1 }, 4 }, "block of 4 bytes, shorter than its header" },
+	{ { { 0, 1 }, 8 }, "0 messages, expected 1..65536" },
+	{ { { 65537, 1 }, 8 }, "65537 messages, expected 1..65536" },
+	{ { { 1, 0x3 }, 16 }, "unknown flags 0x2" },
+	{ { { 3, 1, 1, 0 }, 16 }, "3 messages do not fit a block of 16 bytes" },
+	{ { { 1, 1, 9, 0 }, 16 }, "message 0 has role 9, expected 0..3" },
+	{ { { 1, 1, 1, 0xfffffff0u, 0x41414141 }, 20 },
+	    "message 0 of 4294967280 bytes runs past the end" },
+	{ { { 1, 1, 1, 5, 0x41414141, 0x41 }, 20 }, "message 0 of 5 bytes "
+	    "runs past the end" },
+	{ { { 1, 1, 1, 1, 0x00410041 }, 20 }, "message 0: padding byte not "
+	    "zero" },
+	{ { { 1, 1, 1, 2, 0xafc0 }, 20 }, "message 0 is not valid UTF-8 at "
+	    "byte 0" },
+	{ { { 1, 1, 1, 3, 0x80a0ed }, 20 }, "message 0 is not valid UTF-8" },
+	{ { { 1, 1, 1, 1, 0x41, 0 }, 24 }, "4 bytes after the last of 1 "
+	    "messages" },
+	{ { { 2, 1, 1, 5, 0x41414141, 0x41 }, 24 }, "message 1 of 2 starts "
+	    "past the end of the 24-byte block" },
+};
+
+#define N_HOSTILE	(sizeof(hostile) / sizeof(hostile[0]))
+
+/*
+ * Each hostile block gets an ERROR (-EINVAL) naming the rule it breaks;
+ * the connection that sent it goes on (a good block on it runs), and so
+ * does another client's request running all the while.
+ */
+START_TEST(test_chat_hostile_blocks)
+{
+	/* {1 message, GEN} user "Hi": the good block. */
+	static const struct blk good = { { 1, 1, 1, 2, 0x6948 }, 20 };
+	struct cp_client *c = client();
+	struct raw_client rc;
+	struct cp_wire_stats st;
+	struct cp_event ev;
+	struct cp_cqe last;
+	struct cp_params p;
+	char msg[512];
+	uint32_t id = 1;
+	int other, r;
+
+	greedy(&p, AID_N_CTX - AID_N_PROMPT);
+	other = cp_submit(c, AID_PROMPT, strlen(AID_PROMPT), &p);
+	ck_assert_int_gt(other, 0);
+	ck_assert_int_eq(raw_connect(dp.sock, &rc, 0, 0, 0), 0);
+	for (size_t i = 0; i < N_HOSTILE; i++, id++) {
+		ck_assert_int_eq(raw_submit_bytes(&rc, id, CP_SQF_CHAT,
+		    hostile[i].b.w, hostile[i].b.len, 4), 0);
+		r = raw_collect_end(&rc, id, NULL, 0, 10000, &last, msg,
+		    sizeof(msg));
+		ck_assert_msg(r == CP_EV_ERROR, "block %zu: event %d", i, r);
+		ck_assert_int_eq(last.error, -EINVAL);
+		ck_assert_uint_eq(last.n_gen, 0);
+		ck_assert_msg(strncmp(msg, "chat: ", 6) == 0 &&
+		    strstr(msg, hostile[i].want) != NULL, "block %zu: '%s', "
+		    "want '%s'", i, msg, hostile[i].want);
+	}
+	ck_assert_int_eq(raw_submit_bytes(&rc, id, CP_SQF_CHAT, good.w,
+	    good.len, 4), 0);
+	r = raw_collect_end(&rc, id, NULL, 0, 10000, &last, msg, sizeof(msg));
+	ck_assert_msg(r == CP_EV_DONE, "good block: event %d: %s", r, msg);
+	ck_assert_uint_eq(last.n_gen, 4);
+	ck_assert_int_eq(raw_wait_closed(&rc, 0), 0);
+	ck_assert_int_eq(raw_stats(&rc, &st), 0);
+	ck_assert_uint_eq(st.protocol_errors, 0);
+	raw_close(&rc);
+	/* The other client's request ran to its end meanwhile. */
+	while ((r = cp_next_event(c, &ev, 20000)) == 0 &&
+	    ev.type == CP_EVENT_TOKEN)
+		;
+	ck_assert_int_eq(r, 0);
+	ck_assert_int_eq(ev.req_id, other);
+	ck_assert_int_eq(ev.type, CP_EVENT_DONE);
+	ck_assert_uint_eq(ev.n_gen, AID_N_CTX - AID_N_PROMPT);
+	cp_close(c);
+}
+END_TEST
+
 static Suite *
 chat_daemon_suite(void)
 {
@@ -538,6 +634,7 @@ chat_daemon_suite(void)
 	const struct suite_test chat[] = {
 		{ test_chat_is_its_text, 0, 0 },
 		{ test_chat_refused, 0, 0 },
+		{ test_chat_hostile_blocks, 0, 0 },
 		{ NULL, 0, 0 }
 	};
 	const struct suite_case tcases[] = {

@@ -153,12 +153,44 @@ START_TEST(test_hostile_blocks)
 }
 END_TEST
 
+/*
+ * Regression: well-formed sequences of what RFC 3629 forbids (an
+ * overlong '/', an overlong NUL in three bytes, a surrogate) passed the
+ * daemon's check, which decoded them as the tokenizer does.
+ */
+START_TEST(test_overlong_and_surrogate_refused)
+{
+	static const struct chat_msg two[] = {
+		{ CHAT_ROLE_USER, "Hi", 2 }, { CHAT_ROLE_ASSISTANT, "Yo!", 3 },
+	};
+	static const struct {
+		size_t at;		/* where in the block */
+		const char *bytes, *want;
+	} bad[] = {
+		{ 16, "\xc0\xaf", "message 0 is not valid UTF-8 at byte 0" },
+		{ 28, "\xe0\x80\x80", "message 1 is not valid UTF-8 at byte 0" },
+		{ 28, "\xed\xa0\x80", "message 1 is not valid UTF-8 at byte 0" },
+		{ 28, "Y\xed\xbf", "message 1 is not valid UTF-8 at byte 1" },
+	};
+	unsigned char buf[256], b[256];
+	size_t len;
+
+	len = block(two, 2, CP_CHAT_GEN, buf, sizeof(buf));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memcpy(b, buf, len);
+		memcpy(b + bad[i].at, bad[i].bytes, strlen(bad[i].bytes));
+		refused(b, len, -EINVAL, bad[i].want);
+	}
+}
+END_TEST
+
 static Suite *
 chatwire_suite(void)
 {
 	const struct suite_test render[] = {
 		{ test_render_goldens, 0, LLAMACPP_GOLDENS_N },
 		{ test_hostile_blocks, 0, 0 },
+		{ test_overlong_and_surrogate_refused, 0, 0 },
 		{ NULL, 0, 0 }
 	};
 	const struct suite_case tcases[] = {

@@ -10,15 +10,18 @@
  * prompt (finish "stop"), after max_tokens ("length") or when the output
  * ends with a stop string (the stop string included), and fails prompts
  * that start with "!error".  So the expected output of every request is
- * the prompt, or a prefix of it, worked out by hand.  The expected chat
+ * the prompt, or a prefix of it, worked out by hand.  A chat request is
+ * rendered by the daemon's renderer (daemon/chatwire.c) in the template
+ * the daemon's configuration names, and echoed: the expected chat
  * prompts are llama.cpp's llama_chat_apply_template() output, as in
- * check_chat.c.
+ * check_chat.c and lib/chat_goldens.h.
  */
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <pty.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,7 @@
 #include <unistd.h>
 
 #include "cp_proto.h"
+#include "lib/chat_goldens.h"
 #include "lib/clock.h"
 #include "lib/cpd_harness.h"
 #include "lib/cpq_run.h"
@@ -379,31 +383,37 @@ START_TEST(test_chat)
 	    "<end_of_turn>\n<start_of_turn>model\n";
 	const char *a1[] = { "--socket", NULL, "--chat", "--system",
 	    "You are a helpful assistant", "Hello", NULL };
-	const char *a2[] = { "--socket", NULL, "--chat-template", "llama3",
-	    "--system", " \tBe brief.\n", "Hi\n", NULL };
-	const char *a3[] = { "--socket", NULL, "--chat-template", "gemma",
-	    NULL };
+	const char *a2[] = { "--socket", NULL, "--system", " \tBe brief.\n",
+	    "Hi\n", NULL };
+	const char *a3[] = { "--socket", NULL, "--chat", NULL };
 	const char *a4[] = { "--socket", NULL, "--chat", "Hello", NULL };
 	struct cq_buf out, err;
-	struct hd d;
+	struct hd d, d2, d3;
 
 	cq_start(&d, "chatml", 50);
-	a1[1] = a2[1] = a3[1] = a4[1] = d.path;
+	a1[1] = a4[1] = d.path;
 	ck_assert_int_eq(cq_run(a1, &out, &err), 0);
 	ck_assert_str_eq(out.p, chatml);
 	ck_assert_str_eq(err.p, "");
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 
+	/* The daemon's template decides: the same options, other daemons. */
+	cq_start(&d2, "llama3", 50);
+	a2[1] = d2.path;
 	ck_assert_int_eq(cq_run(a2, &out, &err), 0);
 	ck_assert_str_eq(out.p, llama3);
 	cq_buf_free(&out);
 	cq_buf_free(&err);
+	hd_stop(&d2);
 
+	cq_start(&d3, "gemma", 50);
+	a3[1] = d3.path;
 	ck_assert_int_eq(cq_run_in(a3, "  Who are you?\n", 15, &out, &err), 0);
 	ck_assert_str_eq(out.p, gemma);
 	cq_buf_free(&out);
 	cq_buf_free(&err);
+	hd_stop(&d3);
 
 	/* Without --system: no system turn. */
 	ck_assert_int_eq(cq_run(a4, &out, &err), 0);
@@ -415,32 +425,134 @@ START_TEST(test_chat)
 }
 END_TEST
 
-/* A model without a recognised template: exit 1 before reading the prompt. */
+/*
+ * --history: llama.cpp's conversation (lib/chat_goldens.h) but its last
+ * turn from a JSON file, the last turn as the prompt, to a daemon
+ * rendering format _i: llama.cpp's rendering of the whole conversation.
+ */
+START_TEST(test_chat_history)
+{
+	const struct chat_golden *g = &llamacpp_goldens[_i];
+	const char *args[] = { "--socket", NULL, "--history", NULL,
+	    conv_llamacpp[CONV_LLAMACPP_N - 1].content, NULL };
+	static const char *const role[] = { "system", "user", "assistant" };
+	struct cq_buf out, err;
+	char path[300];
+	FILE *f;
+	struct hd d;
+
+	ck_assert_int_eq(conv_llamacpp[CONV_LLAMACPP_N - 1].role,
+	    CHAT_ROLE_USER);
+	cq_start(&d, chat_name(g->kind), 20);
+	snprintf(path, sizeof(path), "%s/history.json", d.dir);
+	f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	/* The contents hold no character JSON escapes. */
+	fputs("[\n", f);
+	for (int i = 0; i < CONV_LLAMACPP_N - 1; i++)
+		fprintf(f, "  {\"role\": \"%s\", \"content\": \"%s\"}%s\n",
+		    role[conv_llamacpp[i].role], conv_llamacpp[i].content,
+		    i < CONV_LLAMACPP_N - 2 ? "," : "");
+	fputs("]\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	args[1] = d.path;
+	args[3] = path;
+	ck_assert_int_eq(cq_run(args, &out, &err), 0);
+	ck_assert_msg(strcmp(out.p, g->prompt) == 0, "%s:\n%s\nwant\n%s",
+	    chat_name(g->kind), out.p, g->prompt);
+	ck_assert_str_eq(err.p, "");
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+	hd_stop(&d);
+}
+END_TEST
+
+/* A --history file that is not the expected JSON: exit 2, where and why. */
+START_TEST(test_chat_history_bad)
+{
+	static const struct {
+		const char *text, *want;
+	} bad[] = {
+		{ "", "line 1, column 1: expected '['" },
+		{ "[{\"role\": \"user\"}]", "message 1 has no \"content\"" },
+		{ "[\n {\"role\": \"bot\", \"content\": \"x\"}]",
+		    "line 2, column 3: message 1: role 'bot'" },
+		{ "[{\"role\": \"user\", \"content\": \"x\"},]",
+		    "line 1, column 35: expected '{'" },
+		{ "[{\"role\": \"user\", \"content\": \"\xc0\xaf\"}]",
+		    "not UTF-8" },
+	};
+	const char *args[] = { "--socket", "/nonexistent/cpq-test/sock",
+	    "--history", NULL, "x", NULL };
+	struct cq_buf out, err;
+	char path[300];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/cpq-history-%ld.json", tmp_dir(),
+	    (long)getpid());
+	args[3] = path;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		f = fopen(path, "w");
+		ck_assert_ptr_nonnull(f);
+		fputs(bad[i].text, f);
+		ck_assert_int_eq(fclose(f), 0);
+		/* Before connecting: no daemon listens, the file is the error. */
+		ck_assert_int_eq(cq_run(args, &out, &err), 2);
+		ck_assert_msg(strstr(err.p, bad[i].want) != NULL &&
+		    strstr(err.p, path) != NULL, "stderr: %s, want %s", err.p,
+		    bad[i].want);
+		cq_buf_free(&out);
+		cq_buf_free(&err);
+	}
+	unlink(path);
+	args[3] = "/nonexistent/cpq-test/history.json";
+	ck_assert_int_eq(cq_run(args, &out, &err), 2);
+	ck_assert_ptr_nonnull(strstr(err.p, "No such file"));
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+}
+END_TEST
+
+/*
+ * A model without a recognised template: exit 1 before reading the
+ * prompt, naming the key that configures one.  A template the daemon
+ * names but cannot apply fails the request, with the daemon's message.
+ * cpq itself applies no template.
+ */
 START_TEST(test_chat_unknown)
 {
 	const char *a1[] = { "--socket", NULL, "--chat", NULL };
+	const char *a2[] = { "--socket", NULL, "--chat", "Hi", NULL };
+	const char *a3[] = { "--socket", NULL, "--chat-template", "chatml",
+	    "Hi", NULL };
 	struct cq_buf out, err;
 	struct hd d, d2;
 
 	cq_start(&d, "", 200);
-	a1[1] = d.path;
+	a1[1] = a3[1] = d.path;
 	/* stdin is /dev/null: had cpq read it first, it would say "empty". */
 	ck_assert_int_eq(cq_run(a1, &out, &err), 1);
 	ck_assert_str_eq(out.p, "");
-	ck_assert_ptr_nonnull(strstr(err.p, "mock-model"));
-	ck_assert_ptr_nonnull(strstr(err.p, "chat template"));
-	ck_assert_ptr_nonnull(strstr(err.p, "--chat-template"));
-	ck_assert_ptr_nonnull(strstr(err.p, "chatml"));
+	ck_assert_ptr_nonnull(strstr(err.p, "'mock-model'"));
+	ck_assert_ptr_nonnull(strstr(err.p, "no chat template"));
+	ck_assert_ptr_nonnull(strstr(err.p, "chat_template key of cpd.yaml"));
 	ck_assert_ptr_null(strstr(err.p, "empty"));
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+
+	ck_assert_int_eq(cq_run(a3, &out, &err), 2);
+	ck_assert_ptr_nonnull(strstr(err.p, "the daemon renders chat "
+	    "templates"));
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 	hd_stop(&d);
 
-	/* A name this cpq does not know (a newer daemon's, say) is named. */
 	cq_start(&d2, "falcon3", 200);
-	a1[1] = d2.path;
-	ck_assert_int_eq(cq_run(a1, &out, &err), 1);
-	ck_assert_ptr_nonnull(strstr(err.p, "'falcon3'"));
+	a2[1] = d2.path;
+	ck_assert_int_eq(cq_run(a2, &out, &err), 1);
+	ck_assert_str_eq(out.p, "");
+	ck_assert_msg(strstr(err.p, "chat: model 'mock-model' has no chat "
+	    "template cpd knows") != NULL, "stderr: %s", err.p);
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 	hd_stop(&d2);
@@ -538,7 +650,9 @@ static const char *const bad_args[][8] = {
 	{ "-x", "x" },
 	{ "x", "--temp" },
 	{ "" },
-	{ "--chat-template", "falcon3", "x" },
+	{ "--chat-template", "chatml", "x" },
+	{ "--history", "/nonexistent/cpq-test/h.json", "x" },
+	{ "--history" },
 };
 
 #define N_BAD	((int)(sizeof(bad_args) / sizeof(bad_args[0])))
@@ -867,6 +981,112 @@ START_TEST(test_progress_line_on_tty)
 }
 END_TEST
 
+/*
+ * Reads the terminal's master m into b until needle shows at or after
+ * b->p + *from; then *from is the offset just past it.  1, or 0 after
+ * timeout_ms.
+ */
+static int
+pty_until(int m, struct cq_buf *b, size_t *from, const char *needle,
+    int timeout_ms)
+{
+	uint64_t end = clock_ms() + (uint64_t)timeout_ms;
+	struct pollfd pfd = { .fd = m, .events = POLLIN };
+	const char *q;
+	char buf[512];
+	ssize_t k;
+
+	for (;;) {
+		if (b->p != NULL && (q = strstr(b->p + *from, needle)) != NULL) {
+			*from = (size_t)(q - b->p) + strlen(needle);
+			return 1;
+		}
+		if (clock_ms() >= end)
+			return 0;
+		if (poll(&pfd, 1, 50) == 1 && (k = read(m, buf,
+		    sizeof(buf))) > 0)
+			cq_buf_add(b, buf, (size_t)k);
+	}
+}
+
+/*
+ * --chat on a terminal without a prompt is a conversation: each line a
+ * turn whose answer (the mock echoes the ChatML text the daemon renders,
+ * so the answer shows what was sent) joins the history; Ctrl-C mid-answer
+ * cancels it in the daemon and drops that turn; Ctrl-D ends, status 0.
+ */
+START_TEST(test_chat_conversation_on_tty)
+{
+	/* llama_chat_apply_template("chatml") of the turns, as the mock
+	 * echoes them (the terminal writes each "\n" as "\r\n"). */
+	static const char turn1[] = "<|im_start|>user\r\nHello<|im_end|>\r\n"
+	    "<|im_start|>assistant\r\n";
+	struct cq_buf b = { 0 };
+	struct cp_wire_stats st;
+	size_t at = 0, t3;
+	char path[300];
+	int m, st_exit;
+	pid_t pid;
+	struct hd d;
+
+	cq_start(&d, "chatml", 5000);
+	snprintf(path, sizeof(path), "%s", d.path);
+	pid = forkpty(&m, NULL, NULL, NULL);
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		execl(cq_cpq_path, "cpq", "--socket", path, "--chat",
+		    (char *)NULL);
+		_exit(127);
+	}
+	fcntl(m, F_SETFL, fcntl(m, F_GETFL) | O_NONBLOCK);
+	ck_assert(pty_until(m, &b, &at, ">>> ", 5000));
+	ck_assert_int_eq(write(m, "Hello\n", 6), 6);
+	ck_assert_msg(pty_until(m, &b, &at, turn1, 10000), "tty: %s", b.p);
+	ck_assert(pty_until(m, &b, &at, ">>> ", 5000));
+
+	/* Turn 2 sends turn 1 and its answer first: Ctrl-C inside them. */
+	ck_assert_int_eq(write(m, "Again\n", 6), 6);
+	ck_assert(pty_until(m, &b, &at, "Again\r\n", 5000));
+	ck_assert_msg(pty_until(m, &b, &at, "user\r\nHello", 10000),
+	    "tty: %s", b.p);
+	ck_assert_int_eq(write(m, "\x03", 1), 1);
+	ck_assert(pty_until(m, &b, &at, ">>> ", 5000));
+	ck_assert_ptr_null(strstr(b.p + at - 40, "user\r\nAgain"));
+	ck_assert_int_eq(hd_stats(&d, &st), 0);
+	ck_assert_uint_eq(st.requests_active, 0);
+
+	/* Turn 3: turn 1 and its answer, not the cancelled turn 2. */
+	ck_assert_int_eq(write(m, "Bye\n", 4), 4);
+	t3 = at;
+	ck_assert(pty_until(m, &b, &at, "<|im_start|>user\r\nBye<|im_end|>"
+	    "\r\n<|im_start|>assistant\r\n", 10000));
+	ck_assert(pty_until(m, &b, &at, ">>> ", 5000));
+	{
+		const char *a = strstr(b.p + t3, "<|im_start|>user");
+
+		ck_assert_ptr_nonnull(a);
+		/* The history: turn 1, its answer (turn 1's text echoed) as
+		 * the assistant's turn, then turn 3. */
+		ck_assert_msg(strncmp(a, "<|im_start|>user\r\nHello<|im_end|>"
+		    "\r\n<|im_start|>assistant\r\n<|im_start|>user\r\n"
+		    "Hello<|im_end|>\r\n<|im_start|>assistant\r\n<|im_end|>"
+		    "\r\n<|im_start|>user\r\nBye", 128) == 0, "turn 3: %s",
+		    a);
+		ck_assert_ptr_null(strstr(a, "Again"));
+	}
+	ck_assert_int_eq(write(m, "\x04", 1), 1);
+	ck_assert_int_eq(waitpid(pid, &st_exit, 0), pid);
+	ck_assert_msg(WIFEXITED(st_exit) && WEXITSTATUS(st_exit) == 0,
+	    "status %d, tty: %s", st_exit, b.p);
+	ck_assert_int_eq(hd_stats(&d, &st), 0);
+	ck_assert_uint_eq(st.requests_total, 3);
+	ck_assert_uint_eq(st.requests_active, 0);
+	close(m);
+	cq_buf_free(&b);
+	hd_stop(&d);
+}
+END_TEST
+
 Suite *
 cpq_suite(void)
 {
@@ -884,6 +1104,8 @@ cpq_suite(void)
 	};
 	const struct suite_test chat[] = {
 		{ test_chat, 0, 0 },
+		{ test_chat_history, 0, LLAMACPP_GOLDENS_N },
+		{ test_chat_history_bad, 0, 0 },
 		{ test_chat_unknown, 0, 0 },
 		{ NULL, 0, 0 }
 	};
@@ -907,6 +1129,7 @@ cpq_suite(void)
 #endif
 		{ test_wait_line_on_tty, 0, 0 },
 		{ test_progress_line_on_tty, 0, 0 },
+		{ test_chat_conversation_on_tty, 0, 0 },
 		{ NULL, 0, 0 }
 	};
 	const struct suite_case tcases[] = {

@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "chat.h"
 #include "clock.h"
 #include "cpd_proc.h"
 #include "engine_port.h"
@@ -85,6 +86,7 @@ hd_child(struct hd *d, const struct srv_config *cfg,
     const struct mock_opts *mo, int ready)
 {
 	struct srv_config c = *cfg;
+	struct mock_opts o = *mo;
 	struct engine_port *port;
 	struct mock_engine *m = NULL;
 	struct sigaction sa;
@@ -113,7 +115,10 @@ hd_child(struct hd *d, const struct srv_config *cfg,
 	port = ep_new();
 	if (port == NULL)
 		_exit(1);
-	if (mock_engine_start(port, mo, &m) < 0)
+	/* The mock serves the model the configuration describes. */
+	o.chat = chat_from_name(c.model.chat_template);
+	snprintf(o.model, sizeof(o.model), "%s", c.model.name);
+	if (mock_engine_start(port, &o, &m) < 0)
 		_exit(1);
 	r = srv_new(&c, port, &hd_server);
 	if (r < 0) {
@@ -512,14 +517,23 @@ int
 raw_submit(struct raw_client *rc, uint32_t req_id, const char *prompt,
     uint32_t max_tokens)
 {
-	uint32_t len = (uint32_t)strlen(prompt);
+	return raw_submit_bytes(rc, req_id, 0, prompt, strlen(prompt),
+	    max_tokens);
+}
+
+int
+raw_submit_bytes(struct raw_client *rc, uint32_t req_id, uint8_t flags,
+    const void *prompt, size_t n, uint32_t max_tokens)
+{
+	uint32_t len = (uint32_t)n;
 	struct cp_sqe e;
 
-	if (rc->arena_pos + len > rc->w.arena_bytes)
+	if (n > rc->w.arena_bytes || rc->arena_pos + len > rc->w.arena_bytes)
 		return -ENOSPC;
 	memcpy(rc->arena + rc->arena_pos, prompt, len);
 	memset(&e, 0, sizeof(e));
 	e.op = CP_OP_SUBMIT;
+	e.flags = flags;
 	e.req_id = req_id;
 	e.arena_off = rc->arena_pos;
 	e.arena_len = len;
@@ -538,8 +552,26 @@ int
 raw_collect(struct raw_client *rc, uint32_t req_id, char *out, size_t size,
     int timeout_ms, uint8_t *finish)
 {
+	struct cp_cqe last;
+	int r;
+
+	r = raw_collect_end(rc, req_id, out, size, timeout_ms, &last, NULL, 0);
+	if (r > 0 && finish != NULL)
+		*finish = last.finish;
+	return r;
+}
+
+int
+raw_collect_end(struct raw_client *rc, uint32_t req_id, char *out,
+    size_t size, int timeout_ms, struct cp_cqe *last, char *msg,
+    size_t msg_size)
+{
 	uint64_t end = clock_ms() + (uint64_t)timeout_ms;
-	size_t used = out ? strlen(out) : 0;
+	size_t used = out ? strlen(out) : 0, mused = 0;
+	int more = 0;
+
+	if (msg != NULL && msg_size > 0)
+		msg[0] = '\0';
 
 	for (;;) {
 		uint32_t tail = ring_load_acquire(&rc->ctl->cq_tail.v);
@@ -555,6 +587,20 @@ raw_collect(struct raw_client *rc, uint32_t req_id, char *out, size_t size,
 			ring_store_release(&rc->ctl->cq_head.v, rc->cq_head);
 			if (q.req_id != req_id)
 				continue;
+			/* The terminal event's text and its continuations. */
+			if ((more || q.type == CP_EV_DONE ||
+			    q.type == CP_EV_ERROR) && msg != NULL &&
+			    q.text_len <= CP_CQE_TEXT &&
+			    mused + q.text_len < msg_size) {
+				memcpy(msg + mused, q.text, q.text_len);
+				mused += q.text_len;
+				msg[mused] = '\0';
+			}
+			if (more) {
+				if (!(q.flags & CP_CQF_MORE))
+					return last->type;
+				continue;
+			}
 			if (out != NULL && q.text_len <= CP_CQE_TEXT &&
 			    used + q.text_len < size &&
 			    (q.type == CP_EV_TOKEN || q.type == CP_EV_TEXT)) {
@@ -563,9 +609,10 @@ raw_collect(struct raw_client *rc, uint32_t req_id, char *out, size_t size,
 				out[used] = '\0';
 			}
 			if (q.type == CP_EV_DONE || q.type == CP_EV_ERROR) {
-				if (finish != NULL)
-					*finish = q.finish;
-				return q.type;
+				*last = q;
+				if (msg == NULL || !(q.flags & CP_CQF_MORE))
+					return q.type;
+				more = 1;	/* the group is published whole */
 			}
 		}
 		if (clock_ms() >= end)

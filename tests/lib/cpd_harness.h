@@ -122,6 +122,10 @@ void raw_wake(struct raw_client *rc);
 int raw_submit(struct raw_client *rc, uint32_t req_id, const char *prompt,
     uint32_t max_tokens);
 
+/* The same for n bytes of prompt whatever they are, with SQE flags. */
+int raw_submit_bytes(struct raw_client *rc, uint32_t req_id, uint8_t flags,
+    const void *prompt, size_t n, uint32_t max_tokens);
+
 /*
  * Reads events until a terminal one for req_id or timeout_ms; appends
  * token text to out (size bytes, NUL-terminated).  Returns the terminal
@@ -129,6 +133,15 @@ int raw_submit(struct raw_client *rc, uint32_t req_id, const char *prompt,
  */
 int raw_collect(struct raw_client *rc, uint32_t req_id, char *out,
     size_t size, int timeout_ms, uint8_t *finish);
+
+/*
+ * raw_collect() that also gives the terminal CQE in *last and its text,
+ * continuations joined, in msg (msg_size bytes, NUL-terminated; NULL:
+ * not wanted).
+ */
+int raw_collect_end(struct raw_client *rc, uint32_t req_id, char *out,
+    size_t size, int timeout_ms, struct cp_cqe *last, char *msg,
+    size_t msg_size);
 
 /* 1 when the daemon closed rc's socket within timeout_ms, else 0. */
 int raw_wait_closed(struct raw_client *rc, int timeout_ms);

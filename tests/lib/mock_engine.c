@@ -10,12 +10,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "chatwire.h"
+
 struct mock_req {
 	struct ep_cmd *cmd;		/* owned */
 	size_t pos;			/* next prompt element to echo */
 	size_t prefilled;		/* prompt elements "computed" */
 	uint32_t gen;
 	int paused;
+	char *chat;			/* a chat request's rendered text */
 	char *out;			/* generated text, for stop strings */
 	size_t out_len, out_cap;
 };
@@ -38,6 +41,8 @@ mock_opts_default(struct mock_opts *o)
 	o->text_repeat = 1;
 	o->default_max_tokens = 4096;
 	o->prefill_chunk = 0;
+	o->chat = CHAT_UNKNOWN;
+	snprintf(o->model, sizeof(o->model), "mock-model");
 }
 
 static size_t
@@ -50,6 +55,7 @@ static void
 req_free(struct mock_req *r)
 {
 	ep_cmd_free(r->cmd);
+	free(r->chat);
 	free(r->out);
 }
 
@@ -85,6 +91,29 @@ find(struct mock_engine *m, uint64_t id)
 	return -1;
 }
 
+/*
+ * A chat request's block rendered: the command's text becomes the
+ * rendering (owned by r); a refused block ends the request at once
+ * (-1).
+ */
+static int
+render_chat(struct mock_engine *m, size_t i)
+{
+	struct mock_req *r = &m->reqs[i];
+	struct cp_err e;
+	size_t len;
+
+	memset(&e, 0, sizeof(e));
+	if (chatwire_render(m->o.chat, m->o.model, r->cmd->text,
+	    r->cmd->text_len, &r->chat, &len, &e) < 0) {
+		finish(m, i, EP_EV_ERROR, 0, e.code, e.msg);
+		return -1;
+	}
+	r->cmd->text = r->chat;
+	r->cmd->text_len = len;
+	return 0;
+}
+
 /* Applies one command; returns 1 for SHUTDOWN. */
 static int
 command(struct mock_engine *m, struct ep_cmd *c)
@@ -106,6 +135,8 @@ command(struct mock_engine *m, struct ep_cmd *c)
 		n = &m->reqs[m->n++];
 		memset(n, 0, sizeof(*n));
 		n->cmd = c;
+		if ((c->flags & EP_SUBMIT_CHAT) && render_chat(m, m->n - 1) < 0)
+			return 0;	/* c ended and freed */
 		m->stats.tokens_prompt += prompt_len(c);
 		return 0;
 	case EP_CMD_CANCEL:

@@ -9,7 +9,10 @@
  * whole prompt or when the output ends with a stop string, with
  * CP_FINISH_LENGTH after max_tokens (0 = default_max_tokens), and with an
  * ERROR event (-EINVAL, "mock: error requested") when the prompt starts
- * with "!error".  PAUSE, RESUME, CANCEL and SHUTDOWN behave as the port
+ * with "!error".  A chat request (EP_SUBMIT_CHAT) is checked and rendered
+ * as the daemon's tokenizer thread does it (chatwire_render(), in format
+ * chat) and then echoed as the text it renders to; a block the renderer
+ * refuses ends with its ERROR event and message.  PAUSE, RESUME, CANCEL and SHUTDOWN behave as the port
  * promises.  Every request that runs gets one token a step; events made
  * in a step carry its number (from 1), those of commands (CANCEL) 0.
  *
@@ -24,6 +27,7 @@
 #ifndef CP_TEST_MOCK_ENGINE_H
 #define CP_TEST_MOCK_ENGINE_H
 
+#include "chat.h"
 #include "engine_port.h"
 
 struct mock_opts {
@@ -31,13 +35,15 @@ struct mock_opts {
 	uint32_t text_repeat;		/* copies of each byte per token, >= 1 */
 	uint32_t default_max_tokens;	/* for max_tokens 0 */
 	uint32_t prefill_chunk;		/* prompt elements per step, 0: all */
+	enum chat_kind chat;		/* chat requests' format */
+	char model[64];			/* the model's name, for chat errors */
 };
 
 struct mock_engine;
 
 /*
  * Fills o with 200 us steps, 1 byte per token, 4096 default max_tokens,
- * the whole prompt in the first step.
+ * the whole prompt in the first step, no chat template.
  */
 void mock_opts_default(struct mock_opts *o);
 
