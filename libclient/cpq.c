@@ -149,6 +149,7 @@ usage(FILE *f)
 	    "                           $XDG_RUNTIME_DIR/cpd.sock, "
 	    "/run/cpd/cpd.sock)\n"
 	    "  -h, --help               this text\n"
+	    "      --version            cpq's version\n"
 	    "Exit status: 0 done, 1 daemon or request error, 2 bad "
 	    "arguments,\n3 no daemon, 130 interrupted.\n",
 	    (double)d.temperature, CP_PARAM_TOPK_MAX, (int)d.top_k,
@@ -203,7 +204,7 @@ enum {
 	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
 	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
-	OPT_PROGRESS,
+	OPT_PROGRESS, OPT_VERSION,
 };
 
 static const struct option longopts[] = {
@@ -228,6 +229,7 @@ static const struct option longopts[] = {
 	{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, OPT_VERSION },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -254,7 +256,10 @@ add_stop(struct opts *o, const char *s)
 	return 0;
 }
 
-/* Fills o from the command line; 0, 1 for --help, or -EINVAL (reported). */
+/*
+ * Fills o from the command line; 0, 1 for --help, 2 for --version, or
+ * -EINVAL (reported).
+ */
 static int
 parse_args(int argc, char **argv, struct opts *o)
 {
@@ -361,6 +366,8 @@ parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case 'h':
 			return 1;
+		case OPT_VERSION:
+			return 2;
 		case ':':
 			fprintf(stderr, "cpq: %s needs an argument\n",
 			    argv[optind - 1]);
@@ -1231,6 +1238,10 @@ main(int argc, char **argv)
 	rc = parse_args(argc, argv, &o);
 	if (rc == 1) {
 		usage(stdout);
+		return 0;
+	}
+	if (rc == 2) {
+		printf("cpq %s\n", CP_VERSION);
 		return 0;
 	}
 	if (rc < 0)

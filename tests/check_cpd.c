@@ -520,6 +520,32 @@ START_TEST(test_default_config)
 }
 END_TEST
 
+/* Every program answers --help and --version, with status 0. */
+START_TEST(test_help_and_version)
+{
+	static const char *const progs[] = { "cpd", "cpq", "cpmodel",
+	    "cpbench" };
+	char bin[512], out[4096], want[64];
+
+	for (size_t i = 0; i < sizeof(progs) / sizeof(progs[0]); i++) {
+		const char *help[] = { bin, "--help", NULL };
+		const char *version[] = { bin, "--version", NULL };
+
+		ck_assert_int_eq(prog_find(bin, sizeof(bin), progs[i], NULL),
+		    0);
+		ck_assert_int_eq(prog_capture(help, out, sizeof(out)), 0);
+		ck_assert_msg(strstr(out, "usage: ") != NULL ||
+		    strstr(out, "Usage: ") != NULL, "%s --help: %s", progs[i],
+		    out);
+		ck_assert_int_eq(prog_capture(version, out, sizeof(out)), 0);
+		snprintf(want, sizeof(want), "%s ", progs[i]);
+		ck_assert_msg(strncmp(out, want, strlen(want)) == 0 &&
+		    strchr(out, '.') != NULL, "%s --version: %s", progs[i],
+		    out);
+	}
+}
+END_TEST
+
 static Suite *
 cpd_suite(void)
 {
@@ -534,6 +560,7 @@ cpd_suite(void)
 		{ test_ready_and_stopping, 0, 0 },
 		{ test_journal_priorities, 0, 0 },
 		{ test_default_config, 0, 0 },
+		{ test_help_and_version, 0, 0 },
 		{ NULL, 0, 0 }
 	};
 	const struct suite_case tcases[] = {
