@@ -111,6 +111,7 @@ struct ep_cmd {
 	uint32_t flags;		/* EP_SUBMIT_* */
 	uint32_t uid;		/* the client's user (the prefix cache's
 				   scope) */
+	int32_t pid;		/* the client's process, for the log */
 	struct ep_params params;
 	const char *text;	/* prompt bytes (not NUL-terminated) */
 	size_t text_len;

@@ -531,6 +531,7 @@ build_finish(struct session *s, struct sess_out *out)
 		return -ENOMEM;
 	c->client = s->slot;
 	c->uid = (uint32_t)s->uid;
+	c->pid = (int32_t)s->pid;
 	c->id = sess_port_id(s->slot, s->gen, b->req_id);
 	if (b->len > 0)
 		memcpy(c->data, b->buf, b->len);

@@ -163,6 +163,33 @@ emit_error(struct worker *w, uint64_t id, int n_prompt, int n_gen, int err,
 	emit(w, &ev, msg, strlen(msg));
 }
 
+static const char *const finish_names[CP_FINISH_MAX + 1] = {
+	[CP_FINISH_NONE] = "none", [CP_FINISH_STOP] = "stop",
+	[CP_FINISH_LENGTH] = "length", [CP_FINISH_CANCELLED] = "cancelled",
+	[CP_FINISH_CONTEXT] = "context", [CP_FINISH_STALLED] = "stalled",
+};
+
+/*
+ * One line per finished request: its client's process, tokens (prompt,
+ * of them cached, generated), time to the first token and the generation
+ * rate after it, and why it ended.
+ */
+static void
+log_request(const struct wreq *r, uint32_t finish)
+{
+	double ttft = r->t_first_ns > r->t_recv_ns ?
+	    (double)(r->t_first_ns - r->t_recv_ns) / 1e6 : 0;
+	double gen_s = r->t_last_ns > r->t_first_ns ?
+	    (double)(r->t_last_ns - r->t_first_ns) / 1e9 : 0;
+
+	log_info("request %llu: pid %d, prompt %d tokens (%d cached), "
+	    "generated %d, first token %.1f ms, %.1f tokens/s, %s",
+	    (unsigned long long)r->id, (int)r->pid, r->n_prompt, r->n_cached,
+	    r->n_gen, ttft, r->n_gen > 1 && gen_s > 0 ?
+	    (double)(r->n_gen - 1) / gen_s : 0,
+	    finish <= CP_FINISH_MAX ? finish_names[finish] : "?");
+}
+
 static void
 emit_done(struct worker *w, const struct wreq *r, uint32_t finish,
     const char *text, size_t len)
@@ -178,6 +205,7 @@ emit_done(struct worker *w, const struct wreq *r, uint32_t finish,
 	ev.n_gen = (uint32_t)r->n_gen;
 	ev.n_cached = (uint32_t)r->n_cached;
 	emit(w, &ev, text, len);
+	log_request(r, finish);
 }
 
 /* PROGRESS of r: its prompt computed up to position done (promise 8). */
@@ -427,6 +455,7 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 		    r->cap);
 	memcpy(r->toks, w->enc, (size_t)n * sizeof(*r->toks));
 	r->uid = c->uid;
+	r->pid = c->pid;
 	r->logprob = (c->flags & EP_SUBMIT_LOGPROB) != 0;
 	r->progress = (c->flags & EP_SUBMIT_PROGRESS) != 0;
 	if ((rc = submit_sampler(w, r, c, e)) < 0 ||
@@ -616,9 +645,11 @@ token_times(struct worker *w, struct wreq *r)
 {
 	uint64_t now = w->t_step_ns;
 
-	if (r->t_last_ns == 0)
+	if (r->t_last_ns == 0) {
 		stats_hist_add(&w->es.ttft_us, STATS_LAT_US,
 		    now > r->t_recv_ns ? (now - r->t_recv_ns) / 1000 : 0);
+		r->t_first_ns = now;
+	}
 	else
 		stats_hist_add(&w->es.itl_us, STATS_LAT_US,
 		    now > r->t_last_ns ? (now - r->t_last_ns) / 1000 : 0);

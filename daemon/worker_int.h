@@ -43,6 +43,8 @@ struct wreq {
 	int lane_from;		/* positions computed before the lane */
 	bool lane_pf;		/* its import's blocks were prefaulted */
 	uint32_t uid;		/* its client's user: the cache's scope */
+	int32_t pid;		/* its client's process, for the log */
+	uint64_t t_first_ns;	/* its first TOKEN event; 0 before */
 	int n_cached;		/* prompt tokens its last admission took
 				   from the prefix cache */
 };

@@ -136,6 +136,12 @@ START_TEST(test_greedy_reference)
 	text[tl] = '\0';
 	ck_assert_str_eq(text, ref_text);
 	cp_close(c);
+	/* the finished request's line in the log, with its process */
+	snprintf(text, sizeof(text), ": pid %d, prompt 13 tokens (0 cached), "
+	    "generated 64, first token ", (int)getpid());
+	ck_assert_msg(cpd_log_has(&daemon_proc, text), "no '%s' logged",
+	    text);
+	ck_assert(cpd_log_has(&daemon_proc, " tokens/s, length\n"));
 	stop_daemon();
 }
 END_TEST
