@@ -455,6 +455,46 @@ auto_kv_tokens(const struct model *m, int context)
 	return want > INT_MAX ? INT_MAX : (int)want;
 }
 
+/*
+ * The model's summary line: file, architecture, parameters and the bytes
+ * of each tensor type, in the order the types first appear.
+ */
+static void
+log_model(const char *path, const struct model *m)
+{
+	char types[256];
+	uint32_t seen[16];
+	uint64_t bytes[16], params = 0, all = 0;
+	size_t n_seen = 0, used = 0;
+
+	for (size_t i = 0; i < gguf_n_tensors(m->gf); i++) {
+		const struct gguf_tensor *t = gguf_tensor_at(m->gf, i);
+		size_t k;
+
+		params += t->n_elems;
+		all += t->nbytes;
+		for (k = 0; k < n_seen && seen[k] != t->type; k++)
+			;
+		if (k == n_seen && n_seen < 16) {
+			seen[n_seen] = t->type;
+			bytes[n_seen++] = 0;
+		}
+		if (k < n_seen)
+			bytes[k] += t->nbytes;
+	}
+	types[0] = '\0';
+	for (size_t k = 0; k < n_seen && used < sizeof(types); k++) {
+		int r = snprintf(types + used, sizeof(types) - used, "%s%s %.1f MiB",
+		    k > 0 ? ", " : "", ttype_name(seen[k]),
+		    (double)bytes[k] / (1 << 20));
+
+		used += r > 0 ? (size_t)r : 0;
+	}
+	log_info("model %s: %s, %.2fM parameters, %.1f MiB of weights (%s)",
+	    path, model_arch_name(m->hp.arch), (double)params / 1e6,
+	    (double)all / (1 << 20), types);
+}
+
 static const char *
 backend_name(int b)
 {
@@ -523,6 +563,7 @@ main(int argc, char **argv)
 		    EX_DATAERR;
 		goto out;
 	}
+	log_model(cfg.model, m);
 
 	memset(&wp, 0, sizeof(wp));
 	wp.model = m;
@@ -598,10 +639,11 @@ main(int argc, char **argv)
 	pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
 
 	log_info("serving %s (%s backend, %d threads, context %d, "
-	    "%d KV blocks of %d tokens) on %s", sc.model.name,
+	    "%d KV blocks of %d tokens, %.1f MiB) on %s", sc.model.name,
 	    be_name(worker_backend(w)), be_params(worker_backend(w))->n_threads,
 	    ws.n_ctx, (int)es.kv_blocks_total, ws.kv_block_tokens,
-	    srv_path(srv));
+	    (double)kv_block_bytes(be_kv(worker_backend(w))) *
+	    (double)es.kv_blocks_total / (1 << 20), srv_path(srv));
 	notify_status("serving %s on %s", sc.model.name, srv_path(srv));
 	notify_raw("READY=1");
 	if ((rc = notify_start(port)) < 0)

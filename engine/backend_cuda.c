@@ -174,7 +174,8 @@ cuda_log(const char *fmt, ...)
 {
 	va_list ap;
 
-	fputs("cuda: ", stderr);
+	/* "cpd: cuda: ...": the program's name first, as its own lines */
+	fprintf(stderr, "%s: cuda: ", program_invocation_short_name);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
