@@ -81,9 +81,12 @@ usage(FILE *f)
 static void
 on_signal(int sig)
 {
-	(void)sig;
 	if (running_srv == NULL)
 		return;
+	if (sig == SIGHUP) {
+		srv_reload(running_srv);
+		return;
+	}
 	if (signals_seen++ == 0) {
 		notify_raw("STOPPING=1\nSTATUS=draining");
 		srv_drain(running_srv);
@@ -318,25 +321,17 @@ resolve_id(const char *name, bool group)
 	return p != NULL ? (long)p->pw_uid : -1;
 }
 
+/*
+ * The server's limits that a reload may change: the allow lists, the
+ * per-uid limits and the timeouts.  0, or -EINVAL (logged) for a user or
+ * group that does not exist.
+ */
 static int
-server_config(const struct cpd_config *c, const struct model *m,
-    const struct tokenizer *tok, const char *backend, int n_ctx,
-    enum chat_kind chat, struct srv_config *sc)
+server_limits(const struct cpd_config *c, struct srv_config *sc)
 {
-	struct gguf_str name;
-	uint64_t params = 0;
 	long id;
 
-	sc->socket_path = c->socket_path[0] != '\0' ? c->socket_path : NULL;
-	sc->socket_mode = c->socket_mode;
-	if (c->socket_group[0] != '\0') {
-		if ((id = resolve_id(c->socket_group, true)) < 0) {
-			log_warnx("socket_group: no group '%s'",
-			    c->socket_group);
-			return -EINVAL;
-		}
-		sc->socket_gid = id;
-	}
+	sc->n_allow_uids = sc->n_allow_gids = 0;
 	for (int i = 0; i < c->n_allowed_users; i++) {
 		if ((id = resolve_id(c->allowed_users[i], false)) < 0) {
 			log_warnx("allowed_users: no user '%s'",
@@ -359,11 +354,35 @@ server_config(const struct cpd_config *c, const struct model *m,
 		sc->allow_uids[sc->n_allow_uids++] = getuid();
 	sc->per_uid_max_clients = (uint32_t)c->per_uid_max_clients;
 	sc->per_uid_max_requests = (uint32_t)c->per_uid_max_requests;
+	sc->stall_timeout_ms = c->client_stall_timeout_ms;
+	sc->drain_timeout_ms = c->drain_timeout_ms;
+	return 0;
+}
+
+static int
+server_config(const struct cpd_config *c, const struct model *m,
+    const struct tokenizer *tok, const char *backend, int n_ctx,
+    enum chat_kind chat, struct srv_config *sc)
+{
+	struct gguf_str name;
+	uint64_t params = 0;
+	long id;
+
+	sc->socket_path = c->socket_path[0] != '\0' ? c->socket_path : NULL;
+	sc->socket_mode = c->socket_mode;
+	if (c->socket_group[0] != '\0') {
+		if ((id = resolve_id(c->socket_group, true)) < 0) {
+			log_warnx("socket_group: no group '%s'",
+			    c->socket_group);
+			return -EINVAL;
+		}
+		sc->socket_gid = id;
+	}
+	if (server_limits(c, sc) < 0)
+		return -EINVAL;
 	sc->sq_entries = (uint32_t)c->sq_entries;
 	sc->cq_entries = (uint32_t)c->cq_entries;
 	sc->arena_bytes = (uint32_t)c->arena_size;
-	sc->stall_timeout_ms = c->client_stall_timeout_ms;
-	sc->drain_timeout_ms = c->drain_timeout_ms;
 
 	if (gguf_get_str(m->gf, "general.name", &name, NULL) == 0 &&
 	    name.len > 0)
@@ -506,6 +525,86 @@ backend_name(int b)
 	}
 }
 
+/* What a reload reads again: the command line, and the configuration in use. */
+struct reload {
+	int ac;
+	char **av;
+	struct cpd_config cur;
+};
+
+/* Keys a reload applies at once; the others need a restart. */
+static bool
+live_key(size_t i)
+{
+	switch (i) {
+	case CONFIG_LOG_LEVEL:
+	case CONFIG_ALLOWED_USERS:
+	case CONFIG_ALLOWED_GROUPS:
+	case CONFIG_PER_UID_MAX_CLIENTS:
+	case CONFIG_PER_UID_MAX_REQUESTS:
+	case CONFIG_CLIENT_STALL_TIMEOUT:
+	case CONFIG_DRAIN_TIMEOUT:
+		return true;
+	default:
+		return false;
+	}
+}
+
+/*
+ * SIGHUP, on the io loop's thread: the configuration file and the flags
+ * again; the keys that can change live change (each logged), the others
+ * are logged as needing a restart and keep their values; a file with an
+ * error changes nothing.
+ */
+static void
+on_reload(void *arg, struct server *srv)
+{
+	struct reload *r = arg;
+	struct cpd_config nc;
+	struct srv_config sc;
+	char was[512], now[512];
+	int changed = 0;
+
+	if (load_config(r->ac, r->av, &nc) != 0) {
+		log_errx("reload: the configuration has an error; the one in "
+		    "use stays");
+		return;
+	}
+	srv_config_defaults(&sc);
+	if (server_limits(&nc, &sc) < 0) {
+		log_errx("reload: the configuration in use stays");
+		return;
+	}
+	for (size_t i = 0; i < config_nkeys(); i++) {
+		if (config_format(&r->cur, i, was, sizeof(was)) != 0 ||
+		    config_format(&nc, i, now, sizeof(now)) != 0 ||
+		    strcmp(was, now) == 0)
+			continue;
+		changed++;
+		if (live_key(i))
+			log_info("reload: %s: %s -> %s", config_key_name(i), was,
+			    now);
+		else
+			log_warnx("reload: %s: %s -> %s needs a restart; it "
+			    "stays %s", config_key_name(i), was, now, was);
+	}
+	log_setlevel(nc.log_level);
+	srv_set_limits(srv, &sc);
+	r->cur.log_level = nc.log_level;
+	memcpy(r->cur.allowed_users, nc.allowed_users,
+	    sizeof(nc.allowed_users));
+	r->cur.n_allowed_users = nc.n_allowed_users;
+	memcpy(r->cur.allowed_groups, nc.allowed_groups,
+	    sizeof(nc.allowed_groups));
+	r->cur.n_allowed_groups = nc.n_allowed_groups;
+	r->cur.per_uid_max_clients = nc.per_uid_max_clients;
+	r->cur.per_uid_max_requests = nc.per_uid_max_requests;
+	r->cur.client_stall_timeout_ms = nc.client_stall_timeout_ms;
+	r->cur.drain_timeout_ms = nc.drain_timeout_ms;
+	log_info("reloaded: %d keys changed", changed);
+	notify_raw("READY=1\nSTATUS=reloaded");
+}
+
 int
 main(int argc, char **argv)
 {
@@ -525,11 +624,14 @@ main(int argc, char **argv)
 	int rc, ac, status = EX_SOFTWARE;
 	bool started = false;
 	char **av;
+	static struct reload rl;
 
 	if ((av = split_flags(argc, argv, &ac)) == NULL)
 		return EX_OSERR;
 	rc = load_config(ac, av, &cfg);
-	free(av);
+	rl.ac = ac;
+	rl.av = av;		/* kept for reloads */
+	rl.cur = cfg;
 	if (rc != 0)
 		return rc == 1 ? 0 : rc == -2 ? 2 : rc == -ENOMEM ? EX_OSERR :
 		    EX_CONFIG;
@@ -617,6 +719,8 @@ main(int argc, char **argv)
 		status = EX_CONFIG;
 		goto out;
 	}
+	sc.on_reload = on_reload;
+	sc.reload_arg = &rl;
 	if ((rc = worker_start(w)) < 0) {
 		errno = -rc;
 		log_err("engine thread");

@@ -124,7 +124,7 @@ struct server {
 	uint64_t t_start_ms;
 
 	/* Asked for by srv_stop() / srv_drain(), maybe from a signal handler. */
-	int stop_req, drain_req;	/* atomic */
+	int stop_req, drain_req, reload_req;	/* atomic */
 	int draining;			/* DRAINING below */
 	int drain_cancelled;		/* what was left has been cancelled */
 	uint64_t drain_cancel_ms;	/* cancel what is left then */
@@ -400,6 +400,27 @@ void
 srv_drain(struct server *srv)
 {
 	srv_signal(srv, &srv->drain_req);
+}
+
+void
+srv_reload(struct server *srv)
+{
+	srv_signal(srv, &srv->reload_req);
+}
+
+void
+srv_set_limits(struct server *srv, const struct srv_config *c)
+{
+	struct srv_config *d = &srv->cfg;
+
+	memcpy(d->allow_uids, c->allow_uids, sizeof(d->allow_uids));
+	d->n_allow_uids = c->n_allow_uids;
+	memcpy(d->allow_gids, c->allow_gids, sizeof(d->allow_gids));
+	d->n_allow_gids = c->n_allow_gids;
+	d->per_uid_max_clients = c->per_uid_max_clients;
+	d->per_uid_max_requests = c->per_uid_max_requests;
+	d->stall_timeout_ms = c->stall_timeout_ms;
+	d->drain_timeout_ms = c->drain_timeout_ms;
 }
 
 int
@@ -1300,6 +1321,9 @@ dispatch(struct server *srv, const struct ioloop_ev *ev)
 		else if (__atomic_load_n(&srv->drain_req, __ATOMIC_SEQ_CST) &&
 		    !srv->draining)
 			drain_start(srv);
+		if (__atomic_exchange_n(&srv->reload_req, 0, __ATOMIC_SEQ_CST) &&
+		    srv->cfg.on_reload != NULL)
+			srv->cfg.on_reload(srv->cfg.reload_arg, srv);
 		if (ev->flags & IOLOOP_F_ENDED)
 			ioloop_watch(srv->loop, srv->stop_efd, POLLIN, ev->tag);
 		break;

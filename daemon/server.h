@@ -37,6 +37,8 @@
 #define SRV_MAX_ALLOW		64	/* entries of each allow list */
 #define SRV_PATH_MAX		108	/* sun_path, NUL included */
 
+struct server;
+
 struct srv_config {
 	const char *socket_path;	/* NULL: srv_socket_path(NULL) */
 	int socket_mode;		/* permission bits; -1 = umask's */
@@ -58,9 +60,27 @@ struct srv_config {
 	int drain_timeout_ms;		/* srv_drain(): cancel what is left */
 	int ioloop;			/* IOLOOP_*; AUTO reads $CPD_IOLOOP */
 	struct cp_wire_model model;	/* sent in every welcome */
+	/*
+	 * Optional: called on the io loop's thread after srv_reload(), where
+	 * it may call srv_set_limits().
+	 */
+	void (*on_reload)(void *arg, struct server *srv);
+	void *reload_arg;
 };
 
-struct server;
+/*
+ * Ask for a reload (async-signal-safe): the io loop calls c->on_reload
+ * between its events.
+ */
+void srv_reload(struct server *srv);
+
+/*
+ * From on_reload: the limits that change without dropping anyone take
+ * c's values (allow lists, per-uid clients and requests, the stall and
+ * drain timeouts); a client already over a lowered limit keeps what it
+ * has, later ones are refused.
+ */
+void srv_set_limits(struct server *srv, const struct srv_config *c);
 
 /* Fills c with the defaults (allow list empty = our uid, 0600 socket, auto loop). */
 void srv_config_defaults(struct srv_config *c);

@@ -12,6 +12,7 @@
 #include <check.h>
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -526,6 +527,74 @@ START_TEST(test_default_config)
 }
 END_TEST
 
+/* The daemon's log has needle within 10 s. */
+static void
+await_log(const struct cpd *d, const char *needle)
+{
+	struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+	for (int i = 0; i < 500 && !cpd_log_has(d, needle); i++)
+		nanosleep(&ts, NULL);
+	ck_assert_msg(cpd_log_has(d, needle), "no '%s' in the log", needle);
+}
+
+/*
+ * SIGHUP reloads: a lowered per-uid limit applies at once (the next
+ * connection of the uid is refused) while a client already streaming
+ * finishes its request; a changed key that needs a restart is logged so
+ * and keeps its value.
+ */
+START_TEST(test_reload)
+{
+	char file[300];
+	const char *extra[] = { "-c", file, NULL };
+	struct cp_connect_opts o;
+	struct cp_client *a, *b = NULL;
+	struct cp_params p;
+	struct cp_event ev;
+	struct cpd d;
+	FILE *f;
+	int id, n = 0, r;
+
+	snprintf(file, sizeof(file), "%s/reload-%d.yaml", tmp_dir(),
+	    (int)getpid());
+	f = fopen(file, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("per_uid_max_clients: 4\n", f);
+	fclose(f);
+	cpd_start_bin(&d, cpd_bin, model, extra);
+	cp_connect_opts_init(&o);
+	o.socket_path = d.sock;
+	ck_assert_int_eq(cp_connect(&o, &a), 0);
+	cp_params_init(&p);
+	p.temperature = 0;
+	p.max_tokens = 64;
+	id = cp_submit(a, "Once upon a time", 16, &p);
+	ck_assert_int_gt(id, 0);
+	f = fopen(file, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("per_uid_max_clients: 1\ncontext: 64\n", f);
+	fclose(f);
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	await_log(&d, "reload: per_uid_max_clients: 4 -> 1\n");
+	await_log(&d, "reload: context: 0 -> 64 needs a restart; it stays 0");
+	ck_assert_int_eq(cp_connect(&o, &b), -EUSERS);
+	while ((r = cp_next_event(a, &ev, 20000)) == 0) {
+		ck_assert_int_eq(ev.req_id, id);
+		if (ev.type == CP_EVENT_TOKEN && ev.token >= 0)
+			ck_assert_int_eq(ev.token, ref_ids[n++]);
+		if (ev.type != CP_EVENT_TOKEN)
+			break;
+	}
+	ck_assert_int_eq(r, 0);
+	ck_assert_int_eq(ev.type, CP_EVENT_DONE);
+	ck_assert_int_eq(n, 64);
+	cp_close(a);
+	cpd_stop(&d);
+	unlink(file);
+}
+END_TEST
+
 /* Every program answers --help and --version, with status 0. */
 START_TEST(test_help_and_version)
 {
@@ -567,6 +636,7 @@ cpd_suite(void)
 		{ test_journal_priorities, 0, 0 },
 		{ test_default_config, 0, 0 },
 		{ test_help_and_version, 0, 0 },
+		{ test_reload, 0, 0 },
 		{ NULL, 0, 0 }
 	};
 	const struct suite_case tcases[] = {
