@@ -525,6 +525,30 @@ backend_name(int b)
 	}
 }
 
+/*
+ * The listening socket a service manager handed over (sd_listen_fds(3)'s
+ * protocol: $LISTEN_PID is ours and $LISTEN_FDS counts descriptors from
+ * 3), or -1; the variables are removed so that no child sees them.
+ */
+static int
+handed_listen_fd(void)
+{
+	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
+	int fd = -1;
+
+	if (pid != NULL && fds != NULL && strtol(pid, NULL, 10) ==
+	    (long)getpid() && strtol(fds, NULL, 10) >= 1) {
+		fd = 3;
+		if (strtol(fds, NULL, 10) > 1)
+			log_warnx("LISTEN_FDS: %s sockets handed over; cpd "
+			    "serves the first", fds);
+	}
+	unsetenv("LISTEN_PID");
+	unsetenv("LISTEN_FDS");
+	unsetenv("LISTEN_FDNAMES");
+	return fd;
+}
+
 /* What a reload reads again: the command line, and the configuration in use. */
 struct reload {
 	int ac;
@@ -721,6 +745,7 @@ main(int argc, char **argv)
 	}
 	sc.on_reload = on_reload;
 	sc.reload_arg = &rl;
+	sc.listen_fd = handed_listen_fd();
 	if ((rc = worker_start(w)) < 0) {
 		errno = -rc;
 		log_err("engine thread");

@@ -51,6 +51,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
@@ -100,7 +101,9 @@ struct uid_count {
 struct server {
 	struct srv_config cfg;
 	struct sess_limits lim;
-	char path[SRV_PATH_MAX];
+	char path[SRV_PATH_MAX];	/* the socket we bound, "" for one
+					   handed over */
+	char shown[SRV_PATH_MAX + 16];	/* what the logs call it */
 	int lfd;
 	int stop_efd;
 	struct engine_port *port;
@@ -185,6 +188,7 @@ srv_config_defaults(struct srv_config *c)
 	memset(c, 0, sizeof(*c));
 	c->socket_mode = 0600;
 	c->socket_gid = -1;
+	c->listen_fd = -1;
 	c->max_clients = 256;
 	c->per_uid_max_clients = 64;
 	c->per_uid_max_requests = 256;
@@ -288,6 +292,37 @@ err:
 	return r;
 }
 
+/*
+ * A listening socket handed over (systemd's socket units): its path into
+ * srv->path for the logs, non-blocking; returns fd or -errno.  Not ours
+ * to unlink: the path becomes "" so that nothing removes it.
+ */
+static int
+handed_socket(struct server *srv, int fd)
+{
+	struct sockaddr_un sa;
+	socklen_t len = sizeof(sa);
+	int type = 0, fl;
+	socklen_t tl = sizeof(type);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) < 0 ||
+	    type != SOCK_SEQPACKET || getsockname(fd, (struct sockaddr *)&sa,
+	    &len) < 0 || sa.sun_family != AF_UNIX) {
+		log_warnx("the socket handed over (LISTEN_FDS) is not a Unix "
+		    "SOCK_SEQPACKET socket: use ListenSequentialPacket=");
+		return -EINVAL;
+	}
+	if ((fl = fcntl(fd, F_GETFL)) < 0 ||
+	    fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ||
+	    fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+		return -errno;
+	snprintf(srv->shown, sizeof(srv->shown), "%.*s (handed over)",
+	    (int)(len > offsetof(struct sockaddr_un, sun_path) ? len -
+	    offsetof(struct sockaddr_un, sun_path) : 0), sa.sun_path);
+	srv->path[0] = '\0';
+	return fd;
+}
+
 int
 srv_new(const struct srv_config *c, struct engine_port *port,
     struct server **out)
@@ -356,11 +391,15 @@ srv_new(const struct srv_config *c, struct engine_port *port,
 		r = -errno;
 		goto err;
 	}
-	if ((r = bind_socket(srv)) < 0) {
+	if (c->listen_fd >= 0) {
+		r = handed_socket(srv, c->listen_fd);
+	} else if ((r = bind_socket(srv)) < 0) {
 		if (r != -EADDRINUSE && r != -EEXIST)	/* said already */
 			log_warnx("%s: %s", srv->path, strerror(-r));
 		goto err;
 	}
+	if (r < 0)
+		goto err;
 	srv->lfd = r;
 	if ((r = ioloop_watch(srv->loop, srv->lfd, POLLIN,
 	    tag_make(TAG_LISTEN, 0, 0))) < 0 ||
@@ -369,7 +408,9 @@ srv_new(const struct srv_config *c, struct engine_port *port,
 	    (r = ioloop_watch(srv->loop, ep_event_fd(port), POLLIN,
 	    tag_make(TAG_ENGINE, 0, 0))) < 0)
 		goto err;
-	log_info("listening on %s, io loop %s", srv->path,
+	if (srv->path[0] != '\0')
+		snprintf(srv->shown, sizeof(srv->shown), "%s", srv->path);
+	log_info("listening on %s, io loop %s", srv->shown,
 	    ioloop_kind_name(srv->kind));
 	*out = srv;
 	return 0;
@@ -432,7 +473,7 @@ srv_ioloop(const struct server *srv)
 const char *
 srv_path(const struct server *srv)
 {
-	return srv->path;
+	return srv->shown;
 }
 
 void
@@ -1229,7 +1270,8 @@ drain_start(struct server *srv)
 		ioloop_flush(srv->loop);
 		close(srv->lfd);
 		srv->lfd = -1;
-		unlink(srv->path);
+		if (srv->path[0] != '\0')
+			unlink(srv->path);
 	}
 	srv->drain_cancel_ms = now + (uint64_t)srv->cfg.drain_timeout_ms;
 	srv->drain_end_ms = srv->drain_cancel_ms + DRAIN_GRACE_MS;
@@ -1406,7 +1448,8 @@ srv_free(struct server *srv)
 			ioloop_unwatch(srv->loop, srv->lfd,
 			    tag_make(TAG_LISTEN, 0, 0));
 		close(srv->lfd);
-		unlink(srv->path);
+		if (srv->path[0] != '\0')
+			unlink(srv->path);
 	}
 	ioloop_free(srv->loop);
 	if (srv->stop_efd >= 0)

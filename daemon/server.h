@@ -59,6 +59,10 @@ struct srv_config {
 	int handshake_timeout_ms;	/* HELLO must come within */
 	int drain_timeout_ms;		/* srv_drain(): cancel what is left */
 	int ioloop;			/* IOLOOP_*; AUTO reads $CPD_IOLOOP */
+	int listen_fd;			/* >= 0: a listening socket handed
+					   over (socket activation), used as
+					   it is and never unlinked; -1: bind
+					   socket_path */
 	struct cp_wire_model model;	/* sent in every welcome */
 	/*
 	 * Optional: called on the io loop's thread after srv_reload(), where

@@ -13,6 +13,14 @@ $(BUILD)/etc/user/cpd.service: etc/cpd.user.service
 	@mkdir -p $(@D)
 	$(Q)sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' $< > $@
 
+# Socket units (socket activation): the per-user one installed as cpd.socket.
+$(BUILD)/etc/user/cpd.socket: etc/cpd.user.socket
+	@mkdir -p $(@D)
+	$(Q)cp $< $@
+all: $(BUILD)/etc/user/cpd.socket
+INSTALL_FILES += 644:etc/cpd.socket:$(SYSTEMD_UNITDIR)
+INSTALL_FILES += 644:$(BUILD)/etc/user/cpd.socket:$(SYSTEMD_USERUNITDIR)
+
 ETC_BUILT := $(BUILD)/etc/cpd.service $(BUILD)/etc/user/cpd.service
 all: $(ETC_BUILT)
 INSTALL_FILES += 644:etc/cpd.yaml:$(SYSCONFDIR)/cpd

@@ -11,6 +11,7 @@
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -595,6 +597,70 @@ START_TEST(test_reload)
 }
 END_TEST
 
+/*
+ * Socket activation: cpd serves a listening socket handed over as fd 3
+ * with LISTEN_FDS=1 and LISTEN_PID (sd_listen_fds(3)); a client that
+ * connected while it was still loading gets its answer, and the socket,
+ * the service manager's, is left in place when cpd exits.
+ */
+START_TEST(test_socket_activation)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct cp_connect_opts o;
+	struct cp_client *c;
+	struct cp_params p;
+	struct cp_event ev;
+	struct stat st;
+	char path[200], pidbuf[32];
+	int lfd, id, n = 0, status;
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/act-%d.sock", tmp_dir(),
+	    (int)getpid());
+	unlink(path);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	ck_assert_int_ge(lfd, 0);
+	ck_assert_int_eq(bind(lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	ck_assert_int_eq(listen(lfd, 16), 0);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY);
+
+		dup2(lfd, 3);
+		dup2(null, 2);
+		snprintf(pidbuf, sizeof(pidbuf), "%d", (int)getpid());
+		setenv("LISTEN_PID", pidbuf, 1);
+		setenv("LISTEN_FDS", "1", 1);
+		execl(cpd_bin, cpd_bin, "-m", model, "--threads", "1",
+		    (char *)NULL);
+		_exit(127);
+	}
+	close(lfd);
+	cp_connect_opts_init(&o);
+	o.socket_path = path;
+	o.timeout_ms = 20000;
+	ck_assert_int_eq(cp_connect(&o, &c), 0);
+	cp_params_init(&p);
+	p.temperature = 0;
+	p.max_tokens = 8;
+	id = cp_submit(c, "Once upon a time", 16, &p);
+	ck_assert_int_gt(id, 0);
+	while (cp_next_event(c, &ev, 20000) == 0 && ev.type == CP_EVENT_TOKEN)
+		if (ev.token >= 0)
+			ck_assert_int_eq(ev.token, ref_ids[n++]);
+	ck_assert_int_eq(ev.type, CP_EVENT_DONE);
+	ck_assert_int_eq(n, 8);
+	cp_close(c);
+	ck_assert_int_eq(kill(pid, SIGTERM), 0);
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	ck_assert_int_eq(stat(path, &st), 0);
+	unlink(path);
+}
+END_TEST
+
 /* Every program answers --help and --version, with status 0. */
 START_TEST(test_help_and_version)
 {
@@ -637,6 +703,7 @@ cpd_suite(void)
 		{ test_default_config, 0, 0 },
 		{ test_help_and_version, 0, 0 },
 		{ test_reload, 0, 0 },
+		{ test_socket_activation, 0, 0 },
 		{ NULL, 0, 0 }
 	};
 	const struct suite_case tcases[] = {
