@@ -359,6 +359,25 @@ server_limits(const struct cpd_config *c, struct srv_config *sc)
 	return 0;
 }
 
+/* The socket's path, mode and group; 0 or -EINVAL (logged). */
+static int
+server_socket(const struct cpd_config *c, struct srv_config *sc)
+{
+	long id;
+
+	sc->socket_path = c->socket_path[0] != '\0' ? c->socket_path : NULL;
+	sc->socket_mode = c->socket_mode;
+	if (c->socket_group[0] != '\0') {
+		if ((id = resolve_id(c->socket_group, true)) < 0) {
+			log_errx("socket_group: no group '%s'",
+			    c->socket_group);
+			return -EINVAL;
+		}
+		sc->socket_gid = id;
+	}
+	return 0;
+}
+
 static int
 server_config(const struct cpd_config *c, const struct model *m,
     const struct tokenizer *tok, const char *backend, int n_ctx,
@@ -366,18 +385,7 @@ server_config(const struct cpd_config *c, const struct model *m,
 {
 	struct gguf_str name;
 	uint64_t params = 0;
-	long id;
 
-	sc->socket_path = c->socket_path[0] != '\0' ? c->socket_path : NULL;
-	sc->socket_mode = c->socket_mode;
-	if (c->socket_group[0] != '\0') {
-		if ((id = resolve_id(c->socket_group, true)) < 0) {
-			log_warnx("socket_group: no group '%s'",
-			    c->socket_group);
-			return -EINVAL;
-		}
-		sc->socket_gid = id;
-	}
 	if (server_limits(c, sc) < 0)
 		return -EINVAL;
 	sc->sq_entries = (uint32_t)c->sq_entries;
@@ -679,6 +687,24 @@ main(int argc, char **argv)
 	sigaddset(&stop_sigs, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 
+	/*
+	 * The socket first: a wrong path is said before a long load, and
+	 * clients that connect meanwhile wait in the backlog.
+	 */
+	srv_config_defaults(&sc);
+	if (server_socket(&cfg, &sc) < 0) {
+		status = EX_CONFIG;
+		goto out;
+	}
+	if ((sc.listen_fd = handed_listen_fd()) < 0) {
+		if ((rc = srv_listen(&sc)) < 0) {
+			status = EX_UNAVAILABLE;
+			goto out;
+		}
+		sc.listen_fd = rc;
+		sc.listen_owned = true;
+	}
+
 	log_info("loading %s", cfg.model);
 	notify_status("loading %s", cfg.model);
 	if ((rc = model_load(cfg.model, &m, &e)) < 0 ||
@@ -720,7 +746,6 @@ main(int argc, char **argv)
 		goto out;
 	}
 	wp.model_name = cfg.model;
-	srv_config_defaults(&sc);
 	wp.max_clients = (int)sc.max_clients;
 	wp.max_requests = sc.max_clients * sc.max_reqs > CPD_MAX_REQUESTS ?
 	    CPD_MAX_REQUESTS : (int)(sc.max_clients * sc.max_reqs);
@@ -745,7 +770,6 @@ main(int argc, char **argv)
 	}
 	sc.on_reload = on_reload;
 	sc.reload_arg = &rl;
-	sc.listen_fd = handed_listen_fd();
 	if ((rc = worker_start(w)) < 0) {
 		errno = -rc;
 		log_err("engine thread");
@@ -789,6 +813,14 @@ out:
 	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
 	running_srv = NULL;
 	notify_stop();
+	if (srv == NULL && sc.listen_owned && sc.listen_fd >= 0) {
+		char path[SRV_PATH_MAX];
+
+		/* bound before a start that failed: not left behind */
+		close(sc.listen_fd);
+		if (srv_socket_path(sc.socket_path, path, sizeof(path)) == 0)
+			unlink(path);
+	}
 	srv_free(srv);
 	if (started) {
 		ep_push_simple(port, EP_CMD_SHUTDOWN, 0, 0);

@@ -239,9 +239,12 @@ listener_dead(int fd)
 	return kill(uc.pid, 0) < 0 && errno == ESRCH;
 }
 
-/* Binds srv->path, replacing a stale socket; returns the listening fd or -errno. */
+/*
+ * Binds path with c's mode and group, replacing a stale socket; returns
+ * the listening fd or -errno.
+ */
 static int
-bind_socket(struct server *srv)
+bind_socket(const struct srv_config *c, const char *path)
 {
 	struct sockaddr_un sa;
 	struct stat st;
@@ -249,10 +252,10 @@ bind_socket(struct server *srv)
 
 	memset(&sa, 0, sizeof(sa));
 	sa.sun_family = AF_UNIX;
-	memcpy(sa.sun_path, srv->path, strlen(srv->path) + 1);
-	if (lstat(srv->path, &st) == 0) {
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (lstat(path, &st) == 0) {
 		if (!S_ISSOCK(st.st_mode)) {
-			log_warnx("%s exists and is not a socket", srv->path);
+			log_warnx("%s exists and is not a socket", path);
 			return -EEXIST;
 		}
 		probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -261,29 +264,28 @@ bind_socket(struct server *srv)
 		r = connect(probe, (struct sockaddr *)&sa, sizeof(sa));
 		if (r == 0 && !listener_dead(probe)) {
 			close(probe);
-			log_warnx("%s: another daemon is listening", srv->path);
+			log_warnx("%s: another daemon is listening", path);
 			return -EADDRINUSE;
 		}
 		close(probe);
-		unlink(srv->path);
+		unlink(path);
 	}
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
 		goto err;
-	if (srv->cfg.socket_mode >= 0 &&
-	    chmod(srv->path, (mode_t)srv->cfg.socket_mode) < 0)
+	if (c->socket_mode >= 0 && chmod(path, (mode_t)c->socket_mode) < 0)
 		goto err_unlink;
-	if (srv->cfg.socket_gid >= 0 &&
-	    chown(srv->path, (uid_t)-1, (gid_t)srv->cfg.socket_gid) < 0)
+	if (c->socket_gid >= 0 &&
+	    chown(path, (uid_t)-1, (gid_t)c->socket_gid) < 0)
 		goto err_unlink;
 	if (listen(fd, 128) < 0)
 		goto err_unlink;
 	return fd;
 err_unlink:
 	r = -errno;
-	unlink(srv->path);
+	unlink(path);
 	close(fd);
 	return r;
 err:
@@ -321,6 +323,20 @@ handed_socket(struct server *srv, int fd)
 	    offsetof(struct sockaddr_un, sun_path) : 0), sa.sun_path);
 	srv->path[0] = '\0';
 	return fd;
+}
+
+int
+srv_listen(const struct srv_config *c)
+{
+	char path[SRV_PATH_MAX];
+	int r;
+
+	if ((r = srv_socket_path(c->socket_path, path, sizeof(path))) < 0)
+		return r;
+	if ((r = bind_socket(c, path)) < 0 && r != -EADDRINUSE &&
+	    r != -EEXIST)	/* those said already */
+		log_warnx("%s: %s", path, strerror(-r));
+	return r;
 }
 
 int
@@ -391,9 +407,11 @@ srv_new(const struct srv_config *c, struct engine_port *port,
 		r = -errno;
 		goto err;
 	}
-	if (c->listen_fd >= 0) {
+	if (c->listen_fd >= 0 && c->listen_owned) {
+		r = c->listen_fd;	/* srv_listen()'s, at srv->path */
+	} else if (c->listen_fd >= 0) {
 		r = handed_socket(srv, c->listen_fd);
-	} else if ((r = bind_socket(srv)) < 0) {
+	} else if ((r = bind_socket(&srv->cfg, srv->path)) < 0) {
 		if (r != -EADDRINUSE && r != -EEXIST)	/* said already */
 			log_warnx("%s: %s", srv->path, strerror(-r));
 		goto err;

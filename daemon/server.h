@@ -26,6 +26,7 @@
 #ifndef CP_SERVER_H
 #define CP_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -63,6 +64,8 @@ struct srv_config {
 					   over (socket activation), used as
 					   it is and never unlinked; -1: bind
 					   socket_path */
+	bool listen_owned;		/* listen_fd is srv_listen()'s, for
+					   socket_path: unlinked at the end */
 	struct cp_wire_model model;	/* sent in every welcome */
 	/*
 	 * Optional: called on the io loop's thread after srv_reload(), where
@@ -71,6 +74,14 @@ struct srv_config {
 	void (*on_reload)(void *arg, struct server *srv);
 	void *reload_arg;
 };
+
+/*
+ * Binds and listens on c's socket path (as srv_new() would) before the
+ * model loads, so that a wrong path is reported at once and clients that
+ * connect meanwhile wait in the backlog: the fd (give it to srv_new() as
+ * listen_fd with listen_owned), or -errno, logged.
+ */
+int srv_listen(const struct srv_config *c);
 
 /*
  * Ask for a reload (async-signal-safe): the io loop calls c->on_reload

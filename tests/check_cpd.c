@@ -227,6 +227,9 @@ START_TEST(test_bad_invocations)
 	    model, NULL };
 	const char *notgguf[] = { cpd_bin, "-m", "/dev/null", "-s", sock,
 	    NULL };
+	const char *badsock[] = { cpd_bin, "-m", model, "-s",
+	    "/nonexistent/dir/s.sock", NULL };
+	char log[600];
 	const char *nomodel[] = { cpd_bin, "-s", sock, NULL };
 	const char *missing[] = { cpd_bin, "-m", "/nonexistent/model.gguf",
 	    "-s", sock, NULL };
@@ -236,6 +239,12 @@ START_TEST(test_bad_invocations)
 	ck_assert_int_eq(prog_runv(nomodel, NULL), 78);
 	ck_assert_int_eq(prog_runv(missing, NULL), 66);	/* EX_NOINPUT */
 	ck_assert_int_eq(prog_runv(notgguf, NULL), 65);	/* EX_DATAERR */
+	/* a socket it cannot bind is said before the model loads */
+	snprintf(log, sizeof(log), "%s.log", sock);
+	ck_assert_int_eq(prog_runv(badsock, log), 69);	/* EX_UNAVAILABLE */
+	ck_assert(cpd_file_has(log, "/nonexistent/dir/s.sock: "));
+	ck_assert(!cpd_file_has(log, "loading"));
+	unlink(log);
 	ck_assert_int_eq(prog_runv(range_eq, NULL), 78);
 }
 END_TEST
@@ -446,15 +455,16 @@ END_TEST
 /* Where the journal reads stderr, each line starts with its priority. */
 START_TEST(test_journal_priorities)
 {
-	const char *argv[] = { cpd_bin, "-m", "/nonexistent/m.gguf",
-	    "--socket-path=/nonexistent/s.sock", NULL };
-	char out[300], env[64], text[4096];
+	char out[300], env[64], text[4096], flag[600];
+	const char *argv[] = { cpd_bin, "-m", "/nonexistent/m.gguf", flag,
+	    NULL };
 	struct stat st;
 	FILE *f;
 	size_t n;
 
 	snprintf(out, sizeof(out), "%s/journal-%d.txt", tmp_dir(),
 	    (int)getpid());
+	snprintf(flag, sizeof(flag), "--socket-path=%s", sock);
 	f = fopen(out, "w");
 	ck_assert_ptr_nonnull(f);
 	fclose(f);
