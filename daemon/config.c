@@ -159,8 +159,9 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	    F(per_uid_max_clients), 0, 1, 1024, 0, NULL, "16",
 	    "most connections open at once for one user id" },
 	[CONFIG_PER_UID_MAX_REQUESTS] = { "per_uid_max_requests", T_INT,
-	    F(per_uid_max_requests), 0, 1, 65536, 0, NULL, "64",
-	    "most requests in flight for one user id" },
+	    F(per_uid_max_requests), 0, 1, 65536, 0, NULL, "256",
+	    "most requests in flight for one user id; above one connection's "
+	    "64, so that one connection cannot take a user's whole quota" },
 	[CONFIG_SQ_ENTRIES] = { "sq_entries", T_INT, F(sq_entries), 0,
 	    2, 4096, 1, NULL, "64",
 	    "submission ring slots per client, a power of two" },

@@ -1204,6 +1204,8 @@ timers(struct server *srv)
 			continue;
 		if (now - s->paused_since_ms >=
 		    (uint64_t)srv->cfg.stall_timeout_ms) {
+			unsigned cancelled = 0;
+
 			for (j = 0; j < s->n_reqs; j++) {
 				struct sess_req *r = &s->reqs[j];
 
@@ -1212,14 +1214,18 @@ timers(struct server *srv)
 				r->cancelled = 1;
 				r->stalled = 1;
 				srv->cq_stalls++;
+				cancelled++;
 				ep_push_simple(srv->port, EP_CMD_CANCEL,
 				    s->slot, sess_port_id(s->slot, s->gen,
 				    r->req_id));
 			}
-			s->paused_since_ms = now;	/* log once a period */
-			log_info("client %u: completion ring full for %d ms, "
-			    "requests cancelled", s->client_id,
-			    srv->cfg.stall_timeout_ms);
+			s->paused_since_ms = now;
+			/* said when something changed, not every period */
+			if (cancelled > 0)
+				log_info("client %u: completion ring full for "
+				    "%d ms, %u requests cancelled",
+				    s->client_id, srv->cfg.stall_timeout_ms,
+				    cancelled);
 		}
 		if (now + TICK_PAUSED_MS < next)
 			next = now + TICK_PAUSED_MS;

@@ -562,6 +562,8 @@ static const struct stat_row stat_rows[] = {
 	    "Requests queued in the engine, holding no KV cache yet."),
 	ROW(requests_running, "cpd_requests_running", "gauge",
 	    "Requests holding KV cache (prefill or decode)."),
+	ROW(requests_paused, "cpd_requests_paused", "gauge",
+	    "Requests held because their client's event ring is full."),
 	ROW(requests_refused, "cpd_requests_refused_total", "counter",
 	    "Requests answered with an error at once."),
 	ROW(preemptions, "cpd_preemptions_total", "counter",

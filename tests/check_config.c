@@ -147,7 +147,7 @@ assert_spec_defaults(const struct cpd_config *c)
 	ck_assert_int_eq(c->n_allowed_users, 0);
 	ck_assert_int_eq(c->n_allowed_groups, 0);
 	ck_assert_int_eq(c->per_uid_max_clients, 16);
-	ck_assert_int_eq(c->per_uid_max_requests, 64);
+	ck_assert_int_eq(c->per_uid_max_requests, 256);
 	ck_assert_int_eq(c->sq_entries, 64);
 	ck_assert_int_eq(c->cq_entries, 1024);
 	ck_assert_uint_eq(c->arena_size, 1 * MiB);
