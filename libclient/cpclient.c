@@ -703,7 +703,8 @@ cp_strerror(int err)
 	case -EBUSY:
 		return "too many requests in flight: read events first";
 	case -E2BIG:
-		return "prompt too long for this connection";
+		return "too long: the prompt exceeds the connection's prompt "
+		    "bytes or the model's context";
 	case -EPROTONOSUPPORT:
 		return "the daemon speaks another protocol version";
 	case -ENOENT:
