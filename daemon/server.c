@@ -574,6 +574,23 @@ end_reason(int r)
 }
 
 /*
+ * The CP_END_* reason when a reply to the client could not be sent (r
+ * from sess_send()): the client's doing, not the daemon's, when it hung up
+ * (CLOSED) or leaves its replies unread (PROTOCOL); else ERROR.
+ */
+static int
+send_end_reason(struct session *s, int r)
+{
+	if (r == -EPIPE || r == -ECONNRESET || r == -ENOTCONN)
+		return CP_END_CLOSED;
+	if (r == -EAGAIN || r == -EWOULDBLOCK || r == -ENOBUFS) {
+		snprintf(s->why, sizeof(s->why), "does not read its replies");
+		return CP_END_PROTOCOL;
+	}
+	return CP_END_ERROR;
+}
+
+/*
  * Ends session s, whatever the reason (invariant 2), counted under reason
  * (CP_END_*).  A violation (PROTOCOL, TIMEOUT, OVERFLOW) counts a protocol
  * error and logs s->why as a warning.
@@ -846,7 +863,7 @@ handshake(struct server *srv, struct session *s)
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
 	if (r < 0) {
-		srv_drop(srv, s, CP_END_ERROR, "welcome not sent");
+		srv_drop(srv, s, send_end_reason(s, r), "welcome not sent");
 		return;
 	}
 	if (s->sq_rfd >= 0 && ioloop_watch(srv->loop, s->sq_rfd, POLLIN,
@@ -901,8 +918,9 @@ on_message(struct server *srv, struct session *s)
 		msg.stats_version = CP_STATS_VERSION;
 		msg.stats_bytes = sizeof(msg.stats);
 		srv_stats(srv, &msg.stats);
-		if (sess_send(s->fd, &msg, sizeof(msg), NULL, 0) < 0) {
-			srv_drop(srv, s, CP_END_ERROR, "stats reply not sent");
+		if ((r = sess_send(s->fd, &msg, sizeof(msg), NULL, 0)) < 0) {
+			srv_drop(srv, s, send_end_reason(s, r),
+			    "stats reply not sent");
 			return;
 		}
 	}
