@@ -120,7 +120,7 @@ usage(FILE *f)
 	    "(default %u)\n"
 	    "      --seed S             sampling seed (default: the daemon "
 	    "picks)\n"
-	    "  -s, --stop STR           stop when the output ends with STR "
+	    "      --stop STR           stop when the output ends with STR "
 	    "(up to %u)\n"
 	    "      --chat               send the prompt as the user's turn of "
 	    "a\n"
@@ -144,7 +144,7 @@ usage(FILE *f)
 	    "      --info               print model and daemon information\n"
 	    "      --stats              print the daemon's counters\n"
 	    "      --prometheus         with --stats: Prometheus text format\n"
-	    "      --socket PATH        the daemon's socket (default "
+	    "  -s, --socket PATH        the daemon's socket (default "
 	    "$CPD_SOCKET,\n"
 	    "                           $XDG_RUNTIME_DIR/cpd.sock, "
 	    "/run/cpd/cpd.sock)\n"
@@ -204,7 +204,7 @@ enum {
 	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
 	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
-	OPT_PROGRESS, OPT_VERSION,
+	OPT_PROGRESS, OPT_VERSION, OPT_STOP,
 };
 
 static const struct option longopts[] = {
@@ -216,7 +216,7 @@ static const struct option longopts[] = {
 	{ "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
 	{ "repeat-last-n", required_argument, NULL, OPT_REPEAT_LAST_N },
 	{ "seed", required_argument, NULL, OPT_SEED },
-	{ "stop", required_argument, NULL, 's' },
+	{ "stop", required_argument, NULL, OPT_STOP },
 	{ "ids", no_argument, NULL, OPT_IDS },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "progress", no_argument, NULL, OPT_PROGRESS },
@@ -318,7 +318,7 @@ parse_args(int argc, char **argv, struct opts *o)
 			o->p.use_seed = 1;
 			o->p.seed = v;
 			break;
-		case 's':
+		case OPT_STOP:
 			if (add_stop(o, a) < 0)
 				return -EINVAL;
 			break;
@@ -361,6 +361,7 @@ parse_args(int argc, char **argv, struct opts *o)
 		case OPT_PROMETHEUS:
 			o->prometheus = 1;
 			break;
+		case 's':	/* as cpd's -s */
 		case OPT_SOCKET:
 			o->socket = a;	/* "": as if not given (cp_socket_path) */
 			break;

@@ -146,7 +146,7 @@ START_TEST(test_max_tokens_and_stop)
 	const char *a1[] = { "--socket", NULL, "-n", "3", "abcdef", NULL };
 	const char *a2[] = { "--socket", NULL, "--stop", "lo", "hello world",
 	    NULL };
-	const char *a3[] = { "--socket", NULL, "-s", "xyz", "--stop", "o w",
+	const char *a3[] = { "--socket", NULL, "--stop", "xyz", "--stop", "o w",
 	    "--json", "hello world", NULL };
 	const char *a4[] = { "--socket", NULL, "--max-tokens", "4", "--json",
 	    "abcdef", NULL };
@@ -640,7 +640,7 @@ static const char *const bad_args[][8] = {
 	{ "--seed", "-1", "x" },
 	{ "--seed", "1x", "x" },
 	{ "--stop", "", "x" },
-	{ "-s", "1", "-s", "2", "-s", "3", "-s", "4" },	/* + 5 more below */
+	{ "--stop", "1", "--stop", "2", "--stop", "3", "--stop", "4" },	/* + 5 more below */
 	{ "--ids", "--json", "x" },
 	{ "--prometheus", "x" },
 	{ "--stats", "--prometheus", "--json" },
@@ -667,10 +667,10 @@ START_TEST(test_bad_args)
 	args[n++] = "/nonexistent/cpq-test/sock";
 	for (k = 0; k < 8 && bad_args[_i][k] != NULL; k++)
 		args[n++] = bad_args[_i][k];
-	if (strcmp(args[2], "-s") == 0) {
+	if (strcmp(args[2], "--stop") == 0 && strcmp(args[3], "1") == 0) {
 		/* Nine stop strings, one more than the protocol carries. */
-		static const char *const more[] = { "-s", "5", "-s", "6",
-		    "-s", "7", "-s", "8", "-s", "9", "x" };
+		static const char *const more[] = { "--stop", "5", "--stop",
+		    "6", "--stop", "7", "--stop", "8", "--stop", "9", "x" };
 
 		memcpy(args + n, more, sizeof(more));
 		n += (int)(sizeof(more) / sizeof(more[0]));
