@@ -321,6 +321,16 @@ resolve_id(const char *name, bool group)
 	return p != NULL ? (long)p->pw_uid : -1;
 }
 
+/* srv_config.tokenize: the prompt's tokenizer, arg being it. */
+static int
+tokenize_hook(const void *arg, const char *text, size_t len, uint32_t flags,
+    int32_t *ids, size_t max_ids)
+{
+	return tok_encode(arg, text, len, (flags & CP_TOKF_BOS) != 0,
+	    (flags & CP_TOKF_PARSE_SPECIAL) != 0, ids,
+	    max_ids > INT_MAX ? INT_MAX : (int)max_ids);
+}
+
 /*
  * The server's limits that a reload may change: the allow lists, the
  * per-uid limits and the timeouts.  0, or -EINVAL (logged) for a user or
@@ -413,6 +423,8 @@ server_config(const struct cpd_config *c, const struct model *m,
 	sc->model.n_head_kv = (uint32_t)m->hp.n_head_kv;
 	sc->model.bos = tok_bos(tok);
 	sc->model.eos = tok_eos(tok);
+	sc->tokenize = tokenize_hook;
+	sc->tokenize_arg = tok;
 	for (size_t i = 0; i < gguf_n_tensors(m->gf); i++)
 		params += gguf_tensor_at(m->gf, i)->n_elems;
 	sc->model.n_params = params;

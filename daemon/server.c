@@ -140,7 +140,15 @@ struct server {
 	uint64_t requests_refused;
 	uint64_t cq_stalls;
 	uint64_t disconnects[CP_END_REASONS];	/* invariant 6 */
+
+	unsigned char *rbuf;		/* (RBUF_BYTES) a socket record */
+	unsigned char *tbuf;		/* (TBUF_BYTES) a TOKENS reply */
 };
+
+/* The longest record an active session may send, and TOKENS's. */
+#define RBUF_BYTES	(sizeof(struct cp_tokenize_req) + CP_TOKENIZE_TEXT_MAX)
+#define TBUF_BYTES	(sizeof(struct cp_tokens_msg) + \
+	sizeof(int32_t) * CP_TOKENIZE_IDS_MAX)
 
 static uint64_t
 now_ms(void)
@@ -375,8 +383,10 @@ srv_new(const struct srv_config *c, struct engine_port *port,
 	srv->slots = calloc(c->max_clients, sizeof(*srv->slots));
 	srv->free_slots = calloc(c->max_clients, sizeof(*srv->free_slots));
 	srv->live = calloc(c->max_clients, sizeof(*srv->live));
+	srv->rbuf = malloc(RBUF_BYTES);
+	srv->tbuf = malloc(TBUF_BYTES);
 	if (srv->slots == NULL || srv->free_slots == NULL ||
-	    srv->live == NULL) {
+	    srv->live == NULL || srv->rbuf == NULL || srv->tbuf == NULL) {
 		r = -ENOMEM;
 		goto err;
 	}
@@ -859,6 +869,8 @@ handshake(struct server *srv, struct session *s)
 	}
 	w.client_id = s->client_id;
 	w.model = srv->cfg.model;
+	if (srv->cfg.tokenize != NULL)
+		w.features |= CP_FEAT_TOKENIZE;
 	r = sess_send(s->fd, &w, sizeof(w), fds, nfds);
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
@@ -876,18 +888,69 @@ handshake(struct server *srv, struct session *s)
 	    w.arena_bytes);
 }
 
-/* A record on an active session's socket: only stats requests are allowed. */
+/*
+ * Answers a TOKENIZE record of len bytes in srv->rbuf (cp_proto.h, TOKENIZE
+ * rules 1-3); 0, or -1 after dropping s because the reply could not be sent.
+ */
+static int
+on_tokenize(struct server *srv, struct session *s, size_t len)
+{
+	struct cp_tokenize_req req;
+	struct cp_tokens_msg *msg = (struct cp_tokens_msg *)srv->tbuf;
+	int32_t *ids = (int32_t *)(srv->tbuf + sizeof(*msg));
+	uint32_t sent = 0;
+	int n;
+
+	memset(&req, 0, sizeof(req));
+	memcpy(&req, srv->rbuf, len < sizeof(req) ? len : sizeof(req));
+	if (srv->cfg.tokenize == NULL)
+		n = -EOPNOTSUPP;
+	else if (len < sizeof(req) || (req.flags & ~CP_TOKF_MASK) != 0 ||
+	    req.max_ids > CP_TOKENIZE_IDS_MAX || req.reserved != 0)
+		n = -EINVAL;
+	else if (req.text_len > CP_TOKENIZE_TEXT_MAX)
+		n = -E2BIG;
+	else if (len != sizeof(req) + req.text_len)
+		n = -EINVAL;
+	else {
+		n = srv->cfg.tokenize(srv->cfg.tokenize_arg,
+		    (const char *)srv->rbuf + sizeof(req), req.text_len,
+		    req.flags, ids, CP_TOKENIZE_IDS_MAX);
+		if (n > (int)CP_TOKENIZE_IDS_MAX)
+			n = -E2BIG;
+	}
+	if (n < 0)
+		log_debug("client %u: tokenize: %s", s->client_id,
+		    strerror(-n));
+	else
+		sent = (uint32_t)n < req.max_ids ? (uint32_t)n : req.max_ids;
+	memset(msg, 0, sizeof(*msg));
+	msg->hdr.magic = CP_PROTO_MAGIC;
+	msg->hdr.type = CP_MSG_TOKENS;
+	msg->hdr.version = CP_PROTO_VERSION;
+	msg->status = n < 0 ? n : 0;
+	msg->n_ids = n < 0 ? 0 : (uint32_t)n;
+	msg->n_sent = sent;
+	if (sess_send(s->fd, msg, sizeof(*msg) + sizeof(int32_t) * sent,
+	    NULL, 0) < 0) {
+		srv_drop(srv, s, CP_END_ERROR, "tokens reply not sent");
+		return -1;
+	}
+	return 0;
+}
+
+/* A record on an active session's socket: stats and tokenize requests. */
 static void
 on_message(struct server *srv, struct session *s)
 {
-	unsigned char buf[512];
 	struct cp_stats_req req;
+	struct cp_msg_hdr hdr;
 	struct cp_stats_msg msg;
 	size_t len = 0;
 	int r;
 
 	for (;;) {
-		r = sess_recv(s->fd, buf, sizeof(buf), &len);
+		r = sess_recv(s->fd, srv->rbuf, RBUF_BYTES, &len);
 		if (r == -EAGAIN)
 			return;
 		if (r == -EPIPE) {
@@ -901,7 +964,16 @@ on_message(struct server *srv, struct session *s)
 			srv_drop(srv, s, CP_END_PROTOCOL, "bad record");
 			return;
 		}
-		memcpy(&req, buf, len < sizeof(req) ? len : sizeof(req));
+		memset(&hdr, 0, sizeof(hdr));
+		memcpy(&hdr, srv->rbuf, len < sizeof(hdr) ? len : sizeof(hdr));
+		if (len >= sizeof(hdr) && hdr.magic == CP_PROTO_MAGIC &&
+		    hdr.type == CP_MSG_TOKENIZE &&
+		    hdr.version == CP_PROTO_VERSION) {
+			if (on_tokenize(srv, s, len) < 0)
+				return;
+			continue;
+		}
+		memcpy(&req, srv->rbuf, len < sizeof(req) ? len : sizeof(req));
 		if (len != sizeof(req) || req.hdr.magic != CP_PROTO_MAGIC ||
 		    req.hdr.type != CP_MSG_STATS_REQ ||
 		    req.hdr.version != CP_PROTO_VERSION ||
@@ -1501,5 +1573,7 @@ srv_free(struct server *srv)
 	free(srv->free_slots);
 	free(srv->live);
 	free(srv->uids);
+	free(srv->rbuf);
+	free(srv->tbuf);
 	free(srv);
 }

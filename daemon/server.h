@@ -73,6 +73,14 @@ struct srv_config {
 	 */
 	void (*on_reload)(void *arg, struct server *srv);
 	void *reload_arg;
+	/*
+	 * CP_MSG_TOKENIZE (NULL: not offered).  Called on the io loop's
+	 * thread with flags within CP_TOKF_MASK; writes at most max_ids ids
+	 * and returns how many the text needs, or a negative errno.
+	 */
+	int (*tokenize)(const void *arg, const char *text, size_t len,
+	    uint32_t flags, int32_t *ids, size_t max_ids);
+	const void *tokenize_arg;
 };
 
 /*

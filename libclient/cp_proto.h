@@ -19,10 +19,12 @@
  * The CQ pipe also reports the daemon's death (POLLHUP) to a poll loop.
  * A refused client gets a welcome with a negative status and no
  * descriptors, then the socket closes.  After the handshake the socket
- * carries only CP_MSG_STATS_REQ / CP_MSG_STATS and its hangup means death
- * of either side (the daemon also watches the client's pidfd).  Any
- * descriptor sent by a client, any message of the wrong size, type, magic
- * or version closes it.  The statistics inside CP_MSG_STATS carry a layout
+ * carries only CP_MSG_STATS_REQ / CP_MSG_STATS and, where the welcome
+ * offers CP_FEAT_TOKENIZE, CP_MSG_TOKENIZE / CP_MSG_TOKENS; its hangup
+ * means death of either side (the daemon also watches the client's
+ * pidfd).  Any descriptor sent by a client, any message of the wrong
+ * size, type, magic or version closes it, except a TOKENIZE whose fields
+ * are wrong: that is answered with a TOKENS carrying the error (below).  The statistics inside CP_MSG_STATS carry a layout
  * version and size of their own (CP_STATS_VERSION), so that they can grow
  * without a new protocol version: a client that meets another stats
  * version only loses cp_stats().
@@ -330,6 +332,8 @@ struct cp_cqe {
 #define CP_MSG_WELCOME		2u	/* daemon -> client, answer to HELLO */
 #define CP_MSG_STATS_REQ	3u	/* client -> daemon */
 #define CP_MSG_STATS		4u	/* daemon -> client */
+#define CP_MSG_TOKENIZE		5u	/* client -> daemon (CP_FEAT_TOKENIZE) */
+#define CP_MSG_TOKENS		6u	/* daemon -> client, answer to TOKENIZE */
 
 struct cp_msg_hdr {
 	uint32_t magic;		/* CP_PROTO_MAGIC */
@@ -374,6 +378,7 @@ struct cp_wire_model {
 #define CP_FEAT_PROGRESS	0x1u	/* CP_PF_PROGRESS, CP_EV_PROGRESS */
 #define CP_FEAT_STRICT		0x2u	/* CP_PF_STRICT */
 #define CP_FEAT_CHAT		0x4u	/* CP_SQF_CHAT */
+#define CP_FEAT_TOKENIZE	0x8u	/* CP_MSG_TOKENIZE */
 
 struct cp_welcome {
 	struct cp_msg_hdr hdr;
@@ -395,6 +400,49 @@ struct cp_welcome {
 struct cp_stats_req {
 	struct cp_msg_hdr hdr;
 	uint32_t reserved[2];	/* zero */
+};
+
+/*
+ * TOKENIZE: the daemon tokenizes text_len bytes of text (following the
+ * struct in the same record) exactly as a prompt is tokenized, where the
+ * flags ask for the prompt's BOS/EOS and special-token parsing, and
+ * answers one TOKENS record.  Rules:
+ *  1. A record is sizeof(struct cp_tokenize_req) + text_len bytes, and at
+ *     most sizeof(struct cp_tokenize_req) + CP_TOKENIZE_TEXT_MAX; a longer
+ *     record is a violation (closes the session, like any oversized
+ *     record).  Every other fault of a TOKENIZE is answered, the session
+ *     stays: a record shorter than the struct or not matching text_len,
+ *     flags outside CP_TOKF_MASK, max_ids past CP_TOKENIZE_IDS_MAX or
+ *     reserved not zero give status -EINVAL; text_len past
+ *     CP_TOKENIZE_TEXT_MAX gives -E2BIG.
+ *  2. The text needing more than CP_TOKENIZE_IDS_MAX ids gives -E2BIG.
+ *  3. Otherwise status 0, n_ids the number of ids the text needs, and the
+ *     first n_sent = min(n_ids, max_ids) of them follow the struct: the
+ *     record is sizeof(struct cp_tokens_msg) + 4 * n_sent bytes.  With an
+ *     error, n_ids and n_sent are 0.
+ *  4. Requests are answered in order, one reply each.
+ */
+#define CP_TOKENIZE_TEXT_MAX	65536u	/* bytes of text per request */
+#define CP_TOKENIZE_IDS_MAX	16384u	/* ids per reply */
+
+#define CP_TOKF_BOS		0x1u	/* add BOS (and EOS) as a prompt does */
+#define CP_TOKF_PARSE_SPECIAL	0x2u	/* special-token text becomes the token */
+#define CP_TOKF_MASK		0x3u
+
+struct cp_tokenize_req {
+	struct cp_msg_hdr hdr;
+	uint32_t flags;		/* CP_TOKF_* */
+	uint32_t text_len;	/* bytes of text after the struct */
+	uint32_t max_ids;	/* ids wanted back, <= CP_TOKENIZE_IDS_MAX */
+	uint32_t reserved;	/* zero */
+};
+
+struct cp_tokens_msg {
+	struct cp_msg_hdr hdr;
+	int32_t status;		/* 0 or a negative errno */
+	uint32_t n_ids;		/* ids the text needs */
+	uint32_t n_sent;	/* little-endian int32 ids after the struct */
+	uint32_t reserved;	/* zero */
 };
 
 /*
@@ -561,6 +609,12 @@ _Static_assert(offsetof(struct cp_welcome, features) == 48,
     "welcome.features");
 _Static_assert(offsetof(struct cp_welcome, model) == 64, "welcome.model");
 _Static_assert(sizeof(struct cp_stats_req) == 16, "cp_stats_req size");
+_Static_assert(sizeof(struct cp_tokenize_req) == 24, "cp_tokenize_req size");
+_Static_assert(offsetof(struct cp_tokenize_req, text_len) == 12,
+    "tokenize_req.text_len");
+_Static_assert(sizeof(struct cp_tokens_msg) == 24, "cp_tokens_msg size");
+_Static_assert(offsetof(struct cp_tokens_msg, n_sent) == 16,
+    "tokens_msg.n_sent");
 _Static_assert(sizeof(struct cp_wire_hist) == 32 + 16 * CP_STATS_BUCKETS,
     "cp_wire_hist size");
 _Static_assert(offsetof(struct cp_wire_stats, kv_blocks_free) == 104,

@@ -597,67 +597,75 @@ stats_copy(const struct cp_wire_stats *w, struct cp_stats *out)
 	return 0;
 }
 
+/*
+ * One request and its reply on the socket, under sock_lock: sends q (qlen
+ * bytes), waits up to the connection's timeout and receives one record of
+ * at most rcap bytes into r, *rlen its length.  0, -ETIMEDOUT, CP_EDEAD or
+ * a negative errno.
+ */
+static int
+sock_call(struct cp_client *c, const void *q, size_t qlen, void *r,
+    size_t rcap, size_t *rlen)
+{
+	struct pollfd p;
+	uint64_t end;
+	ssize_t n;
+	int rc;
+
+	do
+		n = send(c->sock, q, qlen, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)qlen)
+		return (n < 0 && errno != EPIPE && errno != ECONNRESET) ?
+		    -errno : CP_EDEAD;
+	end = cpc_now_ms() + (uint64_t)c->timeout_ms;
+	for (;;) {
+		uint64_t now = cpc_now_ms();
+
+		if (now >= end)
+			return -ETIMEDOUT;
+		p.fd = c->sock;
+		p.events = POLLIN;
+		p.revents = 0;
+		rc = poll(&p, 1, (int)(end - now));
+		if (rc < 0 && errno != EINTR)
+			return -errno;
+		if (rc > 0)
+			break;
+	}
+	do
+		n = recv(c->sock, r, rcap, MSG_DONTWAIT | MSG_TRUNC);
+	while (n < 0 && errno == EINTR);
+	if (n == 0 || (n < 0 && errno == ECONNRESET))
+		return CP_EDEAD;
+	if (n < 0)
+		return -errno;
+	*rlen = (size_t)n;
+	return 0;
+}
+
 int
 cp_stats(struct cp_client *c, struct cp_stats *out)
 {
 	struct cp_stats_req q;
 	struct cp_stats_msg *m;
 	struct cp_stats st;
-	struct pollfd p;
-	uint64_t end;
-	ssize_t n;
+	size_t n = 0;
 	int r;
 
 	if ((r = cpc_broken(c)) < 0)
 		return r;
 	/* About 2 KiB: off the stack of callers with small ones. */
-	if ((m = malloc(sizeof(*m))) == NULL)
+	if ((m = calloc(1, sizeof(*m))) == NULL)
 		return -ENOMEM;
 	memset(&q, 0, sizeof(q));
 	q.hdr.magic = CP_PROTO_MAGIC;
 	q.hdr.type = CP_MSG_STATS_REQ;
 	q.hdr.version = CP_PROTO_VERSION;
 	pthread_mutex_lock(&c->sock_lock);
-	do
-		n = send(c->sock, &q, sizeof(q), MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)sizeof(q)) {
-		r = (n < 0 && errno != EPIPE && errno != ECONNRESET) ?
-		    -errno : CP_EDEAD;
+	if ((r = sock_call(c, &q, sizeof(q), m, sizeof(*m), &n)) < 0)
 		goto out;
-	}
-	end = cpc_now_ms() + (uint64_t)c->timeout_ms;
-	for (;;) {
-		uint64_t now = cpc_now_ms();
-
-		if (now >= end) {
-			r = -ETIMEDOUT;
-			goto out;
-		}
-		p.fd = c->sock;
-		p.events = POLLIN;
-		p.revents = 0;
-		r = poll(&p, 1, (int)(end - now));
-		if (r < 0 && errno != EINTR) {
-			r = -errno;
-			goto out;
-		}
-		if (r > 0)
-			break;
-	}
-	memset(m, 0, sizeof(*m));
-	do
-		n = recv(c->sock, m, sizeof(*m), MSG_DONTWAIT | MSG_TRUNC);
-	while (n < 0 && errno == EINTR);
-	if (n == 0 || (n < 0 && errno == ECONNRESET)) {
-		r = CP_EDEAD;
-		goto out;
-	}
-	if (n < 0) {
-		r = -errno;
-		goto out;
-	}
-	if ((size_t)n < offsetof(struct cp_stats_msg, stats) ||
+	if (n < offsetof(struct cp_stats_msg, stats) ||
 	    m->hdr.magic != CP_PROTO_MAGIC || m->hdr.type != CP_MSG_STATS ||
 	    m->hdr.version != CP_PROTO_VERSION) {
 		r = cpc_fail(c, CP_EPROTO);
@@ -668,7 +676,7 @@ cp_stats(struct cp_client *c, struct cp_stats *out)
 		r = -EPROTONOSUPPORT;
 		goto out;
 	}
-	if ((size_t)n != sizeof(*m) ||
+	if (n != sizeof(*m) ||
 	    m->stats_bytes != sizeof(struct cp_wire_stats) ||
 	    stats_copy(&m->stats, &st) < 0) {
 		r = cpc_fail(c, CP_EPROTO);
@@ -678,6 +686,77 @@ cp_stats(struct cp_client *c, struct cp_stats *out)
 	r = 0;
 out:
 	pthread_mutex_unlock(&c->sock_lock);
+	free(m);
+	return r;
+}
+
+_Static_assert(CP_TOK_BOS == CP_TOKF_BOS &&
+    CP_TOK_PARSE_SPECIAL == CP_TOKF_PARSE_SPECIAL,
+    "cp_tokenize flags are the wire's");
+
+int
+cp_tokenize(struct cp_client *c, const char *text, size_t len, int32_t *ids,
+    size_t cap, uint32_t flags)
+{
+	struct cp_tokenize_req *q = NULL;
+	struct cp_tokens_msg *m = NULL;
+	size_t n = 0, want;
+	int r;
+
+	if ((r = cpc_broken(c)) < 0)
+		return r;
+	if ((flags & ~(uint32_t)CP_TOKF_MASK) != 0 ||
+	    (text == NULL && len > 0) || (ids == NULL && cap > 0))
+		return -EINVAL;
+	if (!(c->features & CP_FEAT_TOKENIZE))
+		return -EOPNOTSUPP;
+	if (len > CP_TOKENIZE_TEXT_MAX)
+		return -E2BIG;
+	want = cap < CP_TOKENIZE_IDS_MAX ? cap : CP_TOKENIZE_IDS_MAX;
+	q = malloc(sizeof(*q) + len);
+	m = malloc(sizeof(*m) + sizeof(int32_t) * want);
+	if (q == NULL || m == NULL) {
+		r = -ENOMEM;
+		goto out_free;
+	}
+	memset(q, 0, sizeof(*q));
+	q->hdr.magic = CP_PROTO_MAGIC;
+	q->hdr.type = CP_MSG_TOKENIZE;
+	q->hdr.version = CP_PROTO_VERSION;
+	q->flags = flags;
+	q->text_len = (uint32_t)len;
+	q->max_ids = (uint32_t)want;
+	if (len > 0)
+		memcpy(q + 1, text, len);
+	memset(m, 0, sizeof(*m));
+	pthread_mutex_lock(&c->sock_lock);
+	if ((r = sock_call(c, q, sizeof(*q) + len, m,
+	    sizeof(*m) + sizeof(int32_t) * want, &n)) < 0)
+		goto out;
+	if (n < sizeof(*m) || m->hdr.magic != CP_PROTO_MAGIC ||
+	    m->hdr.type != CP_MSG_TOKENS ||
+	    m->hdr.version != CP_PROTO_VERSION) {
+		r = cpc_fail(c, CP_EPROTO);
+		goto out;
+	}
+	if (m->status < 0) {
+		r = m->status > -4096 ? m->status : CP_EPROTO;
+		goto out;
+	}
+	/* TOKENIZE rule 3: exactly min(n_ids, max_ids) ids. */
+	if (m->status != 0 || m->n_ids > CP_TOKENIZE_IDS_MAX ||
+	    m->n_sent != (m->n_ids < want ? m->n_ids : want) ||
+	    n != sizeof(*m) + sizeof(int32_t) * m->n_sent) {
+		r = cpc_fail(c, CP_EPROTO);
+		goto out;
+	}
+	if (m->n_sent > 0)
+		memcpy(ids, m + 1, sizeof(int32_t) * m->n_sent);
+	r = (int)m->n_ids;
+out:
+	pthread_mutex_unlock(&c->sock_lock);
+out_free:
+	free(q);
 	free(m);
 	return r;
 }
@@ -703,8 +782,8 @@ cp_strerror(int err)
 	case -EBUSY:
 		return "too many requests in flight: read events first";
 	case -E2BIG:
-		return "too long: the prompt exceeds the connection's prompt "
-		    "bytes or the model's context";
+		return "too long: the prompt or text exceeds the connection's "
+		    "limit or the model's context";
 	case -EPROTONOSUPPORT:
 		return "the daemon speaks another protocol version";
 	case -ENOENT:

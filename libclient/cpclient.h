@@ -433,6 +433,22 @@ CP_API int cp_event_fd(struct cp_client *c);
  */
 CP_API int cp_stats(struct cp_client *c, struct cp_stats *out);
 
+/* cp_tokenize() flags. */
+#define CP_TOK_BOS		0x1u	/* add BOS (and EOS) as a prompt gets */
+#define CP_TOK_PARSE_SPECIAL	0x2u	/* special-token text becomes the token */
+
+/*
+ * Tokenizes text[0..len) with the daemon's tokenizer, as it tokenizes a
+ * prompt (a prompt gets both flags).  Writes at most cap ids (ids may be
+ * NULL with cap 0 to count) and returns how many the text needs (above
+ * cap: ids holds the first cap), or -EOPNOTSUPP (the daemon cannot),
+ * -E2BIG (over 64 KiB of text or 16384 ids), -EINVAL, -ETIMEDOUT,
+ * CP_EDEAD, CP_EPROTO.  The connection stays usable after an error but
+ * the last two.
+ */
+CP_API int cp_tokenize(struct cp_client *c, const char *text, size_t len,
+    int32_t *ids, size_t cap, uint32_t flags);
+
 /* Static English message for err (negative errno or CP_E*); never NULL. */
 CP_API const char *cp_strerror(int err);
 

@@ -106,6 +106,7 @@ usage(FILE *f)
 	fprintf(f,
 	    "usage: cpq [options] [prompt ...]\n"
 	    "       cpq [--socket PATH] --info | --stats [--prometheus]\n"
+	    "       cpq [--socket PATH] --tokenize TEXT [--count]\n"
 	    "Sends the prompt (the arguments joined by spaces, else standard "
 	    "input)\nto cpd and streams the answer to standard output.\n"
 	    "  -n, --max-tokens N       tokens to generate (default: the "
@@ -144,6 +145,8 @@ usage(FILE *f)
 	    "      --info               print model and daemon information\n"
 	    "      --stats              print the daemon's counters\n"
 	    "      --prometheus         with --stats: Prometheus text format\n"
+	    "      --tokenize TEXT      print TEXT's token ids, as a prompt's\n"
+	    "      --count              with --tokenize: only their number\n"
 	    "  -s, --socket PATH        the daemon's socket (default "
 	    "$CPD_SOCKET,\n"
 	    "                           $XDG_RUNTIME_DIR/cpd.sock, "
@@ -204,7 +207,7 @@ enum {
 	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT_PENALTY,
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
 	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
-	OPT_PROGRESS, OPT_VERSION, OPT_STOP,
+	OPT_PROGRESS, OPT_VERSION, OPT_STOP, OPT_TOKENIZE, OPT_COUNT,
 };
 
 static const struct option longopts[] = {
@@ -226,6 +229,8 @@ static const struct option longopts[] = {
 	{ "history", required_argument, NULL, OPT_HISTORY },
 	{ "info", no_argument, NULL, OPT_INFO },
 	{ "stats", no_argument, NULL, OPT_STATS },
+	{ "tokenize", required_argument, NULL, OPT_TOKENIZE },
+	{ "count", no_argument, NULL, OPT_COUNT },
 	{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "help", no_argument, NULL, 'h' },
@@ -361,6 +366,12 @@ parse_args(int argc, char **argv, struct opts *o)
 		case OPT_PROMETHEUS:
 			o->prometheus = 1;
 			break;
+		case OPT_TOKENIZE:
+			o->tokenize = a;
+			break;
+		case OPT_COUNT:
+			o->count = 1;
+			break;
 		case 's':	/* as cpd's -s */
 		case OPT_SOCKET:
 			o->socket = a;	/* "": as if not given (cp_socket_path) */
@@ -395,6 +406,15 @@ parse_args(int argc, char **argv, struct opts *o)
 	}
 	if ((o->info || o->stats) && o->n_args > 0) {
 		fprintf(stderr, "cpq: --info and --stats take no prompt\n");
+		goto usage;
+	}
+	if (o->count && o->tokenize == NULL) {
+		fprintf(stderr, "cpq: --count goes with --tokenize\n");
+		goto usage;
+	}
+	if (o->tokenize != NULL && (o->n_args > 0 || o->info || o->stats)) {
+		fprintf(stderr, "cpq: --tokenize takes no prompt, --info or "
+		    "--stats\n");
 		goto usage;
 	}
 	if (o->prometheus && o->mode == MODE_JSON) {
@@ -852,6 +872,39 @@ print_stats(struct cp_client *c, enum mode mode, int prom)
 	return 0;
 }
 
+/* --tokenize: text's ids as the daemon tokenizes a prompt, or their count. */
+static int
+print_tokens(struct cp_client *c, const char *text, int count)
+{
+	size_t len = strlen(text);
+	int32_t *ids = NULL;
+	int n, r;
+
+	n = cp_tokenize(c, text, len, NULL, 0,
+	    CP_TOK_BOS | CP_TOK_PARSE_SPECIAL);
+	if (!count && n > 0) {
+		if ((ids = malloc(sizeof(*ids) * (size_t)n)) == NULL)
+			n = -ENOMEM;
+		else if ((r = cp_tokenize(c, text, len, ids, (size_t)n,
+		    CP_TOK_BOS | CP_TOK_PARSE_SPECIAL)) != n)
+			n = r < 0 ? r : CP_EPROTO;
+	}
+	if (n < 0) {
+		fprintf(stderr, "cpq: tokenize: %s\n", cp_strerror(n));
+		free(ids);
+		return EXIT_DAEMON;
+	}
+	if (count)
+		printf("%d\n", n);
+	else {
+		for (int i = 0; i < n; i++)
+			printf("%s%d", i > 0 ? " " : "", (int)ids[i]);
+		printf("\n");
+	}
+	free(ids);
+	return 0;
+}
+
 /* ---- the prompt ----------------------------------------------------- */
 
 int
@@ -1268,6 +1321,10 @@ main(int argc, char **argv)
 	if ((rc = connect_daemon(path, &c)) != 0)
 		goto out;
 	cp_model_info(c, &mi);
+	if (o.tokenize != NULL) {
+		rc = print_tokens(c, o.tokenize, o.count);
+		goto out;
+	}
 	if (o.info || o.stats) {
 		if (o.info)
 			rc = print_info(c, path, o.mode);

@@ -36,6 +36,8 @@ struct opts {
 	const char *history_path;	/* --history */
 	struct cpq_history history;	/* its messages */
 	int info, stats, prometheus;
+	const char *tokenize;		/* --tokenize TEXT */
+	int count;			/* --count */
 	int progress;			/* --progress */
 	char **args;			/* prompt words */
 	int n_args;

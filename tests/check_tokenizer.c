@@ -26,6 +26,7 @@
 #include "lib/suite.h"
 #include "lib/tfile.h"
 #include "lib/tmpdir.h"
+#include "lib/vocab_vecs.h"
 #include "tok_internal.h"
 #include "tokenizer.h"
 #include "unicode.h"
@@ -61,85 +62,6 @@ unload(struct loaded *l)
 	gguf_close(l->f);
 }
 
-/* One test string and the ids llama.cpp gave it. */
-struct vec {
-	const char *s;
-	size_t len;
-	int32_t ids[256];
-	int n;
-};
-
-struct vecs {
-	char *inp, *out;
-	struct vec v[64];
-	int n;
-};
-
-/*
- * Read X.gguf.inp (strings separated by "\n__ggml_vocab_test__\n", as
- * llama.cpp's test-tokenizer-0 splits them) and X.gguf.out (one line of
- * ids per string).
- */
-static void
-read_vecs(const char *rel, struct vecs *vs)
-{
-	static const char sep[] = "\n__ggml_vocab_test__\n";
-	char name[256], *ip, *op, *path;
-	size_t ni, no, pos = 0;
-	int line = 0;
-
-	memset(vs, 0, sizeof(*vs));
-	snprintf(name, sizeof(name), "%s.inp", rel);
-	ck_assert_ptr_nonnull(path = fx_path(name));
-	vs->inp = tfile_read(path, &ni);
-	free(path);
-	snprintf(name, sizeof(name), "%s.out", rel);
-	ck_assert_ptr_nonnull(path = fx_path(name));
-	vs->out = tfile_read(path, &no);
-	free(path);
-	while (pos < ni) {
-		char *next = strstr(vs->inp + pos, sep);
-		struct vec *v = &vs->v[vs->n++];
-
-		ck_assert_int_le(vs->n, 64);
-		v->s = vs->inp + pos;
-		v->len = next ? (size_t)(next - (vs->inp + pos)) : ni - pos;
-		if (next == NULL)
-			break;
-		pos += v->len + strlen(sep);
-	}
-	ip = vs->out;
-	for (line = 0; line < vs->n; line++) {
-		struct vec *v = &vs->v[line];
-
-		op = strchr(ip, '\n');
-		ck_assert_msg(op != NULL, "%s.out: too few lines", rel);
-		*op = '\0';
-		while (*ip != '\0') {
-			char *end;
-			long id;
-
-			while (*ip == ' ')
-				ip++;
-			if (*ip == '\0')
-				break;
-			id = strtol(ip, &end, 10);
-			ck_assert_msg(end != ip, "%s.out: bad id", rel);
-			ck_assert_int_lt(v->n, 256);
-			v->ids[v->n++] = (int32_t)id;
-			ip = end;
-		}
-		ip = op + 1;
-	}
-}
-
-static void
-free_vecs(struct vecs *vs)
-{
-	free(vs->inp);
-	free(vs->out);
-}
-
 static void
 check_round_trip(const struct tokenizer *t, const char *s, size_t len,
     const int32_t *ids, int n, const char *what)
@@ -171,14 +93,14 @@ START_TEST(test_conformance)
 {
 	const char *rel = conformance[_i];
 	struct loaded l = load_fx(rel);
-	struct vecs vs;
+	struct vocab_vecs vs;
 	int32_t ids[MAX_IDS];
 	int i, j, n, bad = 0;
 
-	read_vecs(rel, &vs);
+	vv_read(rel, &vs);
 	ck_assert_int_eq(vs.n, 46);
 	for (i = 0; i < vs.n; i++) {
-		const struct vec *v = &vs.v[i];
+		const struct vocab_vec *v = &vs.v[i];
 
 		n = tok_encode(l.t, v->s, v->len, false, false, ids, MAX_IDS);
 		ck_assert_int_ge(n, 0);
@@ -202,7 +124,7 @@ START_TEST(test_conformance)
 		/* Byte-level BPE and SPM with byte fallback lose nothing. */
 		check_round_trip(l.t, v->s, v->len, ids, n, rel);
 	}
-	free_vecs(&vs);
+	vv_free(&vs);
 	unload(&l);
 }
 END_TEST
@@ -215,11 +137,11 @@ START_TEST(test_load_round_trip)
 		"vocab/ggml-vocab-gpt-neox.gguf",
 	};
 	struct loaded l = load_fx(rels[_i]);
-	struct vecs vs;
+	struct vocab_vecs vs;
 	int32_t ids[MAX_IDS];
 	int i, n;
 
-	read_vecs("vocab/ggml-vocab-llama-spm.gguf", &vs);
+	vv_read("vocab/ggml-vocab-llama-spm.gguf", &vs);
 	for (i = 0; i < vs.n; i++) {
 		n = tok_encode(l.t, vs.v[i].s, vs.v[i].len, false, false, ids,
 		    MAX_IDS);
@@ -227,7 +149,7 @@ START_TEST(test_load_round_trip)
 		ck_assert_int_le(n, MAX_IDS);
 		check_round_trip(l.t, vs.v[i].s, vs.v[i].len, ids, n, rels[_i]);
 	}
-	free_vecs(&vs);
+	vv_free(&vs);
 	unload(&l);
 }
 END_TEST
@@ -787,7 +709,7 @@ END_TEST
 
 struct enc_job {
 	const struct tokenizer *t;
-	const struct vecs *vs;
+	const struct vocab_vecs *vs;
 	int ok;
 };
 
@@ -801,7 +723,7 @@ enc_thread(void *arg)
 	j->ok = 1;
 	for (r = 0; r < 20; r++)
 		for (i = 0; i < j->vs->n; i++) {
-			const struct vec *v = &j->vs->v[i];
+			const struct vocab_vec *v = &j->vs->v[i];
 
 			n = tok_encode(j->t, v->s, v->len, false, false, ids,
 			    MAX_IDS);
@@ -817,12 +739,12 @@ enc_thread(void *arg)
 START_TEST(test_concurrent_encode)
 {
 	struct loaded l = load_fx("vocab/ggml-vocab-gpt-2.gguf");
-	struct vecs vs;
+	struct vocab_vecs vs;
 	pthread_t th[4];
 	struct enc_job jobs[4];
 	int i;
 
-	read_vecs("vocab/ggml-vocab-gpt-2.gguf", &vs);
+	vv_read("vocab/ggml-vocab-gpt-2.gguf", &vs);
 	for (i = 0; i < 4; i++) {
 		jobs[i].t = l.t;
 		jobs[i].vs = &vs;
@@ -833,7 +755,7 @@ START_TEST(test_concurrent_encode)
 		pthread_join(th[i], NULL);
 		ck_assert(jobs[i].ok);
 	}
-	free_vecs(&vs);
+	vv_free(&vs);
 	unload(&l);
 }
 END_TEST

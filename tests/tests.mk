@@ -21,12 +21,13 @@ $(BUILD)/bin/cpbench: $(CPBENCH_OBJS) $(LINK_LIBS)
 $(BUILD)/bin/cpbench: $(LIBCPCLIENT_A)
 $(BUILD)/bin/cpbench: override LDLIBS += $(LIBCPCLIENT_A)
 
-# check_cpd and check_daemon drive build/bin/cpd through the static client
+# check_cpd, check_daemon and check_tokenize drive build/bin/cpd through the static client
 # library.
 $(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon \
-    $(BUILD)/tests/check_prefix: $(LIBCPCLIENT_A)
+    $(BUILD)/tests/check_prefix $(BUILD)/tests/check_tokenize: $(LIBCPCLIENT_A)
 $(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon \
-    $(BUILD)/tests/check_prefix: override LDLIBS += $(LIBCPCLIENT_A)
+    $(BUILD)/tests/check_prefix $(BUILD)/tests/check_tokenize: \
+    override LDLIBS += $(LIBCPCLIENT_A)
 
 # check_chat_daemon drives build/bin/cpd and cpq through the static client
 # library, and runs the libcpclient(3) example program built against it.
