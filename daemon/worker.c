@@ -163,12 +163,6 @@ emit_error(struct worker *w, uint64_t id, int n_prompt, int n_gen, int err,
 	emit(w, &ev, msg, strlen(msg));
 }
 
-static const char *const finish_names[CP_FINISH_MAX + 1] = {
-	[CP_FINISH_NONE] = "none", [CP_FINISH_STOP] = "stop",
-	[CP_FINISH_LENGTH] = "length", [CP_FINISH_CANCELLED] = "cancelled",
-	[CP_FINISH_CONTEXT] = "context", [CP_FINISH_STALLED] = "stalled",
-};
-
 /*
  * One line per finished request: its client's process, tokens (prompt,
  * of them cached, generated), time to the first token and the generation
@@ -187,7 +181,7 @@ log_request(const struct wreq *r, uint32_t finish)
 	    (unsigned long long)r->id, (int)r->pid, r->n_prompt, r->n_cached,
 	    r->n_gen, ttft, r->n_gen > 1 && gen_s > 0 ?
 	    (double)(r->n_gen - 1) / gen_s : 0,
-	    finish <= CP_FINISH_MAX ? finish_names[finish] : "?");
+	    cp_finish_name(finish));
 }
 
 static void

@@ -281,6 +281,17 @@ struct cp_sqe {
 #define CP_FINISH_STALLED	5u	/* cancelled: the client left its CQ full */
 #define CP_FINISH_MAX		5u
 
+/* A CP_FINISH_* value's name, as logs and JSON spell it. */
+static inline const char *
+cp_finish_name(unsigned finish)
+{
+	static const char *const names[CP_FINISH_MAX + 1] = {
+		"none", "stop", "length", "cancelled", "context", "stalled",
+	};
+
+	return finish <= CP_FINISH_MAX ? names[finish] : "unknown";
+}
+
 #define CP_CQE_TEXT		32u
 
 /*

@@ -456,23 +456,12 @@ json_num(FILE *f, const char *key, double v, const char *fmt)
 		fputs("null", f);
 }
 
-static const char *
-finish_name(int finish)
-{
-	switch (finish) {
-	case CP_DONE_STOP:
-		return "stop";
-	case CP_DONE_LENGTH:
-		return "length";
-	case CP_DONE_CANCELLED:
-		return "cancelled";
-	case CP_DONE_CONTEXT:
-		return "context";
-	case CP_DONE_STALLED:
-		return "stalled";
-	}
-	return "unknown";
-}
+/* cp_event.finish carries the wire's CP_FINISH_* values unchanged. */
+_Static_assert(CP_DONE_STOP == CP_FINISH_STOP &&
+    CP_DONE_LENGTH == CP_FINISH_LENGTH &&
+    CP_DONE_CANCELLED == CP_FINISH_CANCELLED &&
+    CP_DONE_CONTEXT == CP_FINISH_CONTEXT &&
+    CP_DONE_STALLED == CP_FINISH_STALLED, "finish values");
 
 /* Timings of a finished request, as a JSON object member. */
 static void
@@ -1102,7 +1091,7 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 	if (mode == MODE_JSON) {
 		if (ev->type == CP_EVENT_DONE) {
 			fputs("{\"event\":\"done\"", stdout);
-			json_key_str(stdout, "finish", finish_name(ev->finish),
+			json_key_str(stdout, "finish", cp_finish_name((unsigned)ev->finish),
 			    1);
 			fputs(",\"text\":", stdout);
 			cpq_json_string(stdout, ev->text, ev->text_len);
