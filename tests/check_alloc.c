@@ -41,7 +41,6 @@
 #endif
 #endif
 
-Suite *alloc_suite(void);
 
 static atomic_int counting;
 static atomic_long n_allocs, n_frees;
@@ -167,6 +166,7 @@ START_TEST(test_counter_counts)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("per-token path", test_counter_counts);
 
 static const char *const models[] = {
 	"aidreams260K.gguf",
@@ -337,22 +337,9 @@ START_TEST(test_steps_allocate_nothing)
 	free(path);
 }
 END_TEST
+SUITE_LOOP("per-token path", test_steps_allocate_nothing, 0, N_MODELS);
 
-Suite *
-alloc_suite(void)
-{
-	const struct suite_test per_token_path[] = {
-		{ test_counter_counts, 0, 0 },
-		{ test_steps_allocate_nothing, 0, N_MODELS },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "per-token path", 60, per_token_path, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("alloc", tcases);
-}
+SUITE_CASE("per-token path", 60);
 
 int
 main(void)
@@ -378,5 +365,5 @@ main(void)
 			return 77;
 		}
 	}
-	return suite_main(alloc_suite());
+	return suite_main(suite_registered("alloc"));
 }

@@ -27,7 +27,6 @@
 #include "model.h"
 #include "tokenizer.h"
 
-Suite *arch_suite(void);
 
 #define REF "arch/REFERENCE.json"
 #define MAX_IDS 1024
@@ -121,6 +120,7 @@ START_TEST(test_reference)
 	json_free(ref);
 }
 END_TEST
+SUITE_LOOP("reference", test_reference, 0, N_CASES);
 
 /* The long prompt's ids of file (702, or 619/637 with the GPT-2 vocab). */
 static int
@@ -172,6 +172,7 @@ START_TEST(test_chunked_equals_unchunked)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_LOOP("invariance", test_chunked_equals_unchunked, 0, N_CASES / 2);
 
 /* One sequence of the batched test: its prompt, then greedy decode. */
 struct bseq {
@@ -291,6 +292,7 @@ START_TEST(test_batched_equals_alone)
 	free(s);
 }
 END_TEST
+SUITE_LOOP("invariance", test_batched_equals_alone, 0, N_CASES / 2);
 
 /*
  * What each family's file makes of its layers (arch/README.md, llama.cpp
@@ -358,31 +360,13 @@ START_TEST(test_layer_description)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("reference", test_layer_description);
 
-Suite *
-arch_suite(void)
-{
-	const struct suite_test reference[] = {
-		{ test_reference, 0, N_CASES },
-		{ test_layer_description, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test invariance[] = {
-		{ test_chunked_equals_unchunked, 0, N_CASES / 2 },
-		{ test_batched_equals_alone, 0, N_CASES / 2 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "reference", 600, reference, NULL },
-		{ "invariance", 900, invariance, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("arch", tcases);
-}
+SUITE_CASE("reference", 600);
+SUITE_CASE("invariance", 900);
 
 int
 main(void)
 {
-	return fx_main(arch_suite, REF);
+	return fx_main("arch", REF);
 }

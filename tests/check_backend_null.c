@@ -23,7 +23,6 @@
 #include "lib/suite.h"
 #include "sampler.h"
 
-Suite *backend_null_suite(void);
 
 #define AID_VOCAB 512
 #define AID_CTX 128
@@ -85,6 +84,7 @@ START_TEST(test_registry)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("null", test_registry);
 
 /* A prefill then decode steps: each row selects the id of its position. */
 START_TEST(test_stream_by_position)
@@ -123,6 +123,7 @@ START_TEST(test_stream_by_position)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("null", test_stream_by_position);
 
 /* Several sequences a step: rows for the entries that ask, in entry order. */
 START_TEST(test_rows_per_entry)
@@ -164,6 +165,7 @@ START_TEST(test_rows_per_entry)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("null", test_rows_per_entry);
 
 /* The generic layer's checks still apply: invalid batches are refused. */
 START_TEST(test_invalid_batch)
@@ -191,6 +193,7 @@ START_TEST(test_invalid_batch)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("null", test_invalid_batch);
 
 /* Any sampling parameters give the same stream; it never ends by itself. */
 START_TEST(test_sampled_stream)
@@ -227,6 +230,7 @@ START_TEST(test_sampled_stream)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("null", test_sampled_stream);
 
 /* The KV storage is plain memory that reads back what was written. */
 START_TEST(test_kv_storage)
@@ -250,29 +254,12 @@ START_TEST(test_kv_storage)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("null", test_kv_storage);
 
-Suite *
-backend_null_suite(void)
-{
-	const struct suite_test null[] = {
-		{ test_registry, 0, 0 },
-		{ test_stream_by_position, 0, 0 },
-		{ test_rows_per_entry, 0, 0 },
-		{ test_invalid_batch, 0, 0 },
-		{ test_sampled_stream, 0, 0 },
-		{ test_kv_storage, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "null", 30, null, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("backend_null", tcases);
-}
+SUITE_CASE("null", 30);
 
 int
 main(void)
 {
-	return fx_main(backend_null_suite, "aidreams260K.gguf");
+	return fx_main("backend_null", "aidreams260K.gguf");
 }

@@ -43,7 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-Suite *chat_suite(void);
 
 /* ---- real templates ---------------------------------------------------- */
 
@@ -640,6 +639,7 @@ START_TEST(test_detect_real)
 	    t->model, chat_name(k), chat_name(t->kind));
 }
 END_TEST
+SUITE_LOOP("detect", test_detect_real, 0, (int)N_REAL);
 
 /* Each family's template is found in the text whatever surrounds it. */
 START_TEST(test_detect_embedded)
@@ -658,6 +658,7 @@ START_TEST(test_detect_embedded)
 	free(buf);
 }
 END_TEST
+SUITE_LOOP("detect", test_detect_embedded, 0, (int)N_REAL);
 
 /*
  * The fixture models' own tokenizer.chat_template (CHAT_UNKNOWN: the file
@@ -707,6 +708,7 @@ START_TEST(test_detect_fixtures)
 	free(path);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_detect_fixtures, 0, (int)N_FIXTURE_TMPL);
 
 static bool
 fixtures_present(void)
@@ -992,6 +994,7 @@ START_TEST(test_format_golden)
 	ck_assert_str_eq(buf, g->prompt);
 }
 END_TEST
+SUITE_LOOP("format", test_format_golden, 0, (int)N_GOLDEN);
 
 /* Every kind has goldens for every message case. */
 START_TEST(test_format_golden_complete)
@@ -1010,6 +1013,7 @@ START_TEST(test_format_golden_complete)
 			    chat_name((enum chat_kind)k), c, seen[k][c]);
 }
 END_TEST
+SUITE_TEST("format", test_format_golden_complete);
 
 /* Message bytes are copied as they are, NUL bytes included. */
 START_TEST(test_format_bytes)
@@ -1036,6 +1040,7 @@ START_TEST(test_format_bytes)
 	    "<|im_start|>user\nu<|im_end|>\n<|im_start|>assistant\n");
 }
 END_TEST
+SUITE_TEST("format", test_format_bytes);
 
 START_TEST(test_format_errors)
 {
@@ -1055,6 +1060,7 @@ START_TEST(test_format_errors)
 	    (size_t)INT64_MAX, NULL, 0), -EOVERFLOW);
 }
 END_TEST
+SUITE_TEST("format", test_format_errors);
 
 /* ---- names and detection edges ------------------------------------------ */
 
@@ -1086,6 +1092,7 @@ START_TEST(test_names)
 	ck_assert_int_eq(chat_from_name("llama"), CHAT_UNKNOWN);
 }
 END_TEST
+SUITE_TEST("detect", test_names);
 
 START_TEST(test_detect_edges)
 {
@@ -1132,44 +1139,16 @@ START_TEST(test_detect_edges)
 	ck_assert_int_eq(chat_detect("{{ random jinja }}", 18), CHAT_UNKNOWN);
 }
 END_TEST
-
-Suite *
-chat_suite(void)
-{
-	const struct suite_test detect[] = {
-		{ test_detect_real, 0, (int)N_REAL },
-		{ test_detect_embedded, 0, (int)N_REAL },
-		{ test_detect_edges, 0, 0 },
-		{ test_names, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test fixtures[] = {
-		{ test_detect_fixtures, 0, (int)N_FIXTURE_TMPL },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test format[] = {
-		{ test_format_golden, 0, (int)N_GOLDEN },
-		{ test_format_golden_complete, 0, 0 },
-		{ test_format_bytes, 0, 0 },
-		{ test_format_errors, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "detect", 0, detect, NULL },
-		{ "fixtures", 0, fixtures_present() ? fixtures : NULL, NULL },
-		{ "format", 0, format, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("chat", tcases);
-}
+SUITE_TEST("detect", test_detect_edges);
 
 int
 main(void)
 {
 	bool fixtures = fixtures_present();
 
-	return suite_main_some(chat_suite(), fixtures, "check_chat: no "
-	    "fixtures in %s (CP_FIXTURES): the models' own templates were not "
+	if (!fixtures)
+		suite_case_skip("fixtures");
+	return suite_main_some(suite_registered("chat"), fixtures,
+	    "check_chat: no fixtures in %s (CP_FIXTURES): the models' own templates were not "
 	    "checked\n", fx_dir());
 }

@@ -164,6 +164,7 @@ START_TEST(test_cap_ends_at_context)
 	cp_close(c);
 }
 END_TEST
+SUITE_TEST("limits", test_cap_ends_at_context);
 
 /* Strict mode refuses what does not fit, and still runs what does. */
 START_TEST(test_strict_refuses_up_front)
@@ -193,6 +194,7 @@ START_TEST(test_strict_refuses_up_front)
 	cp_close(c);
 }
 END_TEST
+SUITE_TEST("limits", test_strict_refuses_up_front);
 
 /*
  * A prompt that alone does not fit is refused, naming both numbers, and
@@ -228,6 +230,7 @@ START_TEST(test_prompt_past_context_refused)
 	cp_close(c);
 }
 END_TEST
+SUITE_TEST("limits", test_prompt_past_context_refused);
 
 /*
  * Runs argv (the daemon's socket in CPD_SOCKET) with exit status 0; its
@@ -271,6 +274,7 @@ START_TEST(test_manual_example_runs)
 	    NULL, "output: %.300s", text);
 }
 END_TEST
+SUITE_LOOP("limits", test_manual_example_runs, 0, 2);
 
 /* cpq --json names the new finish reason. */
 START_TEST(test_cpq_json_context)
@@ -295,6 +299,7 @@ START_TEST(test_cpq_json_context)
 	unlink(out);
 }
 END_TEST
+SUITE_TEST("limits", test_cpq_json_context);
 
 /* ---- sized structures ------------------------------------------------- */
 
@@ -339,6 +344,7 @@ START_TEST(test_v0_program_runs)
 	ck_assert_uint_eq(ng, (unsigned)n);
 }
 END_TEST
+SUITE_TEST("limits", test_v0_program_runs);
 
 /*
  * Sizes: filled in by the init functions and by the calls that fill a
@@ -394,6 +400,7 @@ START_TEST(test_sizes)
 	cp_close(c);
 }
 END_TEST
+SUITE_TEST("limits", test_sizes);
 
 /* ---- chat ------------------------------------------------------------ */
 
@@ -445,6 +452,7 @@ START_TEST(test_chat_is_its_text)
 	cp_close(c);
 }
 END_TEST
+SUITE_TEST("chat", test_chat_is_its_text);
 
 /*
  * Bad message lists are refused with -EINVAL before anything is sent;
@@ -485,6 +493,7 @@ START_TEST(test_chat_refused)
 	cp_close(c);
 }
 END_TEST
+SUITE_TEST("chat", test_chat_refused);
 
 /*
  * aidreams260K has no chat template cpd knows: a chat request fails
@@ -519,6 +528,7 @@ START_TEST(test_chat_without_template)
 	cp_close(c);
 }
 END_TEST
+SUITE_TEST("limits", test_chat_without_template);
 
 /* A chat block's bytes, built as a hostile client would write them. */
 struct blk {
@@ -613,38 +623,10 @@ START_TEST(test_chat_hostile_blocks)
 	cp_close(c);
 }
 END_TEST
+SUITE_TEST("chat", test_chat_hostile_blocks);
 
-static Suite *
-chat_daemon_suite(void)
-{
-	const struct suite_fixture plain = { daemon_up, daemon_down, true };
-	const struct suite_fixture chatml = { daemon_up_chatml, daemon_down,
-	    true };
-	const struct suite_test limits[] = {
-		{ test_cap_ends_at_context, 0, 0 },
-		{ test_strict_refuses_up_front, 0, 0 },
-		{ test_prompt_past_context_refused, 0, 0 },
-		{ test_manual_example_runs, 0, 2 },
-		{ test_v0_program_runs, 0, 0 },
-		{ test_sizes, 0, 0 },
-		{ test_chat_without_template, 0, 0 },
-		{ test_cpq_json_context, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test chat[] = {
-		{ test_chat_is_its_text, 0, 0 },
-		{ test_chat_refused, 0, 0 },
-		{ test_chat_hostile_blocks, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "limits", 120, limits, &plain },
-		{ "chat", 120, chat, &chatml },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("chat_daemon", tcases);
-}
+SUITE_FIXTURE("limits", 120, daemon_up, daemon_down, true);
+SUITE_FIXTURE("chat", 120, daemon_up_chatml, daemon_down, true);
 
 int
 main(void)
@@ -658,7 +640,7 @@ main(void)
 	}
 	if ((model = fx_need("aidreams260K.gguf")) == NULL)
 		return 77;
-	nfail = suite_main(chat_daemon_suite());
+	nfail = suite_main(suite_registered("chat_daemon"));
 	free(model);
 	return nfail;
 }

@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <string.h>
 
-Suite *chat_render_suite(void);
 
 #define MSG(role, text)	{ CHAT_ROLE_ ## role, text, sizeof(text) - 1 }
 
@@ -352,6 +351,7 @@ START_TEST(test_render_llamacpp)
 	check_golden(llamacpp_goldens[_i].kind, 0, llamacpp_goldens[_i].prompt);
 }
 END_TEST
+SUITE_LOOP("golden", test_render_llamacpp, 0, (int)N_OF(llamacpp_goldens));
 
 START_TEST(test_render_more)
 {
@@ -359,6 +359,7 @@ START_TEST(test_render_more)
 	    more_goldens[_i].prompt);
 }
 END_TEST
+SUITE_LOOP("golden", test_render_more, 0, (int)N_OF(more_goldens));
 
 /* Every format has a golden for every conversation, and only one. */
 START_TEST(test_render_complete)
@@ -382,6 +383,7 @@ START_TEST(test_render_complete)
 	ck_assert_int_eq(seen[CHAT_UNKNOWN][0], 0);
 }
 END_TEST
+SUITE_TEST("golden", test_render_complete);
 
 /* snprintf semantics: cut at size - 1, NUL-terminated, full length returned. */
 START_TEST(test_render_truncated)
@@ -401,6 +403,7 @@ START_TEST(test_render_truncated)
 	}
 }
 END_TEST
+SUITE_LOOP("golden", test_render_truncated, 0, (int)N_OF(llamacpp_goldens));
 
 /* Content is bytes: NUL and non-UTF-8 bytes copied, lengths rule. */
 START_TEST(test_render_bytes)
@@ -434,6 +437,7 @@ START_TEST(test_render_bytes)
 	ck_assert_str_eq(buf, llama3);
 }
 END_TEST
+SUITE_TEST("api", test_render_bytes);
 
 START_TEST(test_render_errors)
 {
@@ -476,6 +480,7 @@ START_TEST(test_render_errors)
 	ck_assert_str_eq(buf, "untouched");
 }
 END_TEST
+SUITE_TEST("api", test_render_errors);
 
 START_TEST(test_roles)
 {
@@ -504,6 +509,7 @@ START_TEST(test_roles)
 	ck_assert_int_eq(chat_role_parse("tool_call", 4), CHAT_ROLE_TOOL);
 }
 END_TEST
+SUITE_TEST("api", test_roles);
 
 /* chat_format() is chat_render() of a system and a user message. */
 START_TEST(test_format_is_render)
@@ -525,35 +531,10 @@ START_TEST(test_format_is_render)
 	ck_assert_str_eq(a, b);
 }
 END_TEST
-
-Suite *
-chat_render_suite(void)
-{
-	const struct suite_test golden[] = {
-		{ test_render_llamacpp, 0, (int)N_OF(llamacpp_goldens) },
-		{ test_render_more, 0, (int)N_OF(more_goldens) },
-		{ test_render_complete, 0, 0 },
-		{ test_render_truncated, 0, (int)N_OF(llamacpp_goldens) },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test api[] = {
-		{ test_render_bytes, 0, 0 },
-		{ test_render_errors, 0, 0 },
-		{ test_roles, 0, 0 },
-		{ test_format_is_render, CHAT_UNKNOWN + 1, CHAT_KIND_COUNT },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "golden", 0, golden, NULL },
-		{ "api", 0, api, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("chat_render", tcases);
-}
+SUITE_LOOP("api", test_format_is_render, CHAT_UNKNOWN + 1, CHAT_KIND_COUNT);
 
 int
 main(void)
 {
-	return suite_main(chat_render_suite());
+	return suite_main(suite_registered("chat_render"));
 }

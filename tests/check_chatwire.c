@@ -57,6 +57,7 @@ START_TEST(test_render_goldens)
 	free(out);
 }
 END_TEST
+SUITE_LOOP("render", test_render_goldens, 0, LLAMACPP_GOLDENS_N);
 
 /* Renders buf[0..len) as chatml; asserts -code and that the message has want. */
 static void
@@ -152,6 +153,7 @@ START_TEST(test_hostile_blocks)
 	ck_assert_ptr_nonnull(strstr(e.msg, "chat_template"));
 }
 END_TEST
+SUITE_TEST("render", test_hostile_blocks);
 
 /*
  * Regression: well-formed sequences of what RFC 3629 forbids (an
@@ -183,26 +185,10 @@ START_TEST(test_overlong_and_surrogate_refused)
 	}
 }
 END_TEST
-
-static Suite *
-chatwire_suite(void)
-{
-	const struct suite_test render[] = {
-		{ test_render_goldens, 0, LLAMACPP_GOLDENS_N },
-		{ test_hostile_blocks, 0, 0 },
-		{ test_overlong_and_surrogate_refused, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "render", 0, render, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("chatwire", tcases);
-}
+SUITE_TEST("render", test_overlong_and_surrogate_refused);
 
 int
 main(void)
 {
-	return suite_main(chatwire_suite());
+	return suite_main(suite_registered("chatwire"));
 }

@@ -37,11 +37,22 @@
 #include "session.h"
 #include "stats.h"
 
-Suite *client_suite(int k0);
-
+/* _i picks the io loop: futex, pipes, epoll (from first_loop()). */
 static const int loop_kinds[3] = {
 	IOLOOP_URING_FUTEX, IOLOOP_URING_FD, IOLOOP_EPOLL
 };
+
+/* The first loop kind the end-to-end tests run: 1 (not the futex loop) when
+ * this kernel lacks the io_uring futex opcodes. */
+static int
+first_loop(void)
+{
+	static int k0 = -1;
+
+	if (k0 < 0)
+		k0 = ioloop_probe_futex() ? 0 : 1;
+	return k0;
+}
 
 static void
 cfg_init(struct srv_config *c, int kind)
@@ -154,6 +165,7 @@ START_TEST(test_echo)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_LOOP("e2e", test_echo, first_loop(), 3);
 
 /* Each child process checks its own requests; exit status 0 means all good. */
 static int
@@ -227,6 +239,7 @@ START_TEST(test_many_processes)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_LOOP("e2e", test_many_processes, first_loop(), 3);
 
 START_TEST(test_cancel)
 {
@@ -263,6 +276,7 @@ START_TEST(test_cancel)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_LOOP("e2e", test_cancel, first_loop(), 3);
 
 START_TEST(test_client_killed)
 {
@@ -336,6 +350,7 @@ START_TEST(test_client_killed)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_LOOP("e2e", test_client_killed, first_loop(), 3);
 
 START_TEST(test_daemon_killed)
 {
@@ -369,6 +384,7 @@ START_TEST(test_daemon_killed)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_LOOP("e2e", test_daemon_killed, first_loop(), 6);
 
 START_TEST(test_event_fd)
 {
@@ -415,6 +431,7 @@ START_TEST(test_event_fd)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_LOOP("e2e", test_event_fd, first_loop(), 3);
 
 START_TEST(test_long_prompt_fragments)
 {
@@ -450,6 +467,7 @@ START_TEST(test_long_prompt_fragments)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_LOOP("e2e", test_long_prompt_fragments, first_loop(), 3);
 
 /*
  * Round trips with an idle daemon and a sleeping client: each one needs
@@ -488,6 +506,7 @@ START_TEST(test_wake_latency)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_LOOP("e2e", test_wake_latency, first_loop(), 3);
 
 /* ---- features, on the default loop ------------------------------------- */
 
@@ -556,6 +575,7 @@ START_TEST(test_params_stops_tokens)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("features", test_params_stops_tokens);
 
 START_TEST(test_busy_and_stats)
 {
@@ -591,6 +611,7 @@ START_TEST(test_busy_and_stats)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("features", test_busy_and_stats);
 
 /* A client that stops reading: paused (no token lost), then cancelled. */
 START_TEST(test_full_cq_stalls)
@@ -630,6 +651,7 @@ START_TEST(test_full_cq_stalls)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("features", test_full_cq_stalls);
 
 static void *
 reader_thread(void *arg)
@@ -669,6 +691,7 @@ START_TEST(test_threads)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("features", test_threads);
 
 START_TEST(test_refusals)
 {
@@ -702,6 +725,7 @@ START_TEST(test_refusals)
 	ck_assert_str_eq(cp_strerror(-999999), "unknown error");
 }
 END_TEST
+SUITE_TEST("features", test_refusals);
 
 START_TEST(test_env_forces_loop)
 {
@@ -724,6 +748,7 @@ START_TEST(test_env_forces_loop)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("features", test_env_forces_loop);
 
 /*
  * cp_socket_path(): the path given, else $CPD_SOCKET, else
@@ -755,6 +780,7 @@ START_TEST(test_socket_path)
 	unsetenv("XDG_RUNTIME_DIR");
 }
 END_TEST
+SUITE_TEST("features", test_socket_path);
 
 /* Every dynamic symbol libcpclient.so.0 defines is cp_* (or its version node). */
 START_TEST(test_exports_only_cp)
@@ -806,6 +832,7 @@ START_TEST(test_exports_only_cp)
 	dlclose(h);
 }
 END_TEST
+SUITE_TEST("features", test_exports_only_cp);
 
 /*
  * Prefill progress through the real io loop and session: the mock
@@ -871,6 +898,7 @@ START_TEST(test_progress)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("features", test_progress);
 
 /* ---- a daemon that lies ------------------------------------------------ */
 
@@ -1006,6 +1034,7 @@ START_TEST(test_lying_handshake)
 	ck_assert_int_eq(hd_count_fds(getpid()), before);
 }
 END_TEST
+SUITE_TEST("lying", test_lying_handshake);
 
 /* A valid handshake, then the fake daemon writes nonsense into the CQ or SQ head. */
 START_TEST(test_lying_rings)
@@ -1082,6 +1111,7 @@ START_TEST(test_lying_rings)
 	fake_stop(&f);
 }
 END_TEST
+SUITE_LOOP("lying", test_lying_rings, 0, 11);
 
 /*
  * Progress as cp_proto.h defines it is passed on whole; a daemon that
@@ -1144,6 +1174,7 @@ START_TEST(test_fake_progress)
 	fake_stop(&f);
 }
 END_TEST
+SUITE_TEST("lying", test_fake_progress);
 
 /*
  * A consistent statistics record, by hand: 3 clients accepted, 1 still
@@ -1282,60 +1313,19 @@ START_TEST(test_lying_stats)
 	fake_stop(&f);
 }
 END_TEST
+SUITE_LOOP("lying", test_lying_stats, 0, 15);
 
-Suite *
-client_suite(int k0)
-{
-	/* _i picks the io loop: futex, pipes, epoll (from k0). */
-	const struct suite_test e2e[] = {
-		{ test_echo, k0, 3 },
-		{ test_many_processes, k0, 3 },
-		{ test_cancel, k0, 3 },
-		{ test_client_killed, k0, 3 },
-		{ test_daemon_killed, k0, 6 },
-		{ test_event_fd, k0, 3 },
-		{ test_long_prompt_fragments, k0, 3 },
-		{ test_wake_latency, k0, 3 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test features[] = {
-		{ test_params_stops_tokens, 0, 0 },
-		{ test_busy_and_stats, 0, 0 },
-		{ test_full_cq_stalls, 0, 0 },
-		{ test_threads, 0, 0 },
-		{ test_refusals, 0, 0 },
-		{ test_env_forces_loop, 0, 0 },
-		{ test_socket_path, 0, 0 },
-		{ test_exports_only_cp, 0, 0 },
-		{ test_progress, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test lying[] = {
-		{ test_lying_handshake, 0, 0 },
-		{ test_lying_rings, 0, 11 },
-		{ test_fake_progress, 0, 0 },
-		{ test_lying_stats, 0, 15 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "e2e", 30, e2e, NULL },
-		{ "features", 30, features, NULL },
-		{ "lying", 20, lying, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("client", tcases);
-}
+SUITE_CASE("e2e", 30);
+SUITE_CASE("features", 30);
+SUITE_CASE("lying", 20);
 
 int
 main(void)
 {
 	/* Without the io_uring futex opcodes, the futex loop's cases are
 	 * not run (not counted as passes). */
-	int k0 = ioloop_probe_futex() ? 0 : 1;
-
-	if (k0 > 0)
+	if (first_loop() > 0)
 		printf("check_client: io_uring futex opcodes unavailable on "
 		    "this kernel: the futex loop's cases skipped\n");
-	return suite_main(client_suite(k0));
+	return suite_main(suite_registered("client"));
 }

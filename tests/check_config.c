@@ -22,7 +22,6 @@
 #define MiB (1ULL << 20)
 #define GiB (1ULL << 30)
 
-Suite *config_suite(void);
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -186,6 +185,7 @@ START_TEST(test_defaults_match_spec)
 	ck_assert_int_eq(config_validate(&c, &e), 0);
 }
 END_TEST
+SUITE_TEST("table", test_defaults_match_spec);
 
 START_TEST(test_table_defaults_parse)
 {
@@ -210,6 +210,7 @@ START_TEST(test_table_defaults_parse)
 	ck_assert_int_eq(config_key_find(NULL), -1);
 }
 END_TEST
+SUITE_TEST("table", test_table_defaults_parse);
 
 START_TEST(test_sample_equals_defaults)
 {
@@ -230,6 +231,7 @@ START_TEST(test_sample_equals_defaults)
 	ck_assert_int_eq(config_validate(&c, &e), 0);
 }
 END_TEST
+SUITE_TEST("table", test_sample_equals_defaults);
 
 START_TEST(test_sample_lists_every_key_once)
 {
@@ -248,6 +250,7 @@ START_TEST(test_sample_lists_every_key_once)
 	free(text);
 }
 END_TEST
+SUITE_TEST("table", test_sample_lists_every_key_once);
 
 /* ".Ql VALUE" as the man page spells a formatted value ('"' is \(dq). */
 static void
@@ -346,6 +349,7 @@ START_TEST(test_man_documents_every_key)
 	free(man);
 }
 END_TEST
+SUITE_TEST("table", test_man_documents_every_key);
 
 /* Every literal block of the man page that holds a "model:" line is a good file. */
 START_TEST(test_man_examples_parse)
@@ -372,6 +376,7 @@ START_TEST(test_man_examples_parse)
 	free(man);
 }
 END_TEST
+SUITE_TEST("table", test_man_examples_parse);
 
 /* ---- values ----------------------------------------------------------- */
 
@@ -457,6 +462,7 @@ START_TEST(test_every_key_takes_effect)
 	ck_assert_int_eq(config_validate(&c, &e), 0);
 }
 END_TEST
+SUITE_TEST("values", test_every_key_takes_effect);
 
 START_TEST(test_value_forms)
 {
@@ -513,6 +519,7 @@ START_TEST(test_value_forms)
 	ck_assert_int_eq(c.max_inter_token_ms, 0);
 }
 END_TEST
+SUITE_TEST("values", test_value_forms);
 
 START_TEST(test_empty_documents_give_defaults)
 {
@@ -531,6 +538,7 @@ START_TEST(test_empty_documents_give_defaults)
 	}
 }
 END_TEST
+SUITE_TEST("values", test_empty_documents_give_defaults);
 
 /* ---- errors ----------------------------------------------------------- */
 
@@ -624,6 +632,7 @@ START_TEST(test_bad_values)
 	assert_same(&c, &before);
 }
 END_TEST
+SUITE_LOOP("errors", test_bad_values, 0, (int)(sizeof(bad_values) / sizeof(bad_values[0])));
 
 static const struct bad bad_docs[] = {
 	{ "thread: 4\n", -EINVAL, 1, 1, "unknown key 'thread'; did you mean "
@@ -667,6 +676,7 @@ START_TEST(test_bad_documents)
 	assert_spec_defaults(&c);
 }
 END_TEST
+SUITE_LOOP("errors", test_bad_documents, 0, (int)(sizeof(bad_docs) / sizeof(bad_docs[0])));
 
 START_TEST(test_nul_byte_in_file)
 {
@@ -680,6 +690,7 @@ START_TEST(test_nul_byte_in_file)
 	assert_err_at(&e, 1, 11, "control characters");
 }
 END_TEST
+SUITE_TEST("errors", test_nul_byte_in_file);
 
 /* A failed load leaves the previous values, from an earlier file, in place. */
 START_TEST(test_error_keeps_previous_config)
@@ -694,6 +705,7 @@ START_TEST(test_error_keeps_previous_config)
 	ck_assert_str_eq(c.file, "t.yaml");
 }
 END_TEST
+SUITE_TEST("errors", test_error_keeps_previous_config);
 
 /* ---- files ------------------------------------------------------------- */
 
@@ -737,6 +749,7 @@ START_TEST(test_load_file_errors)
 	unlink(path);
 }
 END_TEST
+SUITE_TEST("files", test_load_file_errors);
 
 START_TEST(test_write_round_trip)
 {
@@ -774,6 +787,7 @@ START_TEST(test_write_round_trip)
 	unlink(path);
 }
 END_TEST
+SUITE_TEST("files", test_write_round_trip);
 
 /* ---- command-line overrides and cross-key checks ------------------------ */
 
@@ -822,6 +836,7 @@ START_TEST(test_flags_override_file)
 	ck_assert_str_eq(c.model, "rel/m.gguf");
 }
 END_TEST
+SUITE_TEST("overrides", test_flags_override_file);
 
 START_TEST(test_set_long_values)
 {
@@ -859,6 +874,7 @@ START_TEST(test_set_long_values)
 	ck_assert_int_eq(c.n_allowed_groups, CONFIG_MAX_NAMES);
 }
 END_TEST
+SUITE_TEST("overrides", test_set_long_values);
 
 START_TEST(test_validate_cross_keys)
 {
@@ -895,6 +911,7 @@ START_TEST(test_validate_cross_keys)
 	ck_assert_int_eq(config_validate(&c, &e), 0);
 }
 END_TEST
+SUITE_TEST("overrides", test_validate_cross_keys);
 
 /* Fields written directly by a program are checked against the table too. */
 START_TEST(test_validate_direct_writes)
@@ -925,6 +942,7 @@ START_TEST(test_validate_direct_writes)
 	    sizeof(buf)), -EINVAL);
 }
 END_TEST
+SUITE_TEST("overrides", test_validate_direct_writes);
 
 /* ---- hostile files ------------------------------------------------------ */
 
@@ -973,6 +991,7 @@ START_TEST(test_hostile_shapes)
 	free(s);
 }
 END_TEST
+SUITE_TEST("hostile", test_hostile_shapes);
 
 /*
  * Byte mutations of the sample file: whatever happens, no crash, and any
@@ -1016,66 +1035,13 @@ START_TEST(test_mutated_sample)
 	free(orig);
 }
 END_TEST
+SUITE_TEST("hostile", test_mutated_sample);
 
-Suite *
-config_suite(void)
-{
-	const struct suite_test table[] = {
-		{ test_defaults_match_spec, 0, 0 },
-		{ test_table_defaults_parse, 0, 0 },
-		{ test_sample_equals_defaults, 0, 0 },
-		{ test_sample_lists_every_key_once, 0, 0 },
-		{ test_man_documents_every_key, 0, 0 },
-		{ test_man_examples_parse, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test values[] = {
-		{ test_every_key_takes_effect, 0, 0 },
-		{ test_value_forms, 0, 0 },
-		{ test_empty_documents_give_defaults, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test errors[] = {
-		{ test_bad_values, 0,
-		    (int)(sizeof(bad_values) / sizeof(bad_values[0])) },
-		{ test_bad_documents, 0,
-		    (int)(sizeof(bad_docs) / sizeof(bad_docs[0])) },
-		{ test_nul_byte_in_file, 0, 0 },
-		{ test_error_keeps_previous_config, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test files[] = {
-		{ test_load_file_errors, 0, 0 },
-		{ test_write_round_trip, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test overrides[] = {
-		{ test_flags_override_file, 0, 0 },
-		{ test_set_long_values, 0, 0 },
-		{ test_validate_cross_keys, 0, 0 },
-		{ test_validate_direct_writes, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test hostile[] = {
-		{ test_hostile_shapes, 0, 0 },
-		{ test_mutated_sample, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "table", 0, table, NULL },
-		{ "values", 0, values, NULL },
-		{ "errors", 0, errors, NULL },
-		{ "files", 30, files, NULL },
-		{ "overrides", 0, overrides, NULL },
-		{ "hostile", 60, hostile, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("config", tcases);
-}
+SUITE_CASE("files", 30);
+SUITE_CASE("hostile", 60);
 
 int
 main(void)
 {
-	return suite_main(config_suite());
+	return suite_main(suite_registered("config"));
 }

@@ -21,7 +21,6 @@
 #include "lib/suite.h"
 #include "server.h"
 
-static Suite *cpbench_suite(void);
 
 static char out[1 << 16];
 
@@ -83,6 +82,7 @@ START_TEST(test_mixed)
 	free(model);
 }
 END_TEST
+SUITE_TEST("runs", test_mixed);
 
 /* At position 0 the timed steps read more tokens than the fill wrote. */
 START_TEST(test_mixed_at_0)
@@ -101,6 +101,7 @@ START_TEST(test_mixed_at_0)
 	free(model);
 }
 END_TEST
+SUITE_TEST("runs", test_mixed_at_0);
 
 START_TEST(test_engine)
 {
@@ -126,6 +127,7 @@ START_TEST(test_engine)
 	free(model);
 }
 END_TEST
+SUITE_TEST("runs", test_engine);
 
 START_TEST(test_split)
 {
@@ -148,6 +150,7 @@ START_TEST(test_split)
 	free(model);
 }
 END_TEST
+SUITE_TEST("runs", test_split);
 
 /*
  * cpbench serve --baseline against a daemon with the mock engine (2 ms
@@ -187,6 +190,7 @@ START_TEST(test_serve_baseline)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("runs", test_serve_baseline);
 
 /* Usage errors exit 2; positions past the model's context exit 1. */
 START_TEST(test_bad_args)
@@ -209,26 +213,9 @@ START_TEST(test_bad_args)
 	free(model);
 }
 END_TEST
+SUITE_TEST("runs", test_bad_args);
 
-static Suite *
-cpbench_suite(void)
-{
-	const struct suite_test runs[] = {
-		{ test_mixed, 0, 0 },
-		{ test_mixed_at_0, 0, 0 },
-		{ test_engine, 0, 0 },
-		{ test_split, 0, 0 },
-		{ test_serve_baseline, 0, 0 },
-		{ test_bad_args, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "runs", 120, runs, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("cpbench", tcases);
-}
+SUITE_CASE("runs", 120);
 
 int
 main(void)
@@ -238,5 +225,5 @@ main(void)
 		    cpbench_path());
 		return 77;
 	}
-	return fx_main(cpbench_suite, "aidreams260K.gguf");
+	return fx_main("cpbench", "aidreams260K.gguf");
 }

@@ -148,6 +148,7 @@ START_TEST(test_greedy_reference)
 	stop_daemon();
 }
 END_TEST
+SUITE_TEST("program", test_greedy_reference);
 
 /* Three clients at once each get exactly the reference stream. */
 START_TEST(test_clients_share_model)
@@ -192,6 +193,7 @@ START_TEST(test_clients_share_model)
 	stop_daemon();
 }
 END_TEST
+SUITE_TEST("program", test_clients_share_model);
 
 START_TEST(test_check_config)
 {
@@ -217,6 +219,7 @@ START_TEST(test_check_config)
 	unlink(bad);
 }
 END_TEST
+SUITE_TEST("program", test_check_config);
 
 START_TEST(test_bad_invocations)
 {
@@ -248,6 +251,7 @@ START_TEST(test_bad_invocations)
 	ck_assert_int_eq(prog_runv(range_eq, NULL), 78);
 }
 END_TEST
+SUITE_TEST("program", test_bad_invocations);
 
 /* A second daemon on a live socket refuses to start; the first keeps serving. */
 START_TEST(test_socket_in_use)
@@ -265,6 +269,7 @@ START_TEST(test_socket_in_use)
 	stop_daemon();
 }
 END_TEST
+SUITE_TEST("program", test_socket_in_use);
 
 /*
  * cpq against the real daemon: the greedy text, whole, also when its last
@@ -304,6 +309,7 @@ START_TEST(test_cpq_text)
 	stop_daemon();
 }
 END_TEST
+SUITE_TEST("program", test_cpq_text);
 
 /* KiB of pid's mappings of a file whose path ends with name, in memory. */
 static long
@@ -362,6 +368,7 @@ START_TEST(test_warmup)
 	free(path);
 }
 END_TEST
+SUITE_TEST("program", test_warmup);
 
 #define MAX_MSGS 64
 
@@ -451,6 +458,7 @@ START_TEST(test_ready_and_stopping)
 	unlink(path);
 }
 END_TEST
+SUITE_TEST("program", test_ready_and_stopping);
 
 /* Where the journal reads stderr, each line starts with its priority. */
 START_TEST(test_journal_priorities)
@@ -496,6 +504,7 @@ START_TEST(test_journal_priorities)
 	unlink(out);
 }
 END_TEST
+SUITE_TEST("program", test_journal_priorities);
 
 /*
  * Without -c, cpd reads $XDG_CONFIG_HOME/cpd/cpd.yaml; --print-config
@@ -538,6 +547,7 @@ START_TEST(test_default_config)
 	rmdir(dir);
 }
 END_TEST
+SUITE_TEST("program", test_default_config);
 
 /* The daemon's log has needle within 10 s. */
 static void
@@ -606,6 +616,7 @@ START_TEST(test_reload)
 	unlink(file);
 }
 END_TEST
+SUITE_TEST("program", test_reload);
 
 /*
  * Socket activation: cpd serves a listening socket handed over as fd 3
@@ -670,6 +681,7 @@ START_TEST(test_socket_activation)
 	unlink(path);
 }
 END_TEST
+SUITE_TEST("program", test_socket_activation);
 
 /* Every program answers --help and --version, with status 0. */
 START_TEST(test_help_and_version)
@@ -696,33 +708,9 @@ START_TEST(test_help_and_version)
 	}
 }
 END_TEST
+SUITE_TEST("program", test_help_and_version);
 
-static Suite *
-cpd_suite(void)
-{
-	const struct suite_test program[] = {
-		{ test_greedy_reference, 0, 0 },
-		{ test_clients_share_model, 0, 0 },
-		{ test_check_config, 0, 0 },
-		{ test_bad_invocations, 0, 0 },
-		{ test_socket_in_use, 0, 0 },
-		{ test_cpq_text, 0, 0 },
-		{ test_warmup, 0, 0 },
-		{ test_ready_and_stopping, 0, 0 },
-		{ test_journal_priorities, 0, 0 },
-		{ test_default_config, 0, 0 },
-		{ test_help_and_version, 0, 0 },
-		{ test_reload, 0, 0 },
-		{ test_socket_activation, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "program", 120, program, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("cpd", tcases);
-}
+SUITE_CASE("program", 120);
 
 int
 main(void)
@@ -733,7 +721,7 @@ main(void)
 	if ((model = cpd_need("check_cpd", cpd_bin, NULL, sizeof(cpd_bin),
 	    "aidreams260K.gguf")) == NULL)
 		return 77;
-	rc = suite_main(cpd_suite());
+	rc = suite_main(suite_registered("cpd"));
 	free(model);
 	return rc;
 }

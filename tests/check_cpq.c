@@ -40,7 +40,6 @@
 #include "lib/suite.h"
 #include "lib/tmpdir.h"
 
-Suite *cpq_suite(void);
 
 /* ---- streaming --------------------------------------------------------- */
 
@@ -71,6 +70,7 @@ START_TEST(test_text)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("stream", test_text);
 
 /* Each token reaches the pipe as it is made, not at exit. */
 START_TEST(test_streams)
@@ -98,6 +98,7 @@ START_TEST(test_streams)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("stream", test_streams);
 
 START_TEST(test_stdin)
 {
@@ -123,6 +124,7 @@ START_TEST(test_stdin)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("stream", test_stdin);
 
 START_TEST(test_ids)
 {
@@ -140,6 +142,7 @@ START_TEST(test_ids)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("stream", test_ids);
 
 START_TEST(test_max_tokens_and_stop)
 {
@@ -189,6 +192,7 @@ START_TEST(test_max_tokens_and_stop)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("stream", test_max_tokens_and_stop);
 
 /* One JSON object per event, valid whatever bytes the text holds. */
 START_TEST(test_json)
@@ -244,6 +248,7 @@ START_TEST(test_json)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("stream", test_json);
 
 /*
  * --json --progress: a "progress" object per prefill report before the
@@ -296,6 +301,7 @@ START_TEST(test_json_progress)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("stream", test_json_progress);
 
 /* An ERROR event: its message, exit status 1; --json reports it too. */
 START_TEST(test_request_error)
@@ -328,6 +334,7 @@ START_TEST(test_request_error)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("stream", test_request_error);
 
 /* A prompt over the daemon's limit, from the arguments or standard input. */
 START_TEST(test_prompt_too_long)
@@ -364,6 +371,7 @@ START_TEST(test_prompt_too_long)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("stream", test_prompt_too_long);
 
 /* ---- chat ---------------------------------------------------------------- */
 
@@ -424,6 +432,7 @@ START_TEST(test_chat)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("chat", test_chat);
 
 /*
  * --history: llama.cpp's conversation (lib/chat_goldens.h) but its last
@@ -466,6 +475,7 @@ START_TEST(test_chat_history)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_LOOP("chat", test_chat_history, 0, LLAMACPP_GOLDENS_N);
 
 /* A --history file that is not the expected JSON: exit 2, where and why. */
 START_TEST(test_chat_history_bad)
@@ -512,6 +522,7 @@ START_TEST(test_chat_history_bad)
 	cq_buf_free(&err);
 }
 END_TEST
+SUITE_TEST("chat", test_chat_history_bad);
 
 /*
  * A model without a recognised template: exit 1 before reading the
@@ -558,6 +569,7 @@ START_TEST(test_chat_unknown)
 	hd_stop(&d2);
 }
 END_TEST
+SUITE_TEST("chat", test_chat_unknown);
 
 /* ---- failures --------------------------------------------------------- */
 
@@ -617,6 +629,7 @@ START_TEST(test_no_daemon)
 	unlink(path);
 }
 END_TEST
+SUITE_TEST("failures", test_no_daemon);
 
 /* Bad arguments: exit 2 before connecting (no daemon listens at all). */
 static const char *const bad_args[][8] = {
@@ -683,6 +696,7 @@ START_TEST(test_bad_args)
 	cq_buf_free(&err);
 }
 END_TEST
+SUITE_LOOP("failures", test_bad_args, 0, N_BAD);
 
 START_TEST(test_stops_too_long)
 {
@@ -707,6 +721,7 @@ START_TEST(test_stops_too_long)
 	cq_buf_free(&err);
 }
 END_TEST
+SUITE_TEST("failures", test_stops_too_long);
 
 START_TEST(test_help)
 {
@@ -721,6 +736,7 @@ START_TEST(test_help)
 	cq_buf_free(&err);
 }
 END_TEST
+SUITE_TEST("failures", test_help);
 
 /* The daemon dies mid-answer: exit 1 with a message, no hang. */
 START_TEST(test_daemon_dies)
@@ -744,6 +760,7 @@ START_TEST(test_daemon_dies)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("failures", test_daemon_dies);
 
 /* ---- interrupts and terminals ------------------------------------------ */
 
@@ -791,6 +808,7 @@ START_TEST(test_sigint)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("signals", test_sigint);
 
 #ifndef __SANITIZE_THREAD__
 /* SIGINT while cpq still reads its prompt: nothing to cancel, exit 130. */
@@ -828,6 +846,7 @@ START_TEST(test_sigint_before_prompt)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("signals", test_sigint_before_prompt);
 #endif
 
 /*
@@ -901,6 +920,7 @@ START_TEST(test_wait_line_on_tty)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("signals", test_wait_line_on_tty);
 
 /* A pseudo-terminal: its master (non-blocking); its slave's name in *slave. */
 static int
@@ -980,6 +1000,7 @@ START_TEST(test_progress_line_on_tty)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("signals", test_progress_line_on_tty);
 
 /*
  * Reads the terminal's master m into b until needle shows at or after
@@ -1086,67 +1107,17 @@ START_TEST(test_chat_conversation_on_tty)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("signals", test_chat_conversation_on_tty);
 
-Suite *
-cpq_suite(void)
-{
-	const struct suite_test stream[] = {
-		{ test_text, 0, 0 },
-		{ test_streams, 0, 0 },
-		{ test_stdin, 0, 0 },
-		{ test_ids, 0, 0 },
-		{ test_max_tokens_and_stop, 0, 0 },
-		{ test_json, 0, 0 },
-		{ test_json_progress, 0, 0 },
-		{ test_request_error, 0, 0 },
-		{ test_prompt_too_long, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test chat[] = {
-		{ test_chat, 0, 0 },
-		{ test_chat_history, 0, LLAMACPP_GOLDENS_N },
-		{ test_chat_history_bad, 0, 0 },
-		{ test_chat_unknown, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test failures[] = {
-		{ test_no_daemon, 0, 0 },
-		{ test_bad_args, 0, N_BAD },
-		{ test_stops_too_long, 0, 0 },
-		{ test_help, 0, 0 },
-		{ test_daemon_dies, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test signals[] = {
-		{ test_sigint, 0, 0 },
-#ifndef __SANITIZE_THREAD__
-		/*
-		 * ThreadSanitizer runs a handler only when a call it
-		 * intercepts returns, and the SA_RESTART read of the prompt
-		 * never returns.
-		 */
-		{ test_sigint_before_prompt, 0, 0 },
-#endif
-		{ test_wait_line_on_tty, 0, 0 },
-		{ test_progress_line_on_tty, 0, 0 },
-		{ test_chat_conversation_on_tty, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "stream", 30, stream, NULL },
-		{ "chat", 30, chat, NULL },
-		{ "failures", 30, failures, NULL },
-		{ "signals", 30, signals, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("cpq", tcases);
-}
+SUITE_CASE("stream", 30);
+SUITE_CASE("chat", 30);
+SUITE_CASE("failures", 30);
+SUITE_CASE("signals", 30);
 
 int
 main(void)
 {
 	if (cq_find_cpq() < 0)
 		return 77;
-	return suite_main(cpq_suite());
+	return suite_main(suite_registered("cpq"));
 }

@@ -50,6 +50,7 @@ START_TEST(test_shapes)
 	cpq_history_free(&h);		/* a zeroed one is fine */
 }
 END_TEST
+SUITE_TEST("reader", test_shapes);
 
 /*
  * Every escape of RFC 8259 section 7; U+1D11E as the surrogate pair
@@ -72,6 +73,7 @@ START_TEST(test_escapes)
 	cpq_history_free(&h);
 }
 END_TEST
+SUITE_TEST("reader", test_escapes);
 
 /* Malformed input: -EINVAL, nothing to free, the place and the rule. */
 static const struct {
@@ -152,6 +154,7 @@ START_TEST(test_malformed)
 	    "want %s", _i, err, bad[_i].want);
 }
 END_TEST
+SUITE_LOOP("reader", test_malformed, 0, N_BAD);
 
 /* A short error buffer still ends with a NUL. */
 START_TEST(test_short_error_buffer)
@@ -165,6 +168,7 @@ START_TEST(test_short_error_buffer)
 	ck_assert_str_eq(err, "line 1, col");
 }
 END_TEST
+SUITE_TEST("reader", test_short_error_buffer);
 
 /* What cpq_json_string() writes reads back as the same valid UTF-8. */
 START_TEST(test_string_round_trip)
@@ -190,22 +194,12 @@ START_TEST(test_string_round_trip)
 	free(buf);
 }
 END_TEST
+SUITE_TEST("reader", test_string_round_trip);
+
+SUITE_CASE("reader", 10);
 
 int
 main(void)
 {
-	const struct suite_test reader[] = {
-		{ test_shapes, 0, 0 },
-		{ test_escapes, 0, 0 },
-		{ test_malformed, 0, N_BAD },
-		{ test_short_error_buffer, 0, 0 },
-		{ test_string_round_trip, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "reader", 10, reader, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_main(suite_make("cpq_json", tcases));
+	return suite_main(suite_registered("cpq_json"));
 }

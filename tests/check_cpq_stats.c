@@ -16,7 +16,6 @@
 #include "lib/json.h"
 #include "lib/suite.h"
 
-Suite *cpq_stats_suite(void);
 
 START_TEST(test_info)
 {
@@ -63,6 +62,7 @@ START_TEST(test_info)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("info", test_info);
 
 /* Value of "name value" line name in a table, or -1. */
 static long long
@@ -344,27 +344,14 @@ START_TEST(test_stats)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("info", test_stats);
 
-Suite *
-cpq_stats_suite(void)
-{
-	const struct suite_test info[] = {
-		{ test_info, 0, 0 },
-		{ test_stats, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "info", 30, info, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("cpq_stats", tcases);
-}
+SUITE_CASE("info", 30);
 
 int
 main(void)
 {
 	if (cq_find_cpq() < 0)
 		return 77;
-	return suite_main(cpq_stats_suite());
+	return suite_main(suite_registered("cpq_stats"));
 }

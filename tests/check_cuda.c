@@ -20,12 +20,14 @@ START_TEST(test_probe_device)
 	ck_assert_uint_le(info.free_mem, info.total_mem);
 }
 END_TEST
+SUITE_TEST("probe", test_probe_device);
 
 START_TEST(test_selftest_kernel)
 {
 	ck_assert_int_eq(cuda_probe_selftest(0), 0);
 }
 END_TEST
+SUITE_TEST("probe", test_selftest_kernel);
 
 START_TEST(test_bad_device)
 {
@@ -34,23 +36,9 @@ START_TEST(test_bad_device)
 	ck_assert_int_eq(cuda_probe_device(1 << 20, &info), -19 /* ENODEV */);
 }
 END_TEST
+SUITE_TEST("probe", test_bad_device);
 
-static Suite *
-cuda_suite(void)
-{
-	const struct suite_test probe[] = {
-		{ test_probe_device, 0, 0 },
-		{ test_selftest_kernel, 0, 0 },
-		{ test_bad_device, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "probe", 60, probe, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("cuda", tcases);
-}
+SUITE_CASE("probe", 60);
 
 int
 main(void)
@@ -62,5 +50,5 @@ main(void)
 		printf("check_cuda: skipped, no usable CUDA device: %s\n", why);
 		return 77;
 	}
-	return suite_main(cuda_suite());
+	return suite_main(suite_registered("cuda"));
 }

@@ -39,8 +39,6 @@
 #include "quant.h"
 #include "ttype.h"
 
-Suite *cuda_backend_suite(void);
-Suite *cuda_backend_nodev_suite(void);
 
 #define MAX_IDS 704
 
@@ -252,6 +250,7 @@ START_TEST(test_vs_cpu)
 	model_free(m);
 }
 END_TEST
+SUITE_LOOP("vs_cpu", test_vs_cpu, 0, (int)(sizeof(vs_cases) / sizeof(vs_cases[0])));
 
 /*
  * Element index in the F16 storage of K or V (kind) at block, layer, slot,
@@ -358,6 +357,7 @@ START_TEST(test_kv_vs_cpu)
 	model_free(m);
 }
 END_TEST
+SUITE_LOOP("vs_cpu", test_kv_vs_cpu, 0, 2);
 
 /* An F32 cache on both backends. */
 START_TEST(test_kv_f32_vs_cpu)
@@ -397,6 +397,7 @@ START_TEST(test_kv_f32_vs_cpu)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("vs_cpu", test_kv_f32_vs_cpu);
 
 /* ---- llama.cpp's greedy ids (REFERENCE.md) ---------------------------- */
 
@@ -441,6 +442,7 @@ START_TEST(test_aidreams_greedy)
 	model_free(m);
 }
 END_TEST
+SUITE_LOOP("vs_cpu", test_aidreams_greedy, 0, 2);
 
 /* ---- batch invariance on the device ----------------------------------- */
 
@@ -503,6 +505,7 @@ START_TEST(test_chunked_equals_unchunked)
 	model_free(m);
 }
 END_TEST
+SUITE_LOOP("invariance", test_chunked_equals_unchunked, 0, (int)(sizeof(inv_models) / sizeof(inv_models[0])));
 
 #define NSEQ 4
 #define NDEC 6
@@ -642,6 +645,7 @@ START_TEST(test_batched_equals_alone)
 	model_free(m);
 }
 END_TEST
+SUITE_LOOP("invariance", test_batched_equals_alone, 0, (int)(sizeof(inv_models) / sizeof(inv_models[0])));
 
 /* ---- buffers, registry, errors ----------------------------------------- */
 
@@ -678,6 +682,7 @@ START_TEST(test_kv_buffer_copies)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("misc", test_kv_buffer_copies);
 
 /* "auto" picks CUDA when a device is usable. */
 START_TEST(test_auto_picks_cuda)
@@ -697,6 +702,7 @@ START_TEST(test_auto_picks_cuda)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("misc", test_auto_picks_cuda);
 
 /*
  * A KV cache twice the device's memory: a clear -ENOMEM naming the size,
@@ -735,6 +741,7 @@ START_TEST(test_oom_kv)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("misc", test_oom_kv);
 
 /* Without a device: "cuda" says so, "auto" falls back to the CPU. */
 START_TEST(test_nodev_fallback)
@@ -765,55 +772,12 @@ START_TEST(test_nodev_fallback)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("registry", test_nodev_fallback);
 
-Suite *
-cuda_backend_suite(void)
-{
-	const struct suite_test vs_cpu[] = {
-		{ test_vs_cpu, 0,
-		    (int)(sizeof(vs_cases) / sizeof(vs_cases[0])) },
-		{ test_kv_vs_cpu, 0, 2 },
-		{ test_kv_f32_vs_cpu, 0, 0 },
-		{ test_aidreams_greedy, 0, 2 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test invariance[] = {
-		{ test_chunked_equals_unchunked, 0,
-		    (int)(sizeof(inv_models) / sizeof(inv_models[0])) },
-		{ test_batched_equals_alone, 0,
-		    (int)(sizeof(inv_models) / sizeof(inv_models[0])) },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test misc[] = {
-		{ test_kv_buffer_copies, 0, 0 },
-		{ test_auto_picks_cuda, 0, 0 },
-		{ test_oom_kv, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "vs_cpu", 120, vs_cpu, NULL },
-		{ "invariance", 120, invariance, NULL },
-		{ "misc", 120, misc, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("cuda_backend", tcases);
-}
-
-Suite *
-cuda_backend_nodev_suite(void)
-{
-	const struct suite_test registry[] = {
-		{ test_nodev_fallback, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "registry", 60, registry, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("cuda_backend_nodev", tcases);
-}
+SUITE_CASE("vs_cpu", 120);
+SUITE_CASE("invariance", 120);
+SUITE_CASE("misc", 120);
+SUITE_CASE("registry", 60);
 
 int
 main(void)
@@ -828,7 +792,14 @@ main(void)
 	}
 	free(p);
 	n_dev = child_probe(cuda_probe_usable, why, sizeof(why));
-	return suite_main_some(n_dev > 0 ? cuda_backend_suite() :
-	    cuda_backend_nodev_suite(), n_dev > 0, "check_cuda_backend: GPU "
-	    "tests skipped, no usable CUDA device: %s\n", why);
+	if (n_dev > 0) {
+		suite_case_skip("registry");
+	} else {
+		suite_case_skip("vs_cpu");
+		suite_case_skip("invariance");
+		suite_case_skip("misc");
+	}
+	return suite_main_some(suite_registered("cuda_backend"), n_dev > 0,
+	    "check_cuda_backend: GPU tests skipped, no usable CUDA device: "
+	    "%s\n", why);
 }

@@ -54,13 +54,12 @@
 #include "lib/suite.h"
 #include "quant.h"
 
-Suite *cuda_kernels_suite(void);
-Suite *cuda_kernels_args_suite(void);
 
 #define GUARD_BYTES 4096	/* poisoned bytes after every output */
 #define MAX_ALLOCS 64
 #define TINY 1e-37		/* differences below this are rounding of 0 */
 #define GEMM_WS (32u << 20)
+#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 /* ---- random data ------------------------------------------------------ */
 
@@ -398,6 +397,7 @@ START_TEST(test_rt_memory)
 	sync_ok();
 }
 END_TEST
+SUITE_TEST("runtime", test_rt_memory);
 
 /*
  * A runtime call that fails (an invalid device) is reported by that call,
@@ -425,6 +425,7 @@ START_TEST(test_rt_failed_call_not_reported_by_next_launch)
 			ck_abort_msg("element %d: %g", i, (double)back[i]);
 }
 END_TEST
+SUITE_TEST("runtime", test_rt_failed_call_not_reported_by_next_launch);
 
 /* ---- embedding -------------------------------------------------------- */
 
@@ -489,6 +490,7 @@ START_TEST(test_embed)
 	expect_guard(what, d_x, xb);
 }
 END_TEST
+SUITE_LOOP("rows", test_embed, 0, N_OF(embed_cases));
 
 /* ---- RMSNorm and the logits-row gather -------------------------------- */
 
@@ -588,6 +590,7 @@ START_TEST(test_rmsnorm)
 	ck_assert_int_eq(memcmp(back, x, xb), 0);	/* read only */
 }
 END_TEST
+SUITE_LOOP("rows", test_rmsnorm, 0, N_OF(norm_cases));
 
 /* ---- the paged KV cache: RoPE + store, attention ---------------------- */
 
@@ -864,6 +867,7 @@ START_TEST(test_rope_store)
 	expect_guard(what, g.d_pool, g.pool_bytes);
 }
 END_TEST
+SUITE_LOOP("kv", test_rope_store, 0, N_OF(rope_cases));
 
 static const struct kv_case att_cases[] = {
 	{ 4, 2, 64, 64, 16, CU_F16, false, 1, 0, NAN_NONE, 4,
@@ -1029,6 +1033,7 @@ START_TEST(test_attention)
 	}
 }
 END_TEST
+SUITE_LOOP("kv", test_attention, 0, N_OF(att_cases));
 
 /* ---- element-wise: SwiGLU, residual add ------------------------------- */
 
@@ -1117,6 +1122,7 @@ START_TEST(test_swiglu_add)
 	free(g);
 }
 END_TEST
+SUITE_LOOP("rows", test_swiglu_add, 0, N_OF(ew_cases));
 
 /* ---- conversion of activations and the matrix product ---------------- */
 
@@ -1281,6 +1287,7 @@ START_TEST(test_convert_gemm)
 	cu_gemm_free(gm);
 }
 END_TEST
+SUITE_LOOP("gemm", test_convert_gemm, 0, N_OF(mm_cases));
 
 /* ---- argument checks (no device needed) -------------------------------- */
 
@@ -1395,83 +1402,30 @@ START_TEST(test_args)
 	cu_host_free(NULL);
 }
 END_TEST
+SUITE_TEST("args", test_args);
 
 /* ---- suites ----------------------------------------------------------- */
 
-#define N_OF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-Suite *
-cuda_kernels_suite(void)
-{
-	const struct suite_test runtime[] = {
-		{ test_rt_memory, 0, 0 },
-		{ test_rt_failed_call_not_reported_by_next_launch, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test rows[] = {
-		{ test_embed, 0, N_OF(embed_cases) },
-		{ test_rmsnorm, 0, N_OF(norm_cases) },
-		{ test_swiglu_add, 0, N_OF(ew_cases) },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test kv[] = {
-		{ test_rope_store, 0, N_OF(rope_cases) },
-		{ test_attention, 0, N_OF(att_cases) },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test gemm[] = {
-		{ test_convert_gemm, 0, N_OF(mm_cases) },
-		{ NULL, 0, 0 }
-	};
-	/* Each test gets a device, a stream and 120 s. */
-	const struct suite_fixture device = { setup, teardown, true };
-	const struct suite_case tcases[] = {
-		{ "runtime", 120, runtime, &device },
-		{ "rows", 120, rows, &device },
-		{ "kv", 120, kv, &device },
-		{ "gemm", 120, gemm, &device },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("cuda_kernels", tcases);
-}
-
-Suite *
-cuda_kernels_args_suite(void)
-{
-	const struct suite_test args[] = {
-		{ test_args, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "args", 30, args, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("cuda_kernels_args", tcases);
-}
+SUITE_FIXTURE("runtime", 120, setup, teardown, true);
+SUITE_FIXTURE("rows", 120, setup, teardown, true);
+SUITE_FIXTURE("kv", 120, setup, teardown, true);
+SUITE_FIXTURE("gemm", 120, setup, teardown, true);
+SUITE_CASE("args", 30);
 
 int
 main(void)
 {
+	const char *device_cases[] = { "runtime", "rows", "kv", "gemm" };
 	char why[256];
-	SRunner *sr;
-	int n_dev, failed;
+	int n_dev;
+	size_t i;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	n_dev = child_probe(cuda_probe_usable, why, sizeof(why));
-	sr = srunner_create(cuda_kernels_args_suite());
-	if (n_dev > 0)
-		srunner_add_suite(sr, cuda_kernels_suite());
-	srunner_run_all(sr, CK_NORMAL);
-	failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
-	if (failed != 0)
-		return EXIT_FAILURE;
-	if (n_dev <= 0) {
-		printf("check_cuda_kernels: kernel tests skipped, no usable "
-		    "CUDA device: %s\n", why);
-		return 77;
-	}
-	return EXIT_SUCCESS;
+	for (i = 0; n_dev <= 0 && i < 4; i++)
+		suite_case_skip(device_cases[i]);
+	return suite_main_some(suite_registered("cuda_kernels"), n_dev > 0,
+	    "check_cuda_kernels: kernel tests skipped, no usable CUDA device: "
+	    "%s\n", why);
 }

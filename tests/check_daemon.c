@@ -41,7 +41,6 @@
 #include "lib/tmpdir.h"
 #include "ring.h"
 
-Suite *daemon_suite(void);
 
 /* REFERENCE.md: aidreams260K, greedy, "Once upon a time", 64 tokens. */
 static const int ref_ids[64] = {
@@ -425,6 +424,7 @@ START_TEST(test_sixteen_processes)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_sixteen_processes);
 
 /* ---- chunked prefill while others stream ------------------------------- */
 
@@ -543,6 +543,7 @@ START_TEST(test_chunked_prefill)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_chunked_prefill);
 
 /*
  * The same under a latency target: the pacer sizes the prompt's chunks
@@ -579,6 +580,7 @@ START_TEST(test_paced_prefill)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_paced_prefill);
 
 /*
  * The same through the prefill lane (2 threads, prompts of 16 tokens or
@@ -620,6 +622,7 @@ START_TEST(test_prefill_lane)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_prefill_lane);
 
 /*
  * Prefill progress from the real engine: under a budget of 16 tokens a
@@ -669,6 +672,7 @@ START_TEST(test_prefill_progress)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_prefill_progress);
 
 /* ---- a client killed -------------------------------------------------- */
 
@@ -826,6 +830,7 @@ START_TEST(test_client_killed)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_client_killed);
 
 /* ---- clients that write garbage --------------------------------------- */
 
@@ -914,6 +919,7 @@ START_TEST(test_garbage_clients)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_garbage_clients);
 
 /* ---- cancel mid-prefill and mid-decode ---------------------------------- */
 
@@ -1018,6 +1024,7 @@ START_TEST(test_cancel_frees_blocks)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_cancel_frees_blocks);
 
 /* ---- the daemon killed --------------------------------------------------- */
 
@@ -1059,6 +1066,7 @@ START_TEST(test_daemon_killed)
 	cpd_cleanup(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_daemon_killed);
 
 /* ---- SIGTERM: drain ----------------------------------------------------- */
 
@@ -1120,6 +1128,7 @@ START_TEST(test_drain_finishes)
 	cpd_cleanup(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_drain_finishes);
 
 /* A request outlasting the drain timeout is cancelled, its DONE delivered. */
 START_TEST(test_drain_cancels)
@@ -1155,6 +1164,7 @@ START_TEST(test_drain_cancels)
 	cpd_cleanup(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_drain_cancels);
 
 /* A second SIGTERM stops at once, long before the drain timeout. */
 START_TEST(test_second_signal)
@@ -1183,6 +1193,7 @@ START_TEST(test_second_signal)
 	cpd_cleanup(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_second_signal);
 
 /* A bad --drain-timeout is refused before anything starts. */
 START_TEST(test_drain_timeout_flag)
@@ -1200,33 +1211,9 @@ START_TEST(test_drain_timeout_flag)
 	}
 }
 END_TEST
+SUITE_TEST("cpd", test_drain_timeout_flag);
 
-Suite *
-daemon_suite(void)
-{
-	const struct suite_test cpd[] = {
-		{ test_sixteen_processes, 0, 0 },
-		{ test_chunked_prefill, 0, 0 },
-		{ test_prefill_lane, 0, 0 },
-		{ test_paced_prefill, 0, 0 },
-		{ test_prefill_progress, 0, 0 },
-		{ test_client_killed, 0, 0 },
-		{ test_garbage_clients, 0, 0 },
-		{ test_cancel_frees_blocks, 0, 0 },
-		{ test_daemon_killed, 0, 0 },
-		{ test_drain_finishes, 0, 0 },
-		{ test_drain_cancels, 0, 0 },
-		{ test_second_signal, 0, 0 },
-		{ test_drain_timeout_flag, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "cpd", 120, cpd, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("daemon", tcases);
-}
+SUITE_CASE("cpd", 120);
 
 int
 main(void)
@@ -1237,7 +1224,7 @@ main(void)
 	    sizeof(cpd_bin), "aidreams260K.gguf")) == NULL)
 		return 77;
 	signal(SIGPIPE, SIG_IGN);
-	rc = suite_main(daemon_suite());
+	rc = suite_main(suite_registered("daemon"));
 	free(model);
 	return rc;
 }

@@ -39,7 +39,6 @@
 #include "tokenizer.h"
 #include "ttype.h"
 
-Suite *forward_suite(void);
 
 extern char **environ;
 
@@ -114,6 +113,7 @@ START_TEST(test_greedy_ids)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_LOOP("reference", test_greedy_ids, 0, (int)(sizeof(greedy_refs) / sizeof(greedy_refs[0])));
 
 /* The prompt ids and the text through the tokenizer, as llama-server. */
 START_TEST(test_aidreams_text)
@@ -142,6 +142,7 @@ START_TEST(test_aidreams_text)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("reference", test_aidreams_text);
 
 /* ---- synthetic models against REFERENCE.json -------------------------- */
 
@@ -202,6 +203,7 @@ START_TEST(test_synth)
 	json_free(ref);
 }
 END_TEST
+SUITE_LOOP("reference", test_synth, 0, (int)(sizeof(synth_cases) / sizeof(synth_cases[0])));
 
 /* ---- batch invariance ------------------------------------------------- */
 
@@ -280,6 +282,7 @@ START_TEST(test_chunked_equals_unchunked)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_LOOP("invariance", test_chunked_equals_unchunked, 0, (int)(sizeof(chunk_models) / sizeof(chunk_models[0])));
 
 /*
  * The 609-token prompt of synth/REFERENCE.json (llama.cpp's ids) through
@@ -315,6 +318,7 @@ START_TEST(test_chunked_long609)
 	json_free(ref);
 }
 END_TEST
+SUITE_LOOP("invariance", test_chunked_long609, 0, 2);
 
 /* Threads and KV block size change nothing either. */
 START_TEST(test_threads_blocks_invariant)
@@ -347,6 +351,7 @@ START_TEST(test_threads_blocks_invariant)
 	free(lg0);
 }
 END_TEST
+SUITE_LOOP("invariance", test_threads_blocks_invariant, 0, (int)(sizeof(invariance_models) / sizeof(invariance_models[0])));
 
 /*
  * A prompt prefilled on one backend and imported into another continues
@@ -417,6 +422,7 @@ START_TEST(test_kv_import)
 	rig_fini(&b);
 }
 END_TEST
+SUITE_LOOP("invariance", test_kv_import, 0, (int)(sizeof(invariance_models) / sizeof(invariance_models[0])));
 
 /* be_kv_import() and be_set_threads() refuse what they cannot do. */
 START_TEST(test_kv_import_errors)
@@ -485,6 +491,7 @@ START_TEST(test_kv_import_errors)
 	rig_fini(&b);
 }
 END_TEST
+SUITE_TEST("errors", test_kv_import_errors);
 
 /*
  * be_kv_prefault() maps fresh blocks without changing any block: computed
@@ -542,6 +549,7 @@ START_TEST(test_kv_prefault)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("errors", test_kv_prefault);
 
 /* This process's resident pages of mapped files, in KiB. */
 static long
@@ -601,6 +609,7 @@ START_TEST(test_warmup)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("errors", test_warmup);
 
 #define NSEQ 5
 #define NGEN 8
@@ -757,6 +766,7 @@ START_TEST(test_batched_equals_alone)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_LOOP("invariance", test_batched_equals_alone, 0, (int)(sizeof(invariance_models) / sizeof(invariance_models[0])));
 
 
 /* ---- the llama equations, from a model written here ------------------ */
@@ -1062,6 +1072,7 @@ START_TEST(test_spec_equations)
 	spec_free(sp, &W);
 }
 END_TEST
+SUITE_LOOP("reference", test_spec_equations, 0, (int)(sizeof(specs) / sizeof(specs[0])));
 
 
 /* ---- cpmodel generate ------------------------------------------------- */
@@ -1167,6 +1178,7 @@ START_TEST(test_cli_generate)
 	free(model);
 }
 END_TEST
+SUITE_LOOP("errors", test_cli_generate, 0, 2);
 
 START_TEST(test_cli_errors)
 {
@@ -1246,6 +1258,7 @@ START_TEST(test_cli_errors)
 	free(model);
 }
 END_TEST
+SUITE_TEST("errors", test_cli_errors);
 
 /* ---- limits and errors ------------------------------------------------ */
 
@@ -1343,6 +1356,7 @@ START_TEST(test_batch_errors)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("errors", test_batch_errors);
 
 START_TEST(test_open_errors)
 {
@@ -1388,6 +1402,7 @@ START_TEST(test_open_errors)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("errors", test_open_errors);
 
 /* A prompt of the whole context runs in chunks of the scratch budget. */
 START_TEST(test_context_in_chunks)
@@ -1414,6 +1429,7 @@ START_TEST(test_context_in_chunks)
 	rig_fini(&r);
 }
 END_TEST
+SUITE_TEST("errors", test_context_in_chunks);
 
 /* NaN weights: the step completes, the logits say so, nothing crashes. */
 START_TEST(test_damaged_weights)
@@ -1447,55 +1463,14 @@ START_TEST(test_damaged_weights)
 	free(path);
 }
 END_TEST
+SUITE_TEST("errors", test_damaged_weights);
 
-Suite *
-forward_suite(void)
-{
-	int n_inv = (int)(sizeof(invariance_models) /
-	    sizeof(invariance_models[0]));
-	const struct suite_test reference[] = {
-		{ test_greedy_ids, 0,
-		    (int)(sizeof(greedy_refs) / sizeof(greedy_refs[0])) },
-		{ test_aidreams_text, 0, 0 },
-		{ test_spec_equations, 0,
-		    (int)(sizeof(specs) / sizeof(specs[0])) },
-		{ test_synth, 0,
-		    (int)(sizeof(synth_cases) / sizeof(synth_cases[0])) },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test invariance[] = {
-		{ test_chunked_equals_unchunked, 0,
-		    (int)(sizeof(chunk_models) / sizeof(chunk_models[0])) },
-		{ test_chunked_long609, 0, 2 },
-		{ test_threads_blocks_invariant, 0, n_inv },
-		{ test_batched_equals_alone, 0, n_inv },
-		{ test_kv_import, 0, n_inv },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test errors[] = {
-		{ test_batch_errors, 0, 0 },
-		{ test_kv_import_errors, 0, 0 },
-		{ test_kv_prefault, 0, 0 },
-		{ test_warmup, 0, 0 },
-		{ test_open_errors, 0, 0 },
-		{ test_context_in_chunks, 0, 0 },
-		{ test_damaged_weights, 0, 0 },
-		{ test_cli_generate, 0, 2 },
-		{ test_cli_errors, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "reference", 120, reference, NULL },
-		{ "invariance", 120, invariance, NULL },
-		{ "errors", 60, errors, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("forward", tcases);
-}
+SUITE_CASE("reference", 120);
+SUITE_CASE("invariance", 120);
+SUITE_CASE("errors", 60);
 
 int
 main(void)
 {
-	return fx_main(forward_suite, "aidreams260K.gguf");
+	return fx_main("forward", "aidreams260K.gguf");
 }

@@ -359,6 +359,7 @@ START_TEST(test_small_valid)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_small_valid);
 
 /* Every strict prefix of a file whose last tensor ends the file is invalid. */
 START_TEST(test_truncated_every_byte)
@@ -391,6 +392,7 @@ START_TEST(test_truncated_every_byte)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_truncated_every_byte);
 
 /* Truncation at the header's boundaries names what was cut. */
 START_TEST(test_truncated_boundaries)
@@ -451,6 +453,7 @@ START_TEST(test_truncated_boundaries)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_truncated_boundaries);
 
 START_TEST(test_bad_magic_version)
 {
@@ -475,6 +478,7 @@ START_TEST(test_bad_magic_version)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_bad_magic_version);
 
 START_TEST(test_huge_counts)
 {
@@ -536,6 +540,7 @@ START_TEST(test_huge_counts)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_huge_counts);
 
 /* An array nested depth levels deep, holding one uint8. */
 static void
@@ -643,6 +648,7 @@ START_TEST(test_nesting_and_value_types)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_nesting_and_value_types);
 
 /* A file with one tensor info built from the arguments and nbytes of data. */
 static void
@@ -752,6 +758,7 @@ START_TEST(test_tensor_shapes)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_tensor_shapes);
 
 START_TEST(test_offsets_alignment)
 {
@@ -818,6 +825,7 @@ START_TEST(test_offsets_alignment)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_offsets_alignment);
 
 START_TEST(test_duplicates)
 {
@@ -841,6 +849,7 @@ START_TEST(test_duplicates)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_duplicates);
 
 /* Non-printable bytes in names are shown as '?', long names cut. */
 START_TEST(test_message_sanitized)
@@ -859,6 +868,7 @@ START_TEST(test_message_sanitized)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("malformed", test_message_sanitized);
 
 /* ---- typed accessors ----------------------------------------------------- */
 
@@ -985,6 +995,7 @@ START_TEST(test_accessors)
 	ck_assert_uint_eq(gguf_vtype_size(GGUF_VT_COUNT), 0);
 }
 END_TEST
+SUITE_TEST("api", test_accessors);
 
 static void
 tmp_path(char *buf, size_t size, const char *name)
@@ -1033,6 +1044,7 @@ START_TEST(test_open_paths)
 	gguf_close(NULL);
 }
 END_TEST
+SUITE_TEST("api", test_open_paths);
 
 /* ---- the writer ---------------------------------------------------------- */
 
@@ -1178,6 +1190,7 @@ START_TEST(test_writer_round_trip)
 	unlink(path);
 }
 END_TEST
+SUITE_TEST("api", test_writer_round_trip);
 
 /* Writing a copied kv reproduces it; a bad path fails cleanly. */
 START_TEST(test_writer_copy_kv)
@@ -1218,6 +1231,7 @@ START_TEST(test_writer_copy_kv)
 	gb_free(&b);
 }
 END_TEST
+SUITE_TEST("api", test_writer_copy_kv);
 
 /* Row r of a generated q8_0 tensor: every byte is r + 1. */
 static int
@@ -1278,45 +1292,12 @@ START_TEST(test_writer_gen)
 	unlink(path);
 }
 END_TEST
+SUITE_TEST("api", test_writer_gen);
 
 
-Suite *gguf_suite(void);
-
-Suite *
-gguf_suite(void)
-{
-	const struct suite_test malformed[] = {
-		{ test_small_valid, 0, 0 },
-		{ test_truncated_every_byte, 0, 0 },
-		{ test_truncated_boundaries, 0, 0 },
-		{ test_bad_magic_version, 0, 0 },
-		{ test_huge_counts, 0, 0 },
-		{ test_nesting_and_value_types, 0, 0 },
-		{ test_tensor_shapes, 0, 0 },
-		{ test_offsets_alignment, 0, 0 },
-		{ test_duplicates, 0, 0 },
-		{ test_message_sanitized, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test api[] = {
-		{ test_accessors, 0, 0 },
-		{ test_open_paths, 0, 0 },
-		{ test_writer_round_trip, 0, 0 },
-		{ test_writer_copy_kv, 0, 0 },
-		{ test_writer_gen, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "malformed", 0, malformed, NULL },
-		{ "api", 0, api, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("gguf", tcases);
-}
 
 int
 main(void)
 {
-	return suite_main(gguf_suite());
+	return suite_main(suite_registered("gguf"));
 }

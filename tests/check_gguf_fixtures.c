@@ -165,6 +165,7 @@ START_TEST(test_fx_aidreams)
 	gguf_close(f);
 }
 END_TEST
+SUITE_TEST("fixtures", test_fx_aidreams);
 
 static const struct llama_hp plc_hp = {
 	.n_layer = 5, .n_embd = 64, .n_head = 8, .n_head_kv = 4, .n_ctx = 128,
@@ -187,6 +188,7 @@ START_TEST(test_fx_stories)
 	gguf_close(f);
 }
 END_TEST
+SUITE_TEST("fixtures", test_fx_stories);
 
 struct synth_case {
 	const char *file;
@@ -254,6 +256,7 @@ START_TEST(test_fx_synth_tiny)
 	gguf_close(f);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_fx_synth_tiny, 0, (int)(sizeof(synth_tiny) / sizeof(synth_tiny[0])));
 
 static const struct llama_hp gqa_hp = {
 	.n_layer = 2, .n_embd = 256, .n_head = 8, .n_head_kv = 2, .n_ff = 768,
@@ -301,6 +304,7 @@ START_TEST(test_fx_synth_gqa)
 	gguf_close(f);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_fx_synth_gqa, 0, (int)(sizeof(synth_gqa) / sizeof(synth_gqa[0])));
 
 struct vocab_case {
 	const char *file;
@@ -338,6 +342,7 @@ START_TEST(test_fx_vocab)
 	gguf_close(f);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_fx_vocab, 0, (int)(sizeof(vocabs) / sizeof(vocabs[0])));
 
 static bool
 fixtures_present(void)
@@ -348,28 +353,8 @@ fixtures_present(void)
 	return p != NULL;
 }
 
-Suite *gguf_fixtures_suite(void);
 
-Suite *
-gguf_fixtures_suite(void)
-{
-	const struct suite_test fixtures[] = {
-		{ test_fx_aidreams, 0, 0 },
-		{ test_fx_stories, 0, 0 },
-		{ test_fx_synth_tiny, 0,
-		    (int)(sizeof(synth_tiny) / sizeof(synth_tiny[0])) },
-		{ test_fx_synth_gqa, 0,
-		    (int)(sizeof(synth_gqa) / sizeof(synth_gqa[0])) },
-		{ test_fx_vocab, 0, (int)(sizeof(vocabs) / sizeof(vocabs[0])) },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "fixtures", 60, fixtures, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("gguf_fixtures", tcases);
-}
+SUITE_CASE("fixtures", 60);
 
 int
 main(void)
@@ -379,5 +364,5 @@ main(void)
 		    "tests skipped\n", fx_dir());
 		return 77;
 	}
-	return suite_main(gguf_fixtures_suite());
+	return suite_main(suite_registered("gguf_fixtures"));
 }

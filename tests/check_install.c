@@ -57,7 +57,6 @@
 	"-Wstrict-prototypes -Wmissing-prototypes -Wpointer-arith -Werror " \
 	"-pedantic"
 
-Suite *install_suite(void);
 
 extern char **environ;
 
@@ -491,6 +490,7 @@ START_TEST(test_example_matches_manual)
 	free(page);
 }
 END_TEST
+SUITE_TEST("manual", test_example_matches_manual);
 
 /*
  * The text of section name of page (from after its .Sh line to the next
@@ -623,6 +623,7 @@ START_TEST(test_api_documented)
 	free(hdr);
 }
 END_TEST
+SUITE_TEST("manual", test_api_documented);
 
 /* Each function page has RETURN VALUES, ERRORS and SEE ALSO. */
 START_TEST(test_pages_have_sections)
@@ -662,6 +663,7 @@ START_TEST(test_pages_have_sections)
 	free_pages(pages, np);
 }
 END_TEST
+SUITE_TEST("manual", test_pages_have_sections);
 
 /* ---- the install ----------------------------------------------------- */
 
@@ -724,6 +726,7 @@ START_TEST(test_programs)
 	ck_assert_uint_ge(n, 2);
 }
 END_TEST
+SUITE_TEST("install", test_programs);
 
 START_TEST(test_library)
 {
@@ -761,6 +764,7 @@ START_TEST(test_library)
 	free(so);
 }
 END_TEST
+SUITE_TEST("install", test_library);
 
 /* First line of `pkg-config arg cpclient` against the DESTDIR into buf. */
 static int
@@ -822,6 +826,7 @@ START_TEST(test_pkgconfig)
 	free(pc);
 }
 END_TEST
+SUITE_TEST("install", test_pkgconfig);
 
 /*
  * The page's NAME names, in order: writes at most max malloc'd names into
@@ -904,6 +909,7 @@ next:
 	ck_assert_uint_ge(n3, 6);
 }
 END_TEST
+SUITE_TEST("install", test_manpages);
 
 /* The word after "ExecStart=" in unit, or "" (static buffer). */
 static const char *
@@ -976,6 +982,7 @@ START_TEST(test_etc)
 	free(conf);
 }
 END_TEST
+SUITE_TEST("install", test_etc);
 
 /* ---- the example program, built against the install ------------------ */
 
@@ -1133,6 +1140,7 @@ START_TEST(test_example)
 	free(exe);
 }
 END_TEST
+SUITE_LOOP("install", test_example, 0, 2);
 
 /* ---- uninstall --------------------------------------------------------- */
 
@@ -1193,44 +1201,13 @@ START_TEST(test_uninstall_leaves_nothing)
 	free(log);
 }
 END_TEST
+SUITE_TEST("uninstall", test_uninstall_leaves_nothing);
 
-Suite *
-install_suite(void)
-{
-	const struct suite_test manual[] = {
-		{ test_example_matches_manual, 0, 0 },
-		{ test_api_documented, 0, 0 },
-		{ test_pages_have_sections, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test install[] = {
-		{ test_programs, 0, 0 },
-		{ test_library, 0, 0 },
-		{ test_pkgconfig, 0, 0 },
-		{ test_manpages, 0, 0 },
-		{ test_etc, 0, 0 },
-		{ test_example, 0, 2 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test uninstall[] = {
-		{ test_uninstall_leaves_nothing, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_fixture installed = {
-		install_setup, install_teardown, false
-	};
-	const struct suite_case tcases[] = {
-		{ "manual", 0, manual, NULL },
-		{ "install", 120, install, &installed },
-		{ "uninstall", 180, uninstall, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("install", tcases);
-}
+SUITE_FIXTURE("install", 120, install_setup, install_teardown, false);
+SUITE_CASE("uninstall", 180);
 
 int
 main(void)
 {
-	return suite_main(install_suite());
+	return suite_main(suite_registered("install"));
 }

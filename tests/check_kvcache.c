@@ -14,7 +14,6 @@
 #include "lib/suite.h"
 #include "ttype.h"
 
-Suite *kvcache_suite(void);
 
 /* A small pool: 2 layers, kv_dim 64, F16, 16-token blocks, 8 blocks. */
 static struct kv_params
@@ -69,6 +68,7 @@ START_TEST(test_sizing)
 	ck_assert_int_eq(kv_blocks_for_mib(&p, UINT64_MAX), INT32_MAX);
 }
 END_TEST
+SUITE_TEST("core", test_sizing);
 
 START_TEST(test_new_errors)
 {
@@ -110,6 +110,7 @@ START_TEST(test_new_errors)
 	kv_free(NULL);
 }
 END_TEST
+SUITE_TEST("core", test_new_errors);
 
 START_TEST(test_layout)
 {
@@ -131,6 +132,7 @@ START_TEST(test_layout)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_layout);
 
 START_TEST(test_append_blocks)
 {
@@ -162,6 +164,7 @@ START_TEST(test_append_blocks)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_append_blocks);
 
 /* kv_free_peek() names the blocks appends then take, in that order. */
 START_TEST(test_free_peek)
@@ -195,6 +198,7 @@ START_TEST(test_free_peek)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_free_peek);
 
 START_TEST(test_append_limits)
 {
@@ -226,6 +230,7 @@ START_TEST(test_append_limits)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_append_limits);
 
 START_TEST(test_truncate)
 {
@@ -257,6 +262,7 @@ START_TEST(test_truncate)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_truncate);
 
 START_TEST(test_seq_lifecycle)
 {
@@ -296,6 +302,7 @@ START_TEST(test_seq_lifecycle)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_seq_lifecycle);
 
 /* Random appends, truncates and frees against a simple model of lengths. */
 START_TEST(test_random_ops)
@@ -359,6 +366,7 @@ START_TEST(test_random_ops)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_random_ops);
 
 /* ---- the prefix cache ------------------------------------------------ */
 
@@ -445,6 +453,7 @@ START_TEST(test_prefix_match_share)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_prefix_match_share);
 
 /*
  * Appends take free blocks first, then idle cached ones oldest first:
@@ -490,6 +499,7 @@ START_TEST(test_prefix_eviction)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_prefix_eviction);
 
 /*
  * Random appends, writes, publishes, shares, truncations and frees over a
@@ -569,35 +579,12 @@ START_TEST(test_prefix_random)
 	kv_free(kv);
 }
 END_TEST
+SUITE_TEST("core", test_prefix_random);
 
-Suite *
-kvcache_suite(void)
-{
-	const struct suite_test core[] = {
-		{ test_sizing, 0, 0 },
-		{ test_new_errors, 0, 0 },
-		{ test_layout, 0, 0 },
-		{ test_free_peek, 0, 0 },
-		{ test_append_blocks, 0, 0 },
-		{ test_append_limits, 0, 0 },
-		{ test_truncate, 0, 0 },
-		{ test_seq_lifecycle, 0, 0 },
-		{ test_random_ops, 0, 0 },
-		{ test_prefix_match_share, 0, 0 },
-		{ test_prefix_eviction, 0, 0 },
-		{ test_prefix_random, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "core", 30, core, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("kvcache", tcases);
-}
+SUITE_CASE("core", 30);
 
 int
 main(void)
 {
-	return suite_main(kvcache_suite());
+	return suite_main(suite_registered("kvcache"));
 }

@@ -24,7 +24,6 @@
 #include "lib/suite.h"
 #include "model.h"
 
-Suite *lane_suite(void);
 
 #define MODEL "aidreams260K.gguf"
 #define CHUNK 8
@@ -232,6 +231,7 @@ START_TEST(test_prefault_and_import)
 	fix_close(&f);
 }
 END_TEST
+SUITE_TEST("lane", test_prefault_and_import);
 
 /* lane_prefault() outside a RUNNING job is ignored. */
 START_TEST(test_prefault_idle_ignored)
@@ -252,25 +252,12 @@ START_TEST(test_prefault_idle_ignored)
 	fix_close(&f);
 }
 END_TEST
+SUITE_TEST("lane", test_prefault_idle_ignored);
 
-Suite *
-lane_suite(void)
-{
-	const struct suite_test lane[] = {
-		{ test_prefault_and_import, 0, 0 },
-		{ test_prefault_idle_ignored, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "lane", 60, lane, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("lane", tcases);
-}
+SUITE_CASE("lane", 60);
 
 int
 main(void)
 {
-	return fx_main(lane_suite, MODEL);
+	return fx_main("lane", MODEL);
 }

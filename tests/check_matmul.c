@@ -341,6 +341,7 @@ START_TEST(test_reference)
 	}
 }
 END_TEST
+SUITE_LOOP("kernels", test_reference, 0, N_TYPES);
 
 /*
  * Batch invariance: row r of Y is bit-identical whether computed with
@@ -385,6 +386,7 @@ START_TEST(test_batch_invariance)
 	free(w);
 }
 END_TEST
+SUITE_LOOP("kernels", test_batch_invariance, 0, N_TYPES);
 
 /*
  * Each AVX2 (loop index < N_TYPES) and AVX-512 kernel against its scalar
@@ -477,6 +479,7 @@ START_TEST(test_simd_vs_scalar)
 	free(w);
 }
 END_TEST
+SUITE_LOOP("kernels", test_simd_vs_scalar, 0, 2 * N_TYPES);
 
 START_TEST(test_supported)
 {
@@ -504,6 +507,7 @@ START_TEST(test_supported)
 	ck_assert_uint_ge(mm_scratch_bytes(CP_T_F16, 10, 2), 2 * 40);
 }
 END_TEST
+SUITE_TEST("kernels", test_supported);
 
 /* The activation format each weight type gets, as llama.cpp's CPU backend. */
 START_TEST(test_activation_formats)
@@ -539,6 +543,7 @@ START_TEST(test_activation_formats)
 	}
 }
 END_TEST
+SUITE_TEST("kernels", test_activation_formats);
 
 /* F16 activations really are rounded: x = 1 + 2^-12 reads as 1. */
 START_TEST(test_f16_rounds_activations)
@@ -558,6 +563,7 @@ START_TEST(test_f16_rounds_activations)
 	    31 * 25.0f);
 }
 END_TEST
+SUITE_TEST("kernels", test_f16_rounds_activations);
 
 /*
  * dot_round_row(): F16 / BF16 rounding of activations, the same bits on
@@ -611,6 +617,7 @@ START_TEST(test_round_row)
 	ck_assert(a[4] == 1.0f && a[5] == 1.0f + 0x1p-9f);
 }
 END_TEST
+SUITE_TEST("kernels", test_round_row);
 
 /*
  * Alignment: any scratch address (mm_prepare() aligns inside the bytes it
@@ -663,6 +670,7 @@ START_TEST(test_alignment)
 	free(w);
 }
 END_TEST
+SUITE_LOOP("kernels", test_alignment, 0, N_TYPES);
 
 /* CP_NO_SIMD=1 selects the scalar kernels (decided on first use). */
 START_TEST(test_no_simd_env)
@@ -674,6 +682,7 @@ START_TEST(test_no_simd_env)
 		    dot_kernel_scalar(all_types[i]));
 }
 END_TEST
+SUITE_TEST("kernels", test_no_simd_env);
 
 START_TEST(test_simd_default)
 {
@@ -684,6 +693,7 @@ START_TEST(test_simd_default)
 		    dot_kernel_avx2(CP_T_Q4_0));
 }
 END_TEST
+SUITE_TEST("kernels", test_simd_default);
 
 /* ---- attention over a paged cache (attn.h) ------------------------------ */
 
@@ -895,6 +905,7 @@ START_TEST(test_attn_reference)
 	att_fx_free(&f);
 }
 END_TEST
+SUITE_LOOP("attention", test_attn_reference, 0, N_ATT);
 
 /*
  * The same bits for every row whether its tile is all rows, the row alone
@@ -955,6 +966,7 @@ START_TEST(test_attn_invariance)
 	att_fx_free(&f);
 }
 END_TEST
+SUITE_LOOP("attention", test_attn_invariance, 0, N_ATT);
 
 /*
  * One call over the pool's three KV heads gives, bit for bit, what a call
@@ -1005,6 +1017,7 @@ START_TEST(test_attn_heads)
 	att_fx_free(&f);
 }
 END_TEST
+SUITE_LOOP("attention", test_attn_heads, 0, N_ATT);
 
 /* Units in the last place between a float and the exact value e > 0. */
 static double
@@ -1037,6 +1050,7 @@ START_TEST(test_attn_exp)
 	ck_assert_msg(worst <= 1.0, "attn_expf: %.2f ulp", worst);
 }
 END_TEST
+SUITE_TEST("attention", test_attn_exp);
 
 /* The SIMD pieces against the scalar ones, bit for bit, awkward sizes. */
 START_TEST(test_attn_ops)
@@ -1115,6 +1129,7 @@ START_TEST(test_attn_ops)
 	free(vt0);
 }
 END_TEST
+SUITE_TEST("attention", test_attn_ops);
 
 /*
  * The one-row pieces (attn_ops.kscores1, accum_f16) against the scalar
@@ -1165,43 +1180,13 @@ START_TEST(test_attn_one_row)
 	}
 }
 END_TEST
+SUITE_TEST("attention", test_attn_one_row);
 
-static Suite *
-matmul_suite(void)
-{
-	const struct suite_test kernels[] = {
-		{ test_reference, 0, N_TYPES },
-		{ test_batch_invariance, 0, N_TYPES },
-		{ test_simd_vs_scalar, 0, 2 * N_TYPES },
-		{ test_supported, 0, 0 },
-		{ test_activation_formats, 0, 0 },
-		{ test_f16_rounds_activations, 0, 0 },
-		{ test_round_row, 0, 0 },
-		{ test_alignment, 0, N_TYPES },
-		{ test_no_simd_env, 0, 0 },
-		{ test_simd_default, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test attention[] = {
-		{ test_attn_reference, 0, N_ATT },
-		{ test_attn_invariance, 0, N_ATT },
-		{ test_attn_heads, 0, N_ATT },
-		{ test_attn_ops, 0, 0 },
-		{ test_attn_one_row, 0, 0 },
-		{ test_attn_exp, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "kernels", 60, kernels, NULL },
-		{ "attention", 60, attention, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("matmul", tcases);
-}
+SUITE_CASE("kernels", 60);
+SUITE_CASE("attention", 60);
 
 int
 main(void)
 {
-	return suite_main(matmul_suite());
+	return suite_main(suite_registered("matmul"));
 }

@@ -21,7 +21,6 @@
 #include "model.h"
 #include "ttype.h"
 
-Suite *model_suite(void);
 
 /* Read a whole fixture file into malloc'd memory. */
 static unsigned char *
@@ -141,6 +140,7 @@ START_TEST(test_aidreams_hparams)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("load", test_aidreams_hparams);
 
 START_TEST(test_plctlab_gqa)
 {
@@ -158,6 +158,7 @@ START_TEST(test_plctlab_gqa)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("load", test_plctlab_gqa);
 
 /* synth/README.md: tensor types of each synth-tiny file. */
 static const struct {
@@ -204,6 +205,7 @@ START_TEST(test_synth_tiny_types)
 	model_free(m);
 }
 END_TEST
+SUITE_LOOP("load", test_synth_tiny_types, 0, (int)(sizeof(tiny_types) / sizeof(tiny_types[0])));
 
 START_TEST(test_synth_gqa)
 {
@@ -219,6 +221,7 @@ START_TEST(test_synth_gqa)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("load", test_synth_gqa);
 
 START_TEST(test_err_architecture)
 {
@@ -239,6 +242,7 @@ START_TEST(test_err_architecture)
 	free(buf);
 }
 END_TEST
+SUITE_TEST("load", test_err_architecture);
 
 START_TEST(test_err_missing_tensor)
 {
@@ -252,6 +256,7 @@ START_TEST(test_err_missing_tensor)
 	free(buf);
 }
 END_TEST
+SUITE_TEST("load", test_err_missing_tensor);
 
 START_TEST(test_err_shape)
 {
@@ -275,6 +280,7 @@ START_TEST(test_err_shape)
 	free(buf);
 }
 END_TEST
+SUITE_TEST("load", test_err_shape);
 
 START_TEST(test_err_hparam_disagrees)
 {
@@ -293,6 +299,7 @@ START_TEST(test_err_hparam_disagrees)
 	free(buf);
 }
 END_TEST
+SUITE_TEST("load", test_err_hparam_disagrees);
 
 START_TEST(test_err_missing_key)
 {
@@ -307,6 +314,7 @@ START_TEST(test_err_missing_key)
 	free(buf);
 }
 END_TEST
+SUITE_TEST("load", test_err_missing_key);
 
 START_TEST(test_err_bad_heads)
 {
@@ -330,6 +338,7 @@ START_TEST(test_err_bad_heads)
 	free(buf);
 }
 END_TEST
+SUITE_TEST("load", test_err_bad_heads);
 
 START_TEST(test_err_unexpected_tensor)
 {
@@ -345,6 +354,7 @@ START_TEST(test_err_unexpected_tensor)
 	free(buf);
 }
 END_TEST
+SUITE_TEST("load", test_err_unexpected_tensor);
 
 START_TEST(test_err_vocab_mismatch)
 {
@@ -368,6 +378,7 @@ START_TEST(test_err_vocab_mismatch)
 	free(buf);
 }
 END_TEST
+SUITE_TEST("load", test_err_vocab_mismatch);
 
 /* A damaged file on disk: model_load() names the path. */
 START_TEST(test_err_file)
@@ -400,6 +411,7 @@ START_TEST(test_err_file)
 	model_free(NULL);
 }
 END_TEST
+SUITE_TEST("load", test_err_file);
 
 
 /* ---- small models written here ---------------------------------------- */
@@ -556,6 +568,7 @@ START_TEST(test_family_refusals)
 	}
 }
 END_TEST
+SUITE_TEST("load", test_family_refusals);
 
 /* Variant r's cos and sin pairs at pos are llama.cpp's want (n_rot). */
 static void
@@ -629,6 +642,7 @@ START_TEST(test_rope_yarn)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("load", test_rope_yarn);
 
 /*
  * phi3's LongRoPE: rope_factors_short up to the original context,
@@ -717,6 +731,7 @@ START_TEST(test_rope_longrope)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("load", test_rope_longrope);
 
 START_TEST(test_mini_variants)
 {
@@ -744,6 +759,7 @@ START_TEST(test_mini_variants)
 	model_free(m);
 }
 END_TEST
+SUITE_TEST("load", test_mini_variants);
 
 START_TEST(test_mini_errors)
 {
@@ -796,42 +812,12 @@ START_TEST(test_mini_errors)
 	    "'token_embd.weight' has 32 rows") != NULL, "%s", e.msg);
 }
 END_TEST
+SUITE_TEST("load", test_mini_errors);
 
-Suite *
-model_suite(void)
-{
-	const struct suite_test load[] = {
-		{ test_aidreams_hparams, 0, 0 },
-		{ test_plctlab_gqa, 0, 0 },
-		{ test_synth_tiny_types, 0,
-		    (int)(sizeof(tiny_types) / sizeof(tiny_types[0])) },
-		{ test_synth_gqa, 0, 0 },
-		{ test_err_architecture, 0, 0 },
-		{ test_err_missing_tensor, 0, 0 },
-		{ test_err_shape, 0, 0 },
-		{ test_err_hparam_disagrees, 0, 0 },
-		{ test_err_missing_key, 0, 0 },
-		{ test_err_bad_heads, 0, 0 },
-		{ test_err_unexpected_tensor, 0, 0 },
-		{ test_err_vocab_mismatch, 0, 0 },
-		{ test_err_file, 0, 0 },
-		{ test_mini_variants, 0, 0 },
-		{ test_family_refusals, 0, 0 },
-		{ test_rope_yarn, 0, 0 },
-		{ test_rope_longrope, 0, 0 },
-		{ test_mini_errors, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "load", 30, load, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("model", tcases);
-}
+SUITE_CASE("load", 30);
 
 int
 main(void)
 {
-	return fx_main(model_suite, "aidreams260K.gguf");
+	return fx_main("model", "aidreams260K.gguf");
 }

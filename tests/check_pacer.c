@@ -15,7 +15,6 @@
 #include "pacer.h"
 #include "sched.h"
 
-Suite *pacer_suite(void);
 
 /* A machine: ms = a + b rows + c kp + d kd, times (1 + noise * u), u in [-1, 1]. */
 struct machine {
@@ -237,6 +236,7 @@ START_TEST(test_target_fast_and_slow)
 	run_fini(&rs);
 }
 END_TEST
+SUITE_TEST("policy", test_target_fast_and_slow);
 
 /*
  * The machine's speed halves in the middle of the prefill (another load
@@ -287,6 +287,7 @@ START_TEST(test_speed_halves)
 	run_fini(&r);
 }
 END_TEST
+SUITE_TEST("policy", test_speed_halves);
 
 /*
  * A noisy machine (each step +-20 %): the aim settles below the target so
@@ -331,6 +332,7 @@ START_TEST(test_noise)
 	run_fini(&r);
 }
 END_TEST
+SUITE_TEST("policy", test_noise);
 
 /* A prompt with no stream decoding gets whole chunks (the budget). */
 START_TEST(test_alone_whole_machine)
@@ -346,6 +348,7 @@ START_TEST(test_alone_whole_machine)
 	run_fini(&r);
 }
 END_TEST
+SUITE_TEST("policy", test_alone_whole_machine);
 
 /*
  * The derived target: PACER_AUTO_FACTOR times the median decode-only step (10 ms on the
@@ -386,6 +389,7 @@ START_TEST(test_auto_target)
 	ck_assert_int_eq(pacer_rows(&r.pc, 0, 512), 512);
 }
 END_TEST
+SUITE_TEST("policy", test_auto_target);
 
 /* The model fits an exact machine: its estimate meets the measured time. */
 START_TEST(test_model_converges)
@@ -404,29 +408,10 @@ START_TEST(test_model_converges)
 	run_fini(&r);
 }
 END_TEST
-
-Suite *
-pacer_suite(void)
-{
-	const struct suite_test policy[] = {
-		{ test_target_fast_and_slow, 0, 0 },
-		{ test_speed_halves, 0, 0 },
-		{ test_noise, 0, 0 },
-		{ test_alone_whole_machine, 0, 0 },
-		{ test_auto_target, 0, 0 },
-		{ test_model_converges, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "policy", 0, policy, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("pacer", tcases);
-}
+SUITE_TEST("policy", test_model_converges);
 
 int
 main(void)
 {
-	return suite_main(pacer_suite());
+	return suite_main(suite_registered("pacer"));
 }

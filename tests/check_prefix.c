@@ -29,7 +29,6 @@
 #include "lib/prog.h"
 #include "lib/suite.h"
 
-Suite *prefix_suite(void);
 
 #define MODEL_REL "synth/synth-tiny-F16.gguf"
 #define BT 16			/* KV block tokens (the default) */
@@ -269,6 +268,7 @@ START_TEST(test_shared_prefix)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_shared_prefix);
 
 /*
  * A request served from the cache gives the ids and log-probabilities of
@@ -312,6 +312,7 @@ START_TEST(test_cached_exact)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_LOOP("cpd", test_cached_exact, 0, 3);
 
 /*
  * A conversation: each turn sends the whole history (the previous turns'
@@ -352,6 +353,7 @@ START_TEST(test_conversation)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_conversation);
 
 /*
  * A pool of 12 blocks: prompts that fit it run one after the other and
@@ -384,6 +386,7 @@ START_TEST(test_small_pool)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_small_pool);
 
 /*
  * The prefill lane starts after the cached blocks: a long prompt that
@@ -430,6 +433,7 @@ START_TEST(test_lane)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_lane);
 
 /* With the cache off, the same prompt twice is computed twice. */
 START_TEST(test_off)
@@ -455,6 +459,7 @@ START_TEST(test_off)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_TEST("cpd", test_off);
 
 /*
  * Scopes across two users: the test runs as root, so a child process
@@ -521,27 +526,9 @@ START_TEST(test_scope_users)
 	cpd_stop(&d);
 }
 END_TEST
+SUITE_LOOP("cpd", test_scope_users, 0, 2);
 
-Suite *
-prefix_suite(void)
-{
-	const struct suite_test cpd[] = {
-		{ test_shared_prefix, 0, 0 },
-		{ test_cached_exact, 0, 3 },
-		{ test_conversation, 0, 0 },
-		{ test_small_pool, 0, 0 },
-		{ test_lane, 0, 0 },
-		{ test_off, 0, 0 },
-		{ test_scope_users, 0, 2 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "cpd", 300, cpd, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("prefix", tcases);
-}
+SUITE_CASE("cpd", 300);
 
 int
 main(void)
@@ -553,7 +540,7 @@ main(void)
 		return 77;
 	signal(SIGPIPE, SIG_IGN);
 	make_sys_prompt();
-	rc = suite_main(prefix_suite());
+	rc = suite_main(suite_registered("prefix"));
 	free(model);
 	return rc;
 }

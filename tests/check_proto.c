@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-Suite *proto_suite(void);
 
 /*
  * Golden offsets worked out by hand from the layout rules in cp_proto.h:
@@ -33,6 +32,7 @@ START_TEST(test_layout_defaults)
 	ck_assert_uint_eq(l.seg_bytes, 12288 + 1048576 + 65536);
 }
 END_TEST
+SUITE_TEST("layout", test_layout_defaults);
 
 START_TEST(test_layout_minimum)
 {
@@ -47,6 +47,7 @@ START_TEST(test_layout_minimum)
 	ck_assert_uint_eq(l.seg_bytes, 20480);
 }
 END_TEST
+SUITE_TEST("layout", test_layout_minimum);
 
 START_TEST(test_layout_maximum)
 {
@@ -62,6 +63,7 @@ START_TEST(test_layout_maximum)
 	ck_assert_uint_lt(l.arena_off, l.cq_off);
 }
 END_TEST
+SUITE_TEST("layout", test_layout_maximum);
 
 START_TEST(test_layout_rejects)
 {
@@ -83,6 +85,7 @@ START_TEST(test_layout_rejects)
 	ck_assert_int_eq(cp_is_pow2(0x80000001u), 0);
 }
 END_TEST
+SUITE_TEST("layout", test_layout_rejects);
 
 /* Control words sit 128 bytes apart: no two share a cache line pair. */
 START_TEST(test_ctl_lines)
@@ -100,6 +103,7 @@ START_TEST(test_ctl_lines)
 		ck_assert_uint_eq(words[i] - a, (uintptr_t)i * 128);
 }
 END_TEST
+SUITE_TEST("layout", test_ctl_lines);
 
 START_TEST(test_ring_count_wrap)
 {
@@ -120,6 +124,7 @@ START_TEST(test_ring_count_wrap)
 	ck_assert_uint_eq(ring_slot(13u, 7), 5);
 }
 END_TEST
+SUITE_TEST("ring", test_ring_count_wrap);
 
 START_TEST(test_copy_words)
 {
@@ -146,6 +151,7 @@ START_TEST(test_copy_words)
 		    ((unsigned char *)&b)[i]);
 }
 END_TEST
+SUITE_TEST("ring", test_copy_words);
 
 /*
  * Producer and consumer threads over an 8-slot ring whose indices start 50
@@ -221,35 +227,12 @@ START_TEST(test_spsc_threads)
 	free(r);
 }
 END_TEST
+SUITE_TEST("ring", test_spsc_threads);
 
-Suite *
-proto_suite(void)
-{
-	const struct suite_test layout[] = {
-		{ test_layout_defaults, 0, 0 },
-		{ test_layout_minimum, 0, 0 },
-		{ test_layout_maximum, 0, 0 },
-		{ test_layout_rejects, 0, 0 },
-		{ test_ctl_lines, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test ring[] = {
-		{ test_ring_count_wrap, 0, 0 },
-		{ test_copy_words, 0, 0 },
-		{ test_spsc_threads, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "layout", 0, layout, NULL },
-		{ "ring", 30, ring, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("proto", tcases);
-}
+SUITE_CASE("ring", 30);
 
 int
 main(void)
 {
-	return suite_main(proto_suite());
+	return suite_main(suite_registered("proto"));
 }

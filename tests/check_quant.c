@@ -101,6 +101,7 @@ START_TEST(test_fp16_to_fp32_special)
 	ck_assert_uint_eq(f32_bits(fp16_to_fp32(0x7e00)), 0x7fc00000u);
 }
 END_TEST
+SUITE_TEST("conversions", test_fp16_to_fp32_special);
 
 /* Every half against the value of its fields. */
 START_TEST(test_fp16_to_fp32_all)
@@ -119,6 +120,7 @@ START_TEST(test_fp16_to_fp32_all)
 	}
 }
 END_TEST
+SUITE_TEST("conversions", test_fp16_to_fp32_all);
 
 START_TEST(test_fp32_to_fp16_special)
 {
@@ -163,6 +165,7 @@ START_TEST(test_fp32_to_fp16_special)
 	ck_assert_uint_eq(fp32_to_fp16(0x1p-14f), 0x0400);
 }
 END_TEST
+SUITE_TEST("conversions", test_fp32_to_fp16_special);
 
 /*
  * For every pair of adjacent finite halves a < b: values just below their
@@ -191,6 +194,7 @@ START_TEST(test_fp32_to_fp16_all_midpoints)
 	}
 }
 END_TEST
+SUITE_TEST("conversions", test_fp32_to_fp16_all_midpoints);
 
 START_TEST(test_bf16)
 {
@@ -227,6 +231,7 @@ START_TEST(test_bf16)
 			    "%04x", v);
 }
 END_TEST
+SUITE_TEST("conversions", test_bf16);
 
 /* ---- hand-built blocks ----------------------------------------------------- */
 
@@ -276,6 +281,7 @@ START_TEST(test_block_float_rows)
 	expect_row(CP_T_F32, f, f, 2);
 }
 END_TEST
+SUITE_TEST("blocks", test_block_float_rows);
 
 /* Legacy blocks: q[j] for element j, packed per the layout. */
 static void
@@ -351,6 +357,7 @@ START_TEST(test_block_legacy)
 	expect_row(CP_T_Q8_0, b, want, 32);
 }
 END_TEST
+SUITE_TEST("blocks", test_block_legacy);
 
 /*
  * Q2_K and Q3_K place element e = 128h + 32c + l (h < 2, c < 4, l < 32) in
@@ -389,6 +396,7 @@ START_TEST(test_block_q2_K)
 	expect_row(CP_T_Q2_K, b, want, 256);
 }
 END_TEST
+SUITE_TEST("blocks", test_block_q2_K);
 
 START_TEST(test_block_q3_K)
 {
@@ -418,6 +426,7 @@ START_TEST(test_block_q3_K)
 	expect_row(CP_T_Q3_K, b, want, 256);
 }
 END_TEST
+SUITE_TEST("blocks", test_block_q3_K);
 
 /*
  * Q4_K/Q5_K 6-bit scales and mins for sub-blocks 0..7: j < 4 in the low 6
@@ -470,6 +479,7 @@ START_TEST(test_block_q4_K)
 	expect_row(CP_T_Q4_K, b, want, 256);
 }
 END_TEST
+SUITE_TEST("blocks", test_block_q4_K);
 
 START_TEST(test_block_q5_K)
 {
@@ -497,6 +507,7 @@ START_TEST(test_block_q5_K)
 	expect_row(CP_T_Q5_K, b, want, 256);
 }
 END_TEST
+SUITE_TEST("blocks", test_block_q5_K);
 
 START_TEST(test_block_q6_K)
 {
@@ -525,6 +536,7 @@ START_TEST(test_block_q6_K)
 	expect_row(CP_T_Q6_K, b, want, 256);
 }
 END_TEST
+SUITE_TEST("blocks", test_block_q6_K);
 
 /* ---- activation quantization (values derived by hand) ------------------- */
 
@@ -576,6 +588,7 @@ START_TEST(test_quant_q8_0)
 	ck_assert_int_eq((int8_t)b[5], 1);
 }
 END_TEST
+SUITE_TEST("blocks", test_quant_q8_0);
 
 /*
  * Activations: scale 127 / amax and ties to even.  amax 127 gives the scale
@@ -625,6 +638,7 @@ START_TEST(test_quant_act)
 	ck_assert_int_eq(quant_row_act(999, x, b, 32), -EINVAL);
 }
 END_TEST
+SUITE_TEST("blocks", test_quant_act);
 
 /*
  * The AVX2 activation quantizer writes the bytes of the scalar one, also on
@@ -676,6 +690,7 @@ START_TEST(test_quant_act_simd)
 	ck_assert_int_eq(memcmp(a, b, 16), 0);
 }
 END_TEST
+SUITE_TEST("blocks", test_quant_act_simd);
 
 /*
  * dequant_row()'s F16C path gives the scalar floats bit for bit: every
@@ -716,6 +731,7 @@ START_TEST(test_dequant_f16_simd)
 	ck_assert_int_eq(dequant_row_avx2(CP_T_I32, h, b, 4), -EINVAL);
 }
 END_TEST
+SUITE_TEST("conversions", test_dequant_f16_simd);
 
 START_TEST(test_quant_q8_1)
 {
@@ -737,6 +753,7 @@ START_TEST(test_quant_q8_1)
 	    0.1 * sum, 0.01);
 }
 END_TEST
+SUITE_TEST("blocks", test_quant_q8_1);
 
 /*
  * Q8_K: iscale = -127 / max where max is the value of largest magnitude with
@@ -792,6 +809,7 @@ START_TEST(test_quant_q8_K)
 	ck_assert_int_eq(b[0].qs[2], -4);
 }
 END_TEST
+SUITE_TEST("blocks", test_quant_q8_K);
 
 /*
  * Q4_0: d = max / -8 with max the value of largest magnitude (so it maps to
@@ -820,6 +838,7 @@ START_TEST(test_quant_q4_0)
 	}
 }
 END_TEST
+SUITE_TEST("blocks", test_quant_q4_0);
 
 /* ---- round trips ------------------------------------------------------------ */
 
@@ -886,6 +905,7 @@ START_TEST(test_round_trip)
 	}
 }
 END_TEST
+SUITE_TEST("blocks", test_round_trip);
 
 START_TEST(test_errors)
 {
@@ -923,6 +943,7 @@ START_TEST(test_errors)
 	ck_assert_int_eq(quant_row(CP_T_Q8_K, x, b, 256), 0);
 }
 END_TEST
+SUITE_TEST("blocks", test_errors);
 
 /* ---- the synth-tiny fixtures ---------------------------------------------- */
 
@@ -1122,6 +1143,7 @@ START_TEST(test_synth_tensors)
 	gguf_close(fm);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_synth_tensors, 0, N_SYNTH);
 
 /* Between them the files hold every type dequant_row() must read. */
 START_TEST(test_synth_types_covered)
@@ -1146,51 +1168,9 @@ START_TEST(test_synth_types_covered)
 		    ttype_name(want[i]));
 }
 END_TEST
+SUITE_TEST("fixtures", test_synth_types_covered);
 
-static Suite *
-quant_suite(bool fixtures)
-{
-	const struct suite_test conversions[] = {
-		{ test_fp16_to_fp32_special, 0, 0 },
-		{ test_fp16_to_fp32_all, 0, 0 },
-		{ test_dequant_f16_simd, 0, 0 },
-		{ test_fp32_to_fp16_special, 0, 0 },
-		{ test_fp32_to_fp16_all_midpoints, 0, 0 },
-		{ test_bf16, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test blocks[] = {
-		{ test_block_float_rows, 0, 0 },
-		{ test_block_legacy, 0, 0 },
-		{ test_block_q2_K, 0, 0 },
-		{ test_block_q3_K, 0, 0 },
-		{ test_block_q4_K, 0, 0 },
-		{ test_block_q5_K, 0, 0 },
-		{ test_block_q6_K, 0, 0 },
-		{ test_quant_q8_0, 0, 0 },
-		{ test_quant_q8_1, 0, 0 },
-		{ test_quant_act, 0, 0 },
-		{ test_quant_act_simd, 0, 0 },
-		{ test_quant_q8_K, 0, 0 },
-		{ test_quant_q4_0, 0, 0 },
-		{ test_round_trip, 0, 0 },
-		{ test_errors, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test synth[] = {
-		{ test_synth_tensors, 0, N_SYNTH },
-		{ test_synth_types_covered, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "conversions", 0, conversions, NULL },
-		{ "blocks", 0, blocks, NULL },
-		{ "fixtures", 60, fixtures ? synth : NULL, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("quant", tcases);
-}
+SUITE_CASE("fixtures", 60);
 
 int
 main(void)
@@ -1200,6 +1180,8 @@ main(void)
 
 	free(master);
 	/* Without fixtures only the tests that need none can run. */
-	return suite_main_some(quant_suite(fixtures), fixtures,
+	if (!fixtures)
+		suite_case_skip("fixtures");
+	return suite_main_some(suite_registered("quant"), fixtures,
 	    "synth fixtures not found under %s: skipping\n", fx_dir());
 }

@@ -17,7 +17,6 @@
 #include "lib/suite.h"
 #include "sampler.h"
 
-Suite *sampler_suite(void);
 
 #define TOL 1e-6
 
@@ -140,6 +139,7 @@ START_TEST(test_defaults)
 	ck_assert_int_eq(sampler_params_check(&p, NULL), 0);
 }
 END_TEST
+SUITE_TEST("core", test_defaults);
 
 static void
 expect_bad(const struct sampler_params *p, const char *field)
@@ -190,6 +190,7 @@ START_TEST(test_params_check)
 	ck_assert_int_eq(sampler_params_check(&q, NULL), 0);
 }
 END_TEST
+SUITE_TEST("core", test_params_check);
 
 START_TEST(test_new_rejects_vocab)
 {
@@ -205,6 +206,7 @@ START_TEST(test_new_rejects_vocab)
 	sampler_free(NULL);
 }
 END_TEST
+SUITE_TEST("core", test_new_rejects_vocab);
 
 START_TEST(test_greedy)
 {
@@ -230,6 +232,7 @@ START_TEST(test_greedy)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_greedy);
 
 START_TEST(test_temperature_exact)
 {
@@ -246,6 +249,7 @@ START_TEST(test_temperature_exact)
 	}
 }
 END_TEST
+SUITE_TEST("core", test_temperature_exact);
 
 START_TEST(test_top_k)
 {
@@ -274,6 +278,7 @@ START_TEST(test_top_k)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_top_k);
 
 /* Probabilities 0.1, 0.4, 0.2, 0.3 (ids 0..3) as logits. */
 static void
@@ -310,6 +315,7 @@ START_TEST(test_top_p)
 	expect_kept(&p, 4, l, keep2, 2, 3.0);
 }
 END_TEST
+SUITE_TEST("core", test_top_p);
 
 START_TEST(test_top_p_after_top_k)
 {
@@ -328,6 +334,7 @@ START_TEST(test_top_p_after_top_k)
 	expect_kept(&p, 4, l, keep2, 2, 1.0);
 }
 END_TEST
+SUITE_TEST("core", test_top_p_after_top_k);
 
 static const float *sort_l;
 
@@ -392,6 +399,7 @@ START_TEST(test_large_vocab_against_sort)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_large_vocab_against_sort);
 
 START_TEST(test_min_p)
 {
@@ -415,6 +423,7 @@ START_TEST(test_min_p)
 	expect_kept(&p, 5, l, keep_c, 2, 0.8);
 }
 END_TEST
+SUITE_TEST("core", test_min_p);
 
 START_TEST(test_min_p_one)
 {
@@ -426,6 +435,7 @@ START_TEST(test_min_p_one)
 	expect_kept(&p, 4, l, keep, 2, 1.0);
 }
 END_TEST
+SUITE_TEST("core", test_min_p_one);
 
 START_TEST(test_repeat_penalty)
 {
@@ -486,6 +496,7 @@ START_TEST(test_repeat_penalty)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_repeat_penalty);
 
 START_TEST(test_repeat_penalty_changes_greedy)
 {
@@ -519,6 +530,7 @@ START_TEST(test_repeat_penalty_changes_greedy)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_repeat_penalty_changes_greedy);
 
 START_TEST(test_logprobs)
 {
@@ -568,6 +580,7 @@ START_TEST(test_logprobs)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_logprobs);
 
 /*
  * logprob off (and no top entries): the same ids from the same seed, greedy
@@ -610,6 +623,7 @@ START_TEST(test_logprob_off)
 	}
 }
 END_TEST
+SUITE_TEST("core", test_logprob_off);
 
 /*
  * Three samplers sharing one draw scratch, their draws interleaved (with a
@@ -661,6 +675,7 @@ START_TEST(test_shared_scratch)
 	sampler_ws_free(ws);
 }
 END_TEST
+SUITE_TEST("core", test_shared_scratch);
 
 /* Ids from 24 draws with seed 42 over logits6; from the Python model. */
 static const float logits6[6] = { -1.2f, 0.3f, 1.1f, -0.4f, 0.8f, 0.05f };
@@ -698,6 +713,7 @@ START_TEST(test_golden_sequence)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_golden_sequence);
 
 static void
 draw_many(uint64_t seed, int n, int *ids)
@@ -737,6 +753,7 @@ START_TEST(test_seeds)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_seeds);
 
 /* Chi-square of observed counts against probabilities; df = n - 1. */
 static double
@@ -792,6 +809,7 @@ START_TEST(test_frequencies)
 	ck_assert_double_lt(chi_square(cnt5, prob, 5, DRAWS), 18.47);
 }
 END_TEST
+SUITE_TEST("core", test_frequencies);
 
 START_TEST(test_nonfinite)
 {
@@ -833,6 +851,7 @@ START_TEST(test_nonfinite)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_nonfinite);
 
 START_TEST(test_eog)
 {
@@ -892,6 +911,7 @@ START_TEST(test_eog)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_eog);
 
 /*
  * The workspace's end-of-generation set serves every sampler on it that
@@ -939,6 +959,7 @@ START_TEST(test_eog_shared)
 	sampler_ws_free(ws);
 }
 END_TEST
+SUITE_TEST("core", test_eog_shared);
 
 START_TEST(test_max_tokens)
 {
@@ -979,6 +1000,7 @@ START_TEST(test_max_tokens)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_max_tokens);
 
 START_TEST(test_accept_errors)
 {
@@ -1004,6 +1026,7 @@ START_TEST(test_accept_errors)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_accept_errors);
 
 START_TEST(test_candidates_cap)
 {
@@ -1025,48 +1048,12 @@ START_TEST(test_candidates_cap)
 	sampler_free(s);
 }
 END_TEST
+SUITE_TEST("core", test_candidates_cap);
 
-Suite *
-sampler_suite(void)
-{
-	const struct suite_test core[] = {
-		{ test_defaults, 0, 0 },
-		{ test_params_check, 0, 0 },
-		{ test_new_rejects_vocab, 0, 0 },
-		{ test_greedy, 0, 0 },
-		{ test_temperature_exact, 0, 0 },
-		{ test_top_k, 0, 0 },
-		{ test_top_p, 0, 0 },
-		{ test_top_p_after_top_k, 0, 0 },
-		{ test_large_vocab_against_sort, 0, 0 },
-		{ test_min_p, 0, 0 },
-		{ test_min_p_one, 0, 0 },
-		{ test_repeat_penalty, 0, 0 },
-		{ test_repeat_penalty_changes_greedy, 0, 0 },
-		{ test_logprobs, 0, 0 },
-		{ test_logprob_off, 0, 0 },
-		{ test_shared_scratch, 0, 0 },
-		{ test_golden_sequence, 0, 0 },
-		{ test_seeds, 0, 0 },
-		{ test_frequencies, 0, 0 },
-		{ test_nonfinite, 0, 0 },
-		{ test_eog, 0, 0 },
-		{ test_eog_shared, 0, 0 },
-		{ test_max_tokens, 0, 0 },
-		{ test_accept_errors, 0, 0 },
-		{ test_candidates_cap, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "core", 60, core, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("sampler", tcases);
-}
+SUITE_CASE("core", 60);
 
 int
 main(void)
 {
-	return suite_main(sampler_suite());
+	return suite_main(suite_registered("sampler"));
 }

@@ -20,7 +20,6 @@
 #include "sched.h"
 #include "ttype.h"
 
-Suite *sched_suite(void);
 
 /* ---- helpers ------------------------------------------------------------- */
 
@@ -191,6 +190,7 @@ START_TEST(test_config_defaults)
 	sched_free(NULL);
 }
 END_TEST
+SUITE_TEST("plans", test_config_defaults);
 
 START_TEST(test_config_errors)
 {
@@ -243,6 +243,7 @@ START_TEST(test_config_errors)
 	ck_assert_int_eq(sched_new(&c, &s, NULL), -EINVAL);
 }
 END_TEST
+SUITE_TEST("plans", test_config_errors);
 
 static void
 add_fails(struct sched *s, int client, int n_prompt, int max_tokens,
@@ -289,6 +290,7 @@ START_TEST(test_add_errors)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_add_errors);
 
 /* Dead handles are refused, also once their slot holds a new request. */
 START_TEST(test_dead_handles)
@@ -315,6 +317,7 @@ START_TEST(test_dead_handles)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_dead_handles);
 
 /* ---- plans worked by hand ------------------------------------------------ */
 
@@ -357,6 +360,7 @@ START_TEST(test_chunked_prefill)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_chunked_prefill);
 
 /*
  * Three short requests decode while a 200-token prompt arrives: the
@@ -389,6 +393,7 @@ START_TEST(test_decode_first)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_decode_first);
 
 /* max_prefill_chunk 30 caps every prompt's share of a 100-token budget. */
 START_TEST(test_chunk_cap)
@@ -415,6 +420,7 @@ START_TEST(test_chunk_cap)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_chunk_cap);
 
 /*
  * attention_cost_tokens 100: a prompt token at position p costs
@@ -466,6 +472,7 @@ START_TEST(test_attention_cost)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_attention_cost);
 
 /* max_seqs 2: five 3-step requests run two at a time, in 3 rounds. */
 START_TEST(test_max_seqs)
@@ -490,6 +497,7 @@ START_TEST(test_max_seqs)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_max_seqs);
 
 /*
  * Round-robin: client 0 queues 4 requests, then client 1 four, then client
@@ -531,6 +539,7 @@ START_TEST(test_round_robin)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_round_robin);
 
 /*
  * Three requests (prompt 4, 12 tokens each) decode in a pool of 6 blocks
@@ -589,6 +598,7 @@ START_TEST(test_preempt_newest_recompute)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_preempt_newest_recompute);
 
 /*
  * An older prefill that needs a block preempts a newer request that the
@@ -640,6 +650,7 @@ START_TEST(test_prefill_preempts_planned_decode)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_prefill_preempts_planned_decode);
 
 /*
  * Watermark 3 of 10 blocks of 4 tokens.  a (20 tokens, 5 blocks) enters
@@ -693,6 +704,7 @@ START_TEST(test_watermark)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_watermark);
 
 /*
  * The newest request shrinks its chunk rather than preempt older ones,
@@ -741,6 +753,7 @@ START_TEST(test_newest_shrinks_then_yields)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_newest_shrinks_then_yields);
 
 START_TEST(test_cancel_mid_prefill)
 {
@@ -773,6 +786,7 @@ START_TEST(test_cancel_mid_prefill)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_cancel_mid_prefill);
 
 /*
  * Cancels asked between sched_step and sched_commit wait for the next
@@ -826,6 +840,7 @@ START_TEST(test_cancel_during_step)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_cancel_during_step);
 
 /*
  * a, paused while decoding, is not planned and keeps its KV; w1, paused
@@ -862,6 +877,7 @@ START_TEST(test_pause)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_pause);
 
 /* ---- held requests (the prefill lane) ------------------------------------ */
 
@@ -922,6 +938,7 @@ START_TEST(test_hold_prefilling)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_hold_prefilling);
 
 START_TEST(test_held_skipped)
 {
@@ -963,6 +980,7 @@ START_TEST(test_held_skipped)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_held_skipped);
 
 /*
  * Round-robin with a held request at the head of client 0's queue: each
@@ -997,6 +1015,7 @@ START_TEST(test_held_round_robin)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_held_round_robin);
 
 /*
  * Admission after sched_unhold(n_cached): the first item starts at
@@ -1100,6 +1119,7 @@ START_TEST(test_unhold_cached)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_unhold_cached);
 
 /* Held and paused are independent: admission waits for both to clear. */
 START_TEST(test_held_paused)
@@ -1139,6 +1159,7 @@ START_TEST(test_held_paused)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_held_paused);
 
 /* The caller's admit_cached(): what a test's table says per client. */
 struct cached_calls {
@@ -1205,6 +1226,7 @@ START_TEST(test_admit_cached)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_admit_cached);
 
 START_TEST(test_unhold_errors)
 {
@@ -1243,6 +1265,7 @@ START_TEST(test_unhold_errors)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_unhold_errors);
 
 /*
  * A held request is cancelled like any waiting one, at the next step,
@@ -1291,6 +1314,7 @@ START_TEST(test_cancel_held)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_cancel_held);
 
 /*
  * A request admitted with cached positions is preempted as any other:
@@ -1359,6 +1383,7 @@ START_TEST(test_preempt_cached)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_preempt_cached);
 
 START_TEST(test_commit_rules)
 {
@@ -1409,6 +1434,7 @@ START_TEST(test_commit_rules)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("plans", test_commit_rules);
 
 /* ---- no starvation ------------------------------------------------------- */
 
@@ -1470,6 +1496,7 @@ START_TEST(test_no_starvation_stream)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("starvation", test_no_starvation_stream);
 
 /*
  * KV pressure: a 900-token prompt w (57 of 64 blocks) arrives while three
@@ -1528,6 +1555,7 @@ START_TEST(test_no_starvation_kv_pressure)
 	sched_free(s);
 }
 END_TEST
+SUITE_TEST("starvation", test_no_starvation_kv_pressure);
 
 /* ---- random workloads through a simulator -------------------------------- */
 
@@ -2218,63 +2246,13 @@ START_TEST(test_random_workloads)
 	run_workload(&v);
 }
 END_TEST
+SUITE_LOOP("random", test_random_workloads, 0, (int)(3 * sizeof(workloads) / sizeof(workloads[0])));
 
-Suite *
-sched_suite(void)
-{
-	const struct suite_test plans[] = {
-		{ test_config_defaults, 0, 0 },
-		{ test_config_errors, 0, 0 },
-		{ test_add_errors, 0, 0 },
-		{ test_dead_handles, 0, 0 },
-		{ test_chunked_prefill, 0, 0 },
-		{ test_decode_first, 0, 0 },
-		{ test_chunk_cap, 0, 0 },
-		{ test_attention_cost, 0, 0 },
-		{ test_max_seqs, 0, 0 },
-		{ test_round_robin, 0, 0 },
-		{ test_preempt_newest_recompute, 0, 0 },
-		{ test_prefill_preempts_planned_decode, 0, 0 },
-		{ test_watermark, 0, 0 },
-		{ test_newest_shrinks_then_yields, 0, 0 },
-		{ test_commit_rules, 0, 0 },
-		{ test_cancel_mid_prefill, 0, 0 },
-		{ test_cancel_during_step, 0, 0 },
-		{ test_pause, 0, 0 },
-		{ test_held_skipped, 0, 0 },
-		{ test_hold_prefilling, 0, 0 },
-		{ test_held_round_robin, 0, 0 },
-		{ test_unhold_cached, 0, 0 },
-		{ test_admit_cached, 0, 0 },
-		{ test_held_paused, 0, 0 },
-		{ test_unhold_errors, 0, 0 },
-		{ test_cancel_held, 0, 0 },
-		{ test_preempt_cached, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test starvation[] = {
-		{ test_no_starvation_stream, 0, 0 },
-		{ test_no_starvation_kv_pressure, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	/* three fixed seeds per workload shape */
-	const struct suite_test random[] = {
-		{ test_random_workloads, 0,
-		    (int)(3 * sizeof(workloads) / sizeof(workloads[0])) },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "plans", 0, plans, NULL },
-		{ "starvation", 30, starvation, NULL },
-		{ "random", 60, random, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("sched", tcases);
-}
+SUITE_CASE("starvation", 30);
+SUITE_CASE("random", 60);
 
 int
 main(void)
 {
-	return suite_main(sched_suite());
+	return suite_main(suite_registered("sched"));
 }

@@ -21,7 +21,6 @@
 #include "lib/suite.h"
 #include "ring.h"
 
-Suite *server_suite(void);
 
 /* The daemon's protocol_errors counter. */
 static uint64_t
@@ -71,6 +70,7 @@ START_TEST(test_srv_handshake)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_handshake);
 
 START_TEST(test_srv_fd_in_hello)
 {
@@ -98,6 +98,7 @@ START_TEST(test_srv_fd_in_hello)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_fd_in_hello);
 
 START_TEST(test_srv_truncated_hello)
 {
@@ -119,6 +120,7 @@ START_TEST(test_srv_truncated_hello)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_truncated_hello);
 
 START_TEST(test_srv_version_mismatch)
 {
@@ -141,6 +143,7 @@ START_TEST(test_srv_version_mismatch)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_version_mismatch);
 
 START_TEST(test_srv_handshake_timeout)
 {
@@ -159,6 +162,7 @@ START_TEST(test_srv_handshake_timeout)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_handshake_timeout);
 
 START_TEST(test_srv_allow_list)
 {
@@ -187,6 +191,7 @@ START_TEST(test_srv_allow_list)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_allow_list);
 
 START_TEST(test_srv_per_uid_limit)
 {
@@ -218,6 +223,7 @@ START_TEST(test_srv_per_uid_limit)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_per_uid_limit);
 
 /* One hostile write into shared memory per case; each must be disconnected. */
 static void
@@ -293,6 +299,7 @@ START_TEST(test_srv_hostile_memory)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_hostile_memory);
 
 START_TEST(test_srv_garbage_record)
 {
@@ -312,6 +319,7 @@ START_TEST(test_srv_garbage_record)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_garbage_record);
 
 START_TEST(test_srv_per_uid_requests)
 {
@@ -337,6 +345,7 @@ START_TEST(test_srv_per_uid_requests)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_per_uid_requests);
 
 /*
  * The connecting process exits while a child it forked keeps the socket
@@ -387,6 +396,7 @@ START_TEST(test_srv_pidfd_death)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_pidfd_death);
 
 START_TEST(test_socket_path)
 {
@@ -410,6 +420,7 @@ START_TEST(test_socket_path)
 	    -ENAMETOOLONG);
 }
 END_TEST
+SUITE_TEST("server", test_socket_path);
 
 /* A second daemon on a live socket fails; a stale socket file is replaced. */
 START_TEST(test_srv_socket_in_use)
@@ -443,6 +454,7 @@ START_TEST(test_srv_socket_in_use)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("server", test_srv_socket_in_use);
 
 /*
  * Every ended session is counted once under its reason, and the counts
@@ -498,6 +510,7 @@ START_TEST(test_srv_disconnect_reasons)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("server", test_srv_disconnect_reasons);
 
 /* The error code of the terminal event raw_collect() just consumed. */
 static int32_t
@@ -551,6 +564,7 @@ START_TEST(test_srv_drain_finishes)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("server", test_srv_drain_finishes);
 
 /* Past drain_timeout_ms what runs is cancelled, its DONE delivered, exit 0. */
 START_TEST(test_srv_drain_cancels)
@@ -587,39 +601,12 @@ START_TEST(test_srv_drain_cancels)
 	hd_stop(&d);
 }
 END_TEST
+SUITE_TEST("server", test_srv_drain_cancels);
 
-Suite *
-server_suite(void)
-{
-	const struct suite_test server[] = {
-		{ test_socket_path, 0, 0 },
-		{ test_srv_socket_in_use, 0, 0 },
-		{ test_srv_handshake, 0, 0 },
-		{ test_srv_fd_in_hello, 0, 0 },
-		{ test_srv_truncated_hello, 0, 0 },
-		{ test_srv_version_mismatch, 0, 0 },
-		{ test_srv_handshake_timeout, 0, 0 },
-		{ test_srv_allow_list, 0, 0 },
-		{ test_srv_per_uid_limit, 0, 0 },
-		{ test_srv_hostile_memory, 0, 0 },
-		{ test_srv_garbage_record, 0, 0 },
-		{ test_srv_per_uid_requests, 0, 0 },
-		{ test_srv_pidfd_death, 0, 0 },
-		{ test_srv_disconnect_reasons, 0, 0 },
-		{ test_srv_drain_finishes, 0, 0 },
-		{ test_srv_drain_cancels, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "server", 30, server, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("server", tcases);
-}
+SUITE_CASE("server", 30);
 
 int
 main(void)
 {
-	return suite_main(server_suite());
+	return suite_main(suite_registered("server"));
 }

@@ -28,7 +28,6 @@
 #include "lib/suite.h"
 #include "ring.h"
 
-Suite *session_suite(void);
 
 /* ---- a session and a hand-written client side -------------------- */
 
@@ -252,6 +251,7 @@ START_TEST(test_setup_segment)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("handshake", test_setup_segment);
 
 START_TEST(test_setup_fd_mode)
 {
@@ -269,6 +269,7 @@ START_TEST(test_setup_fd_mode)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("handshake", test_setup_fd_mode);
 
 START_TEST(test_clamp_sizes)
 {
@@ -288,6 +289,7 @@ START_TEST(test_clamp_sizes)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("handshake", test_clamp_sizes);
 
 START_TEST(test_recv_closes_client_fds)
 {
@@ -311,6 +313,7 @@ START_TEST(test_recv_closes_client_fds)
 	close(sv[1]);
 }
 END_TEST
+SUITE_TEST("handshake", test_recv_closes_client_fds);
 
 START_TEST(test_recv_truncated_and_bad)
 {
@@ -354,6 +357,7 @@ START_TEST(test_recv_truncated_and_bad)
 	close(sv[0]);
 }
 END_TEST
+SUITE_TEST("handshake", test_recv_truncated_and_bad);
 
 /* ---- SQ validation --------------------------------------------------- */
 
@@ -399,6 +403,7 @@ START_TEST(test_submit_ok)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_submit_ok);
 
 START_TEST(test_append_fragments)
 {
@@ -443,6 +448,7 @@ START_TEST(test_append_fragments)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_append_fragments);
 
 START_TEST(test_tail_ahead)
 {
@@ -454,6 +460,7 @@ START_TEST(test_tail_ahead)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_tail_ahead);
 
 START_TEST(test_tail_behind_head)
 {
@@ -465,6 +472,7 @@ START_TEST(test_tail_behind_head)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_tail_behind_head);
 
 START_TEST(test_tail_wraps)
 {
@@ -493,6 +501,7 @@ START_TEST(test_tail_wraps)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_tail_wraps);
 
 START_TEST(test_unknown_opcode)
 {
@@ -502,6 +511,7 @@ START_TEST(test_unknown_opcode)
 	expect_bad_sqe(&e, "unknown opcode");
 }
 END_TEST
+SUITE_TEST("sq", test_unknown_opcode);
 
 START_TEST(test_reserved_bits)
 {
@@ -536,6 +546,7 @@ START_TEST(test_reserved_bits)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_reserved_bits);
 
 START_TEST(test_arena_range)
 {
@@ -567,6 +578,7 @@ START_TEST(test_arena_range)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_arena_range);
 
 START_TEST(test_unknown_req_id)
 {
@@ -587,6 +599,7 @@ START_TEST(test_unknown_req_id)
 	expect_bad_sqe(&e, "request id 0");
 }
 END_TEST
+SUITE_TEST("sq", test_unknown_req_id);
 
 START_TEST(test_ids_increase)
 {
@@ -601,6 +614,7 @@ START_TEST(test_ids_increase)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_ids_increase);
 
 START_TEST(test_cancel_active_and_ended)
 {
@@ -632,6 +646,7 @@ START_TEST(test_cancel_active_and_ended)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_cancel_active_and_ended);
 
 START_TEST(test_cancel_while_building)
 {
@@ -653,6 +668,7 @@ START_TEST(test_cancel_while_building)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_cancel_while_building);
 
 START_TEST(test_bad_params)
 {
@@ -679,6 +695,7 @@ START_TEST(test_bad_params)
 	}
 }
 END_TEST
+SUITE_TEST("sq", test_bad_params);
 
 START_TEST(test_bad_stops)
 {
@@ -714,6 +731,7 @@ START_TEST(test_bad_stops)
 	expect_bad_sqe(&e, "stop block");
 }
 END_TEST
+SUITE_TEST("sq", test_bad_stops);
 
 START_TEST(test_max_reqs)
 {
@@ -729,6 +747,7 @@ START_TEST(test_max_reqs)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_max_reqs);
 
 START_TEST(test_max_prompt)
 {
@@ -761,6 +780,7 @@ START_TEST(test_max_prompt)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_max_prompt);
 
 /* xorshift64, for reproducible garbage. */
 static uint64_t
@@ -835,6 +855,7 @@ START_TEST(test_random_garbage)
 	ck_assert_int_gt(accepted, 50);
 }
 END_TEST
+SUITE_TEST("sq", test_random_garbage);
 
 struct scribble {
 	struct sf *f;
@@ -900,6 +921,7 @@ START_TEST(test_concurrent_scribbler)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_concurrent_scribbler);
 
 /* CP_PF_PROGRESS becomes EP_SUBMIT_PROGRESS, and nothing else asks for it. */
 START_TEST(test_submit_progress_flag)
@@ -926,6 +948,7 @@ START_TEST(test_submit_progress_flag)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("sq", test_submit_progress_flag);
 
 /* ---- CQ ---------------------------------------------------------------- */
 
@@ -984,6 +1007,7 @@ START_TEST(test_cq_post_flush)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("cq", test_cq_post_flush);
 
 START_TEST(test_cq_groups)
 {
@@ -1022,6 +1046,7 @@ START_TEST(test_cq_groups)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("cq", test_cq_groups);
 
 static struct ep_event
 progress_ev(uint32_t done, uint32_t total, uint64_t step)
@@ -1118,6 +1143,7 @@ START_TEST(test_cq_progress)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("cq", test_cq_progress);
 
 START_TEST(test_cq_overflow_keeps_order)
 {
@@ -1149,6 +1175,7 @@ START_TEST(test_cq_overflow_keeps_order)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("cq", test_cq_overflow_keeps_order);
 
 START_TEST(test_cq_bad_head)
 {
@@ -1167,6 +1194,7 @@ START_TEST(test_cq_bad_head)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("cq", test_cq_bad_head);
 
 START_TEST(test_cq_overflow_limit)
 {
@@ -1184,6 +1212,7 @@ START_TEST(test_cq_overflow_limit)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("cq", test_cq_overflow_limit);
 
 START_TEST(test_terminal_and_stalled)
 {
@@ -1215,6 +1244,7 @@ START_TEST(test_terminal_and_stalled)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("cq", test_terminal_and_stalled);
 
 START_TEST(test_long_text_split)
 {
@@ -1259,6 +1289,7 @@ START_TEST(test_long_text_split)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("cq", test_long_text_split);
 
 START_TEST(test_idle_enter)
 {
@@ -1281,64 +1312,12 @@ START_TEST(test_idle_enter)
 	sf_close(&f);
 }
 END_TEST
+SUITE_TEST("cq", test_idle_enter);
 
-Suite *
-session_suite(void)
-{
-	const struct suite_test handshake[] = {
-		{ test_setup_segment, 0, 0 },
-		{ test_setup_fd_mode, 0, 0 },
-		{ test_clamp_sizes, 0, 0 },
-		{ test_recv_closes_client_fds, 0, 0 },
-		{ test_recv_truncated_and_bad, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test sq[] = {
-		{ test_submit_ok, 0, 0 },
-		{ test_append_fragments, 0, 0 },
-		{ test_tail_ahead, 0, 0 },
-		{ test_tail_behind_head, 0, 0 },
-		{ test_tail_wraps, 0, 0 },
-		{ test_unknown_opcode, 0, 0 },
-		{ test_reserved_bits, 0, 0 },
-		{ test_arena_range, 0, 0 },
-		{ test_unknown_req_id, 0, 0 },
-		{ test_ids_increase, 0, 0 },
-		{ test_cancel_active_and_ended, 0, 0 },
-		{ test_cancel_while_building, 0, 0 },
-		{ test_bad_params, 0, 0 },
-		{ test_submit_progress_flag, 0, 0 },
-		{ test_bad_stops, 0, 0 },
-		{ test_max_reqs, 0, 0 },
-		{ test_max_prompt, 0, 0 },
-		{ test_random_garbage, 0, 0 },
-		{ test_concurrent_scribbler, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test cq[] = {
-		{ test_cq_post_flush, 0, 0 },
-		{ test_cq_groups, 0, 0 },
-		{ test_cq_progress, 0, 0 },
-		{ test_cq_overflow_keeps_order, 0, 0 },
-		{ test_cq_bad_head, 0, 0 },
-		{ test_cq_overflow_limit, 0, 0 },
-		{ test_terminal_and_stalled, 0, 0 },
-		{ test_long_text_split, 0, 0 },
-		{ test_idle_enter, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "handshake", 0, handshake, NULL },
-		{ "sq", 60, sq, NULL },
-		{ "cq", 0, cq, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("session", tcases);
-}
+SUITE_CASE("sq", 60);
 
 int
 main(void)
 {
-	return suite_main(session_suite());
+	return suite_main(suite_registered("session"));
 }

@@ -17,7 +17,6 @@
 #include "engine_port.h"
 #include "lib/suite.h"
 
-Suite *stats_suite(void);
 
 static const uint64_t want_lat[CP_STATS_BUCKETS] = {
 	100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000,
@@ -43,6 +42,7 @@ START_TEST(test_bounds)
 	    UINT64_MAX);
 }
 END_TEST
+SUITE_TEST("stats", test_bounds);
 
 /* Each bound is the inclusive top of its bucket; one past goes up one. */
 START_TEST(test_buckets)
@@ -66,6 +66,7 @@ START_TEST(test_buckets)
 	    CP_STATS_BUCKETS - 1);
 }
 END_TEST
+SUITE_TEST("stats", test_buckets);
 
 START_TEST(test_hist_add)
 {
@@ -94,6 +95,7 @@ START_TEST(test_hist_add)
 	}
 }
 END_TEST
+SUITE_TEST("stats", test_hist_add);
 
 START_TEST(test_wire)
 {
@@ -187,6 +189,7 @@ START_TEST(test_wire)
 	ck_assert_uint_eq(w.flags, 0);
 }
 END_TEST
+SUITE_TEST("stats", test_wire);
 
 START_TEST(test_clock)
 {
@@ -196,28 +199,10 @@ START_TEST(test_clock)
 	ck_assert_uint_ge(b, a);
 }
 END_TEST
-
-Suite *
-stats_suite(void)
-{
-	const struct suite_test stats[] = {
-		{ test_bounds, 0, 0 },
-		{ test_buckets, 0, 0 },
-		{ test_hist_add, 0, 0 },
-		{ test_wire, 0, 0 },
-		{ test_clock, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "stats", 0, stats, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("stats", tcases);
-}
+SUITE_TEST("stats", test_clock);
 
 int
 main(void)
 {
-	return suite_main(stats_suite());
+	return suite_main(suite_registered("stats"));
 }

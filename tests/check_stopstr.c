@@ -13,7 +13,6 @@
 #include "lib/suite.h"
 #include "stopstr.h"
 
-Suite *stopstr_suite(void);
 
 /* Everything a stream of feeds emitted, and how it ended. */
 struct run {
@@ -79,6 +78,7 @@ START_TEST(test_inside_one_token)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_inside_one_token);
 
 START_TEST(test_across_two_tokens)
 {
@@ -99,6 +99,7 @@ START_TEST(test_across_two_tokens)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_across_two_tokens);
 
 START_TEST(test_across_three_tokens)
 {
@@ -114,6 +115,7 @@ START_TEST(test_across_three_tokens)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_across_three_tokens);
 
 START_TEST(test_partial_then_mismatch_releases)
 {
@@ -141,6 +143,7 @@ START_TEST(test_partial_then_mismatch_releases)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_partial_then_mismatch_releases);
 
 START_TEST(test_self_overlapping_prefix)
 {
@@ -156,6 +159,7 @@ START_TEST(test_self_overlapping_prefix)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_self_overlapping_prefix);
 
 START_TEST(test_several_strings)
 {
@@ -182,6 +186,7 @@ START_TEST(test_several_strings)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_several_strings);
 
 START_TEST(test_overlapping_prefixes)
 {
@@ -220,6 +225,7 @@ START_TEST(test_overlapping_prefixes)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_overlapping_prefixes);
 
 START_TEST(test_binary_and_lens)
 {
@@ -245,6 +251,7 @@ START_TEST(test_binary_and_lens)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_binary_and_lens);
 
 START_TEST(test_no_strings_passes_through)
 {
@@ -261,6 +268,7 @@ START_TEST(test_no_strings_passes_through)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_no_strings_passes_through);
 
 START_TEST(test_rejects_bad_strings)
 {
@@ -300,6 +308,7 @@ START_TEST(test_rejects_bad_strings)
 	stopstr_free(NULL);
 }
 END_TEST
+SUITE_TEST("core", test_rejects_bad_strings);
 
 START_TEST(test_feed_errors)
 {
@@ -328,6 +337,7 @@ START_TEST(test_feed_errors)
 	stopstr_free(ss);
 }
 END_TEST
+SUITE_TEST("core", test_feed_errors);
 
 /* ---- randomised comparison with a naive matcher ---- */
 
@@ -438,35 +448,12 @@ START_TEST(test_random_against_naive)
 	}
 }
 END_TEST
+SUITE_TEST("core", test_random_against_naive);
 
-Suite *
-stopstr_suite(void)
-{
-	const struct suite_test core[] = {
-		{ test_inside_one_token, 0, 0 },
-		{ test_across_two_tokens, 0, 0 },
-		{ test_across_three_tokens, 0, 0 },
-		{ test_partial_then_mismatch_releases, 0, 0 },
-		{ test_self_overlapping_prefix, 0, 0 },
-		{ test_several_strings, 0, 0 },
-		{ test_overlapping_prefixes, 0, 0 },
-		{ test_binary_and_lens, 0, 0 },
-		{ test_no_strings_passes_through, 0, 0 },
-		{ test_rejects_bad_strings, 0, 0 },
-		{ test_feed_errors, 0, 0 },
-		{ test_random_against_naive, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "core", 30, core, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("stopstr", tcases);
-}
+SUITE_CASE("core", 30);
 
 int
 main(void)
 {
-	return suite_main(stopstr_suite());
+	return suite_main(suite_registered("stopstr"));
 }

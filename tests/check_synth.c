@@ -208,6 +208,7 @@ START_TEST(test_synth_f32)
 	unlink(path);
 }
 END_TEST
+SUITE_TEST("synth", test_synth_f32);
 
 START_TEST(test_synth_deterministic)
 {
@@ -239,6 +240,7 @@ START_TEST(test_synth_deterministic)
 	unlink(p3);
 }
 END_TEST
+SUITE_TEST("synth", test_synth_deterministic);
 
 /* Each type holds the F32 file's weights up to its rounding. */
 static const struct {
@@ -314,6 +316,7 @@ START_TEST(test_synth_types)
 	unlink(pq);
 }
 END_TEST
+SUITE_LOOP("synth", test_synth_types, 0, (int)(sizeof(types) / sizeof(types[0])));
 
 START_TEST(test_synth_tied_vocab_from)
 {
@@ -386,6 +389,7 @@ START_TEST(test_synth_tied_vocab_from)
 	free(src);
 }
 END_TEST
+SUITE_TEST("synth", test_synth_tied_vocab_from);
 
 START_TEST(test_synth_bad_args)
 {
@@ -448,6 +452,7 @@ START_TEST(test_synth_bad_args)
 	unlink(log);
 }
 END_TEST
+SUITE_TEST("synth", test_synth_bad_args);
 
 /* info on a fixture: the values of SOURCES.md in its table. */
 START_TEST(test_info_fixtures)
@@ -518,6 +523,7 @@ START_TEST(test_info_fixtures)
 	unlink(log);
 }
 END_TEST
+SUITE_TEST("info", test_info_fixtures);
 
 /*
  * --rope-freqs writes the divisors llama.cpp's converter writes for Llama
@@ -568,6 +574,7 @@ START_TEST(test_synth_families)
 	free(ref);
 }
 END_TEST
+SUITE_TEST("synth", test_synth_families);
 
 START_TEST(test_info_bad)
 {
@@ -589,35 +596,11 @@ START_TEST(test_info_bad)
 	unlink(log);
 }
 END_TEST
+SUITE_TEST("info", test_info_bad);
 
-Suite *synth_suite(void);
 
-Suite *
-synth_suite(void)
-{
-	const struct suite_test synth[] = {
-		{ test_synth_f32, 0, 0 },
-		{ test_synth_deterministic, 0, 0 },
-		{ test_synth_types, 0,
-		    (int)(sizeof(types) / sizeof(types[0])) },
-		{ test_synth_tied_vocab_from, 0, 0 },
-		{ test_synth_bad_args, 0, 0 },
-		{ test_synth_families, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test info[] = {
-		{ test_info_fixtures, 0, 0 },
-		{ test_info_bad, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "synth", 60, synth, NULL },
-		{ "info", 60, info, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("synth", tcases);
-}
+SUITE_CASE("synth", 60);
+SUITE_CASE("info", 60);
 
 int
 main(void)
@@ -627,5 +610,5 @@ main(void)
 		    cpmodel);
 		return 77;
 	}
-	return suite_main(synth_suite());
+	return suite_main(suite_registered("synth"));
 }

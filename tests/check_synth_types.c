@@ -254,6 +254,7 @@ START_TEST(test_random_bounds)
 	    ttype_name(t), worst);
 }
 END_TEST
+SUITE_LOOP("random", test_random_bounds, 0, (int)N_QTYPES);
 
 /* Relative RMS error on N(0, 1) data; values on the grid kept exactly. */
 START_TEST(test_random_rms)
@@ -303,6 +304,7 @@ START_TEST(test_random_rms)
 		    ttype_name(t), j, x[j], y[j]);
 }
 END_TEST
+SUITE_LOOP("random", test_random_rms, 0, (int)N_QTYPES);
 
 /*
  * Hostile values never trap (the sanitizer build checks the conversions),
@@ -342,6 +344,7 @@ START_TEST(test_random_hostile)
 	ck_assert_int_eq(quant_row(t, x, q, 0), 0);
 }
 END_TEST
+SUITE_LOOP("random", test_random_hostile, 0, (int)N_QTYPES);
 
 /* Tensor name as a C string in buf (GGUF_MAX_NAME_LEN + 1 bytes). */
 static const char *
@@ -645,28 +648,10 @@ START_TEST(test_engine)
 	unlink(log);
 }
 END_TEST
+SUITE_LOOP("engine", test_engine, 0, (int)N_ENGINE);
 
-static Suite *
-synth_types_suite(bool engine)
-{
-	const struct suite_test random[] = {
-		{ test_random_bounds, 0, (int)N_QTYPES },
-		{ test_random_rms, 0, (int)N_QTYPES },
-		{ test_random_hostile, 0, (int)N_QTYPES },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test run[] = {
-		{ test_engine, 0, (int)N_ENGINE },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "random", 60, random, NULL },
-		{ "engine", 120, engine ? run : NULL, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("synth_types", tcases);
-}
+SUITE_CASE("random", 60);
+SUITE_CASE("engine", 120);
 
 int
 main(void)
@@ -676,7 +661,9 @@ main(void)
 	engine = prog_find(cpmodel, sizeof(cpmodel), "cpmodel",
 	    "CPMODEL") == 0;
 	/* The engine test needs cpmodel. */
-	return suite_main_some(synth_types_suite(engine), engine, "%s not "
+	if (!engine)
+		suite_case_skip("engine");
+	return suite_main_some(suite_registered("synth_types"), engine, "%s not "
 	    "built (make it, or set CPMODEL): the engine test skipped\n",
 	    cpmodel);
 }

@@ -13,7 +13,6 @@
 #include "lib/suite.h"
 #include "threadpool.h"
 
-Suite *threadpool_suite(void);
 
 #define NT 4		/* threads of the pools under test */
 #define MAX_TASKS 4096
@@ -85,6 +84,7 @@ START_TEST(test_all_threads)
 	tp_free(tp);
 }
 END_TEST
+SUITE_TEST("core", test_all_threads);
 
 /*
  * Lowered to n, only threads 0..n-1 run tasks, job after job; raised
@@ -120,6 +120,7 @@ START_TEST(test_set_active)
 	tp_free(tp);
 }
 END_TEST
+SUITE_TEST("core", test_set_active);
 
 /* Random counts between random jobs: no task lost, none run twice. */
 START_TEST(test_set_active_random)
@@ -141,26 +142,12 @@ START_TEST(test_set_active_random)
 	tp_free(tp);
 }
 END_TEST
+SUITE_TEST("core", test_set_active_random);
 
-Suite *
-threadpool_suite(void)
-{
-	const struct suite_test core[] = {
-		{ test_all_threads, 0, 0 },
-		{ test_set_active, 0, 0 },
-		{ test_set_active_random, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "core", 60, core, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("threadpool", tcases);
-}
+SUITE_CASE("core", 60);
 
 int
 main(void)
 {
-	return suite_main(threadpool_suite());
+	return suite_main(suite_registered("threadpool"));
 }

@@ -208,6 +208,7 @@ START_TEST(test_vocab_matches_llama_cpp)
 	free(path);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_vocab_matches_llama_cpp, 0, n_vocabs);
 
 /* Counting, a short buffer, and what the library refuses before sending. */
 START_TEST(test_client_limits)
@@ -253,6 +254,7 @@ START_TEST(test_client_limits)
 	free(path);
 }
 END_TEST
+SUITE_TEST("requests", test_client_limits);
 
 /* cpq --tokenize prints a prompt's ids (BOS, specials), --count their number. */
 START_TEST(test_cpq_tokenize)
@@ -285,6 +287,7 @@ START_TEST(test_cpq_tokenize)
 	free(path);
 }
 END_TEST
+SUITE_TEST("requests", test_cpq_tokenize);
 
 /* One TOKENIZE record by hand: hdr fields and text; the reply's status. */
 static int
@@ -412,6 +415,7 @@ START_TEST(test_hostile_request)
 	free(path);
 }
 END_TEST
+SUITE_TEST("requests", test_hostile_request);
 
 /* A daemon that does not offer CP_FEAT_TOKENIZE (the mock engine's). */
 START_TEST(test_not_offered)
@@ -431,29 +435,10 @@ START_TEST(test_not_offered)
 	ck_assert_int_eq(hd_stop(&d), 0);
 }
 END_TEST
+SUITE_TEST("requests", test_not_offered);
 
-static Suite *
-tokenize_suite(void)
-{
-	const struct suite_test fixtures[] = {
-		{ test_vocab_matches_llama_cpp, 0, n_vocabs },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test requests[] = {
-		{ test_client_limits, 0, 0 },
-		{ test_cpq_tokenize, 0, 0 },
-		{ test_hostile_request, 0, 0 },
-		{ test_not_offered, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "fixtures", 120, fixtures, NULL },
-		{ "requests", 60, requests, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("tokenize", tcases);
-}
+SUITE_CASE("fixtures", 120);
+SUITE_CASE("requests", 60);
 
 int
 main(void)
@@ -470,7 +455,7 @@ main(void)
 		free(model);
 		return 1;
 	}
-	rc = suite_main(tokenize_suite());
+	rc = suite_main(suite_registered("tokenize"));
 	for (int i = 0; i < n_vocabs; i++)
 		free(vocabs[i]);
 	free(model);

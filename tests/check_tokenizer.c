@@ -31,7 +31,6 @@
 #include "tokenizer.h"
 #include "unicode.h"
 
-Suite *tokenizer_suite(void);
 
 #define MAX_IDS 4096
 
@@ -128,6 +127,7 @@ START_TEST(test_conformance)
 	unload(&l);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_conformance, 0, (int)(sizeof(conformance) / sizeof(conformance[0])));
 
 /* Vocabularies without vectors: load, and give every test string back. */
 START_TEST(test_load_round_trip)
@@ -153,6 +153,7 @@ START_TEST(test_load_round_trip)
 	unload(&l);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_load_round_trip, 0, 2);
 
 START_TEST(test_bert_unsupported)
 {
@@ -171,6 +172,7 @@ START_TEST(test_bert_unsupported)
 	free(path);
 }
 END_TEST
+SUITE_TEST("fixtures", test_bert_unsupported);
 
 /* REFERENCE.md: llama-tokenize "Once upon a time" (BOS added). */
 START_TEST(test_reference_prompts)
@@ -206,6 +208,7 @@ START_TEST(test_reference_prompts)
 	unload(&l);
 }
 END_TEST
+SUITE_TEST("fixtures", test_reference_prompts);
 
 /* The 64 greedy ids aidreams260K generated after the prompt (REFERENCE.md). */
 static const int32_t aid_gen[64] = {
@@ -284,6 +287,7 @@ START_TEST(test_detok_reference_text)
 	unload(&l);
 }
 END_TEST
+SUITE_TEST("fixtures", test_detok_reference_text);
 
 /* Byte token of b in the 512-token SPM vocabularies: ids 3..258. */
 #define BYTE_TOK(b) (3 + (b))
@@ -359,6 +363,7 @@ START_TEST(test_detok_utf8)
 	unload(&l);
 }
 END_TEST
+SUITE_TEST("fixtures", test_detok_utf8);
 
 /* synth/REFERENCE.json: the prompt ids llama-server reported for every file. */
 START_TEST(test_synth_reference)
@@ -416,6 +421,7 @@ START_TEST(test_synth_reference)
 	json_free(j);
 }
 END_TEST
+SUITE_TEST("fixtures", test_synth_reference);
 
 /*
  * tok_eog_ids() lists, ascending, exactly the ids tok_is_eog() accepts;
@@ -493,6 +499,7 @@ START_TEST(test_parse_special)
 	unload(&l);
 }
 END_TEST
+SUITE_TEST("fixtures", test_parse_special);
 
 /*
  * End of generation.  For every id of each vocabulary, what
@@ -561,6 +568,7 @@ START_TEST(test_eog_llamacpp)
 	unload(&l);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_eog_llamacpp, 0, (int)(sizeof(eog_refs) / sizeof(eog_refs[0])));
 
 /* Piece rendering rules. */
 START_TEST(test_pieces)
@@ -594,6 +602,7 @@ START_TEST(test_pieces)
 	unload(&l);
 }
 END_TEST
+SUITE_TEST("fixtures", test_pieces);
 
 struct split_case {
 	enum tok_pre pre;
@@ -664,6 +673,7 @@ START_TEST(test_pretok_split)
 	ck_assert_msg(c->pieces[n] == NULL, "case %d: missing pieces", _i);
 }
 END_TEST
+SUITE_LOOP("units", test_pretok_split, 0, (int)(sizeof(split_cases) / sizeof(split_cases[0])));
 
 START_TEST(test_unicode)
 {
@@ -706,6 +716,7 @@ START_TEST(test_unicode)
 	ck_assert_int_eq(uni_cp_to_byte(' '), -1);
 }
 END_TEST
+SUITE_TEST("units", test_unicode);
 
 struct enc_job {
 	const struct tokenizer *t;
@@ -759,6 +770,7 @@ START_TEST(test_concurrent_encode)
 	unload(&l);
 }
 END_TEST
+SUITE_TEST("fixtures", test_concurrent_encode);
 
 /* A few KB of mixed text must encode in milliseconds. */
 START_TEST(test_speed)
@@ -791,6 +803,7 @@ START_TEST(test_speed)
 	unload(&l);
 }
 END_TEST
+SUITE_LOOP("fixtures", test_speed, 0, 2);
 
 /*
  * Hostile metadata.  A tiny SPM vocabulary, written with one thing wrong,
@@ -945,6 +958,7 @@ START_TEST(test_hostile_metadata)
 	tok_free(t);
 }
 END_TEST
+SUITE_LOOP("units", test_hostile_metadata, 0, (int)(sizeof(flaws) / sizeof(flaws[0])));
 
 static bool
 fixtures_present(void)
@@ -956,49 +970,16 @@ fixtures_present(void)
 	return ok;
 }
 
-Suite *
-tokenizer_suite(void)
-{
-	const struct suite_test units[] = {
-		{ test_unicode, 0, 0 },
-		{ test_pretok_split, 0,
-		    (int)(sizeof(split_cases) / sizeof(split_cases[0])) },
-		{ test_hostile_metadata, 0,
-		    (int)(sizeof(flaws) / sizeof(flaws[0])) },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test fixtures[] = {
-		{ test_conformance, 0,
-		    (int)(sizeof(conformance) / sizeof(conformance[0])) },
-		{ test_load_round_trip, 0, 2 },
-		{ test_bert_unsupported, 0, 0 },
-		{ test_reference_prompts, 0, 0 },
-		{ test_detok_reference_text, 0, 0 },
-		{ test_detok_utf8, 0, 0 },
-		{ test_synth_reference, 0, 0 },
-		{ test_parse_special, 0, 0 },
-		{ test_eog_llamacpp, 0,
-		    (int)(sizeof(eog_refs) / sizeof(eog_refs[0])) },
-		{ test_pieces, 0, 0 },
-		{ test_concurrent_encode, 0, 0 },
-		{ test_speed, 0, 2 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "units", 0, units, NULL },
-		{ "fixtures", 60, fixtures_present() ? fixtures : NULL, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("tokenizer", tcases);
-}
+SUITE_CASE("fixtures", 60);
 
 int
 main(void)
 {
 	bool fixtures = fixtures_present();
 
-	return suite_main_some(tokenizer_suite(), fixtures, "fixtures not "
-	    "found in %s (set CP_FIXTURES): fixture tests skipped\n",
+	if (!fixtures)
+		suite_case_skip("fixtures");
+	return suite_main_some(suite_registered("tokenizer"), fixtures,
+	    "fixtures not found in %s (set CP_FIXTURES): fixture tests skipped\n",
 	    fx_dir());
 }

@@ -36,7 +36,6 @@
 #include "tokenizer.h"
 #include "worker.h"
 
-Suite *worker_suite(void);
 
 /* ---- REFERENCE.md, aidreams260K.gguf, greedy, 64 tokens ---------------- */
 
@@ -541,6 +540,7 @@ START_TEST(test_reference_greedy)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("reference", test_reference_greedy);
 
 /*
  * Step numbers and the published histograms of one request alone, by
@@ -594,6 +594,7 @@ START_TEST(test_steps_and_histograms)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("reference", test_steps_and_histograms);
 
 /* ---- batching, chunking, preemption ------------------------------------ */
 
@@ -675,6 +676,7 @@ START_TEST(test_batched_equals_alone)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("batch", test_batched_equals_alone);
 
 START_TEST(test_preempt_recompute)
 {
@@ -701,6 +703,7 @@ START_TEST(test_preempt_recompute)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("batch", test_preempt_recompute);
 
 /* ---- prefill progress ---------------------------------------------------- */
 
@@ -758,6 +761,7 @@ START_TEST(test_progress_chunks)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("control", test_progress_chunks);
 
 /* ---- cancel ------------------------------------------------------------ */
 
@@ -819,6 +823,7 @@ START_TEST(test_cancel_mid_prefill)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("control", test_cancel_mid_prefill);
 
 /* ---- pause ------------------------------------------------------------- */
 
@@ -889,6 +894,7 @@ START_TEST(test_pause_resume)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("control", test_pause_resume);
 
 /* ---- stop strings, lengths, errors ------------------------------------- */
 
@@ -942,6 +948,7 @@ START_TEST(test_stop_strings)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("output", test_stop_strings);
 
 START_TEST(test_length_and_errors)
 {
@@ -1006,6 +1013,7 @@ START_TEST(test_length_and_errors)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("output", test_length_and_errors);
 
 /*
  * A worker (KV pool kv_tokens, 0: the default) running request 0 (client
@@ -1073,6 +1081,7 @@ START_TEST(test_tokenize_off_thread)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("control", test_tokenize_off_thread);
 
 /*
  * The step numbers of two streams while a 4 MiB prompt is tokenized: a
@@ -1121,6 +1130,7 @@ START_TEST(test_tokenize_streams_every_step)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("control", test_tokenize_streams_every_step);
 
 START_TEST(test_shutdown_in_flight)
 {
@@ -1172,6 +1182,7 @@ START_TEST(test_shutdown_in_flight)
 	model_free(t.m);
 }
 END_TEST
+SUITE_TEST("control", test_shutdown_in_flight);
 
 /* ---- the prefill lane (lane.h) ---------------------------------------- */
 
@@ -1289,6 +1300,7 @@ START_TEST(test_lane_equals_steps)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("batch", test_lane_equals_steps);
 
 /*
  * A 110-token prompt of ids 3 + (i * mul) % (N_VOCAB - 3) into toks, and
@@ -1360,6 +1372,7 @@ START_TEST(test_lane_progress)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("batch", test_lane_progress);
 
 /*
  * A prompt that arrived alone is prefilled in the steps, one token a
@@ -1399,6 +1412,7 @@ START_TEST(test_lane_move)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("batch", test_lane_move);
 
 /*
  * A prompt cancelled while the lane prefills it ends at once; the lane
@@ -1455,6 +1469,7 @@ START_TEST(test_lane_cancel)
 	    clock_ms_f() - t0);
 }
 END_TEST
+SUITE_TEST("batch", test_lane_cancel);
 
 /* ---- a failing device -------------------------------------------------- */
 
@@ -1524,6 +1539,7 @@ START_TEST(test_step_error)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("control", test_step_error);
 
 /* ---- seeded sampling --------------------------------------------------- */
 
@@ -1566,53 +1582,15 @@ START_TEST(test_seeded_batch_invariance)
 	tw_close(&t);
 }
 END_TEST
+SUITE_TEST("batch", test_seeded_batch_invariance);
 
-Suite *
-worker_suite(void)
-{
-	const struct suite_test reference[] = {
-		{ test_reference_greedy, 0, 0 },
-		{ test_steps_and_histograms, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test batch[] = {
-		{ test_batched_equals_alone, 0, 0 },
-		{ test_preempt_recompute, 0, 0 },
-		{ test_seeded_batch_invariance, 0, 0 },
-		{ test_lane_equals_steps, 0, 0 },
-		{ test_lane_cancel, 0, 0 },
-		{ test_lane_progress, 0, 0 },
-		{ test_lane_move, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test control[] = {
-		{ test_cancel_mid_prefill, 0, 0 },
-		{ test_progress_chunks, 0, 0 },
-		{ test_pause_resume, 0, 0 },
-		{ test_tokenize_off_thread, 0, 0 },
-		{ test_tokenize_streams_every_step, 0, 0 },
-		{ test_shutdown_in_flight, 0, 0 },
-		{ test_step_error, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_test output[] = {
-		{ test_stop_strings, 0, 0 },
-		{ test_length_and_errors, 0, 0 },
-		{ NULL, 0, 0 }
-	};
-	const struct suite_case tcases[] = {
-		{ "reference", 60, reference, NULL },
-		{ "batch", 60, batch, NULL },
-		{ "control", 60, control, NULL },
-		{ "output", 60, output, NULL },
-		{ NULL, 0, NULL, NULL }
-	};
-
-	return suite_make("worker", tcases);
-}
+SUITE_CASE("reference", 60);
+SUITE_CASE("batch", 60);
+SUITE_CASE("control", 60);
+SUITE_CASE("output", 60);
 
 int
 main(void)
 {
-	return fx_main(worker_suite, "aidreams260K.gguf");
+	return fx_main("worker", "aidreams260K.gguf");
 }

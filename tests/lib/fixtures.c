@@ -83,12 +83,12 @@ fx_need(const char *rel)
 }
 
 int
-fx_main(Suite *(*make)(void), const char *rel)
+fx_main(const char *name, const char *rel)
 {
 	char *p = fx_need(rel);
 
 	if (p == NULL)
 		return 77;
 	free(p);
-	return suite_main(make());
+	return suite_main(suite_registered(name));
 }

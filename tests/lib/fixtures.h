@@ -24,10 +24,10 @@ char *fx_need(const char *rel);
 struct Suite;
 
 /*
- * A test program's main(): when the fixture rel exists, runs the suite
- * make() builds and returns 0 (every test passed) or 1; else says so on
+ * A test program's main(): when the fixture rel exists, runs the registered
+ * tests as suite name and returns 0 (every test passed) or 1; else says so on
  * stdout and returns 77 (skipped).
  */
-int fx_main(struct Suite *(*make)(void), const char *rel);
+int fx_main(const char *name, const char *rel);
 
 #endif
