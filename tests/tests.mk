@@ -4,7 +4,11 @@ TEST_SRCS := $(wildcard tests/check_*.c)
 ifneq ($(HAVE_CUDA),1)
 TEST_SRCS := $(filter-out tests/check_cuda%.c,$(TEST_SRCS))
 endif
-TESTLIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/lib/*.c))
+# fake_cpd.c calls libcpclient: only the tests that link it take it.
+FAKE_CPD_OBJ := $(BUILD)/tests/lib/fake_cpd.o
+TESTLIB_OBJS := $(filter-out $(FAKE_CPD_OBJ), \
+	$(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/lib/*.c)))
+$(BUILD)/tests/check_client: $(FAKE_CPD_OBJ)
 TESTS += $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 CHECK_LDLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
 
