@@ -60,6 +60,14 @@ $(BUILD)/tests/check_chat_daemon.o: override XCFLAGS += \
 	-DCP_EXAMPLE='"$(abspath $(CP_EXAMPLE_BIN))"' \
 	-DCP_BUILD_TESTS='"$(abspath $(BUILD)/tests)"'
 
+# check_logprobs drives build/bin/cpd, cpq and the first interface's
+# program (tests/abi) through the static client library.
+$(BUILD)/tests/check_logprobs: $(LIBCPCLIENT_A) $(FAKE_CPD_OBJ) | \
+    $(ABI_V0_BINS) $(BUILD)/bin/cpd $(BUILD)/bin/cpq
+$(BUILD)/tests/check_logprobs: override LDLIBS += $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_logprobs.o: override XCFLAGS += \
+	-DCP_BUILD_TESTS='"$(abspath $(BUILD)/tests)"'
+
 # check_install: make install / uninstall into a scratch DESTDIR, and the
 # example program built against it; it needs the tree, this build
 # directory, and the compiler and sanitizer flags of this build.
