@@ -31,6 +31,10 @@
  * count.  The first token (or the end) erases the line.  With --json,
  * --progress also prints each report as a "progress" object; without
  * --progress JSON output is only tokens and the end, as before.
+ *
+ * Logprobs: --json always asks for each token's logprob; --logprobs N
+ * asks for N alternatives too and prints them as "top_logprobs" (ids and
+ * logprobs only: the library has no call that names a token).
  */
 #include "cpclient.h"
 
