@@ -825,7 +825,7 @@ ovf_push(struct session *s, const struct cp_cqe *q)
 	return 0;
 }
 
-/* The CQEs of one group to the CQ, or all of them to the overflow. */
+/* One CQE of a group into the CQ, or into the overflow with its group. */
 static int
 put_cqe(struct session *s, const struct cp_cqe *q, int to_ovf)
 {
