@@ -232,21 +232,37 @@ int
 ep_batch_add(struct ep_batch *b, const struct ep_event *ev, const void *text,
     size_t len)
 {
+	return ep_batch_add_top(b, ev, text, len, NULL, 0);
+}
+
+int
+ep_batch_add_top(struct ep_batch *b, const struct ep_event *ev,
+    const void *text, size_t len, const struct cp_top *top, uint32_t n_top)
+{
+	size_t top_bytes = (size_t)n_top * sizeof(*top), all;
 	struct ep_event *e;
 
-	if (len > UINT32_MAX || b->text_len > UINT32_MAX - len)
+	if (n_top > CP_TOPN_MAX)
+		return -EINVAL;
+	if (len > UINT32_MAX - top_bytes)
+		return -ENOMEM;
+	all = len + top_bytes;
+	if (b->text_len > UINT32_MAX - all)
 		return -ENOMEM;
 	if (grow((void **)&b->ev, &b->cap, b->n + 1, sizeof(*b->ev)) < 0)
 		return -ENOMEM;
-	if (grow((void **)&b->text, &b->text_cap, b->text_len + len, 1) < 0)
+	if (grow((void **)&b->text, &b->text_cap, b->text_len + all, 1) < 0)
 		return -ENOMEM;
 	e = &b->ev[b->n++];
 	*e = *ev;
 	e->text_off = (uint32_t)b->text_len;
 	e->text_len = (uint32_t)len;
+	e->n_top = n_top;
 	if (len > 0)
 		memcpy(b->text + b->text_len, text, len);
-	b->text_len += len;
+	if (top_bytes > 0)
+		memcpy(b->text + b->text_len + len, top, top_bytes);
+	b->text_len += all;
 	return 0;
 }
 

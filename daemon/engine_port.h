@@ -97,6 +97,7 @@ struct ep_params {
 	int32_t top_k;		/* 0 = off */
 	uint32_t repeat_last_n;
 	uint64_t seed;		/* meaningful with EP_SUBMIT_SEED */
+	uint32_t top_n;		/* [0, CP_TOPN_MAX]: top-n list per token */
 };
 
 struct ep_cmd {
@@ -142,7 +143,9 @@ struct ep_event {
 	uint32_t n_cached;	/* DONE: of n_prompt, the tokens the prefix
 				   cache gave; else 0 */
 	uint32_t text_off;	/* text is batch->text + text_off ... */
-	uint32_t text_len;	/* ... for text_len bytes */
+	uint32_t text_len;	/* ... for text_len bytes, */
+	uint32_t n_top;		/* then TOKEN: n_top struct cp_top (top-n
+				   list, <= CP_TOPN_MAX, unaligned) */
 	uint64_t step;		/* the step that sampled the token, computed
 				   the prompt tokens (PROGRESS) or ended
 				   the request (ep_stats.steps after it), 0
@@ -235,6 +238,11 @@ void ep_wake_engine(struct engine_port *p);
 /* Adds one event; text (len bytes, copied) may be NULL when len is 0; 0 or -ENOMEM. */
 int ep_batch_add(struct ep_batch *b, const struct ep_event *ev,
     const void *text, size_t len);
+
+/* ep_batch_add() of a TOKEN with its top-n list top[0..n_top) after the
+ * text (copied; n_top <= CP_TOPN_MAX); 0, -EINVAL or -ENOMEM. */
+int ep_batch_add_top(struct ep_batch *b, const struct ep_event *ev,
+    const void *text, size_t len, const struct cp_top *top, uint32_t n_top);
 
 /* Empties b, keeping its memory. */
 void ep_batch_clear(struct ep_batch *b);

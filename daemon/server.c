@@ -1220,6 +1220,7 @@ on_engine(struct server *srv)
 		    ev->type == EP_EV_ERROR;
 		struct session *s = slot_session(srv, slot, gen);
 		struct sess_req *r = NULL;
+		uint64_t tlen;
 		int rc;
 
 		if (terminal && srv->inflight > 0)
@@ -1237,15 +1238,18 @@ on_engine(struct server *srv)
 			if (u != NULL && u->reqs > 0)
 				u->reqs--;
 		}
-		if (ev->text_len > 0 && (ev->text_off > b->text_len ||
-		    ev->text_len > b->text_len - ev->text_off)) {
+		tlen = (uint64_t)ev->text_len +
+		    (uint64_t)ev->n_top * sizeof(struct cp_top);
+		if (ev->n_top > CP_TOPN_MAX || (tlen > 0 &&
+		    (ev->text_off > b->text_len ||
+		    tlen > b->text_len - ev->text_off))) {
 			log_warnx("engine event for request %u: text %u+%u "
-			    "outside %zu bytes", req_id, ev->text_off,
-			    ev->text_len, b->text_len);
+			    "and %u top entries outside %zu bytes", req_id,
+			    ev->text_off, ev->text_len, ev->n_top, b->text_len);
 			continue;
 		}
 		rc = sess_post(s, req_id, ev,
-		    ev->text_len > 0 ? b->text + ev->text_off : "");
+		    tlen > 0 ? b->text + ev->text_off : "");
 		if (rc < 0) {
 			if (rc == -ENOBUFS)
 				snprintf(s->why, sizeof(s->why), "completion "

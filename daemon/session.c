@@ -378,7 +378,8 @@ sess_setup(struct session *s, const struct cp_hello *hello,
 	w->arena_bytes = arena;
 	w->max_prompt_bytes = lim->max_prompt_bytes;
 	w->max_reqs = lim->max_reqs;
-	w->features = CP_FEAT_PROGRESS | CP_FEAT_STRICT | CP_FEAT_CHAT;
+	w->features = CP_FEAT_PROGRESS | CP_FEAT_STRICT | CP_FEAT_CHAT |
+	    CP_FEAT_TOPN;
 	fds[CP_FD_MEMFD] = memfd;
 	fds[CP_FD_CQ_WAKE] = cqp[0];
 	*nfds = 2;
@@ -438,6 +439,13 @@ req_remove(struct session *s, struct sess_req *r)
 	*r = s->reqs[--s->n_reqs];
 }
 
+/* The n of p's top-n list (CP_PF_TOPN_BITS). */
+static uint32_t
+wire_top_n(const struct cp_wire_params *p)
+{
+	return (p->flags & CP_PF_TOPN_BITS) >> CP_PF_TOPN_SHIFT;
+}
+
 /* Checks sampling parameters; 0 or a violation. */
 static int
 params_check(struct session *s, uint32_t req_id, const struct cp_wire_params *p)
@@ -463,6 +471,9 @@ params_check(struct session *s, uint32_t req_id, const struct cp_wire_params *p)
 	if (p->flags & ~CP_PF_MASK)
 		return violation(s, "req %u: unknown parameter flags %#x",
 		    req_id, p->flags & ~CP_PF_MASK);
+	if (wire_top_n(p) > CP_TOPN_MAX)
+		return violation(s, "req %u: top-n %u over %u", req_id,
+		    wire_top_n(p), CP_TOPN_MAX);
 	return 0;
 }
 
@@ -569,9 +580,11 @@ build_finish(struct session *s, struct sess_out *out)
 	c->params.top_k = wp->top_k;
 	c->params.repeat_last_n = wp->repeat_last_n;
 	c->params.seed = wp->seed;
+	c->params.top_n = wire_top_n(wp);
 
 	memset(&s->reqs[s->n_reqs], 0, sizeof(s->reqs[0]));
 	s->reqs[s->n_reqs].progress = (wp->flags & CP_PF_PROGRESS) != 0;
+	s->reqs[s->n_reqs].top_n = (uint8_t)wire_top_n(wp);
 	s->reqs[s->n_reqs++].req_id = b->req_id;
 	s->n_submitted++;
 	b->active = 0;
@@ -812,46 +825,62 @@ ovf_push(struct session *s, const struct cp_cqe *q)
 	return 0;
 }
 
+/* One CQE of a group into the CQ, or into the overflow with its group. */
+static int
+put_cqe(struct session *s, const struct cp_cqe *q, int to_ovf)
+{
+	if (to_ovf)
+		return ovf_push(s, q);
+	memcpy(&s->cq[ring_slot(s->cq_tail, s->cq_entries - 1)], q, sizeof(*q));
+	s->cq_tail++;
+	return 0;
+}
+
 /*
- * Emits one group (first CQE + continuations) to the CQ or the overflow,
- * space being the free CQ slots the caller read (once) from cq_head;
- * returns 1 when it went to the overflow, 0, or -ENOMEM.
+ * Emits one group (first CQE, its text continuations, then n_top entries
+ * of a top-n list at top in CP_EV_TOP continuations) to the CQ or the
+ * overflow, space being the free CQ slots the caller read (once) from
+ * cq_head; returns 1 when it went to the overflow, 0, or -ENOMEM.
  */
 static int
 emit_into(struct session *s, const struct cp_cqe *first, const char *text,
-    uint32_t len, uint32_t space)
+    uint32_t len, const unsigned char *top, uint32_t n_top, uint32_t space)
 {
-	uint32_t need = group_size(len), i, off = 0;
+	uint32_t n_text = group_size(len), n_tq, need, i, off = 0;
 	struct cp_cqe q;
 	int to_ovf, r;
 
+	n_tq = (n_top + CP_TOP_PER_CQE - 1) / CP_TOP_PER_CQE;
+	need = n_text + n_tq;
 	to_ovf = s->ovf_n > 0 || space < need;
 	for (i = 0; i < need; i++) {
-		uint32_t take = len - off > CP_CQE_TEXT ? CP_CQE_TEXT :
-		    len - off;
+		uint32_t take;
 
 		if (i == 0) {
 			q = *first;
 		} else {
 			memset(&q, 0, sizeof(q));
 			q.req_id = first->req_id;
-			q.type = CP_EV_TEXT;
+			q.type = i < n_text ? CP_EV_TEXT : CP_EV_TOP;
 			q.token = -1;
 		}
-		q.text_len = (uint8_t)take;
 		memset(q.text, 0, sizeof(q.text));
-		if (take > 0)
-			memcpy(q.text, text + off, take);
-		off += take;
-		q.flags = i + 1 < need ? CP_CQF_MORE : 0;
-		if (to_ovf) {
-			if ((r = ovf_push(s, &q)) < 0)
-				return r;
+		if (i < n_text) {
+			take = len - off > CP_CQE_TEXT ? CP_CQE_TEXT :
+			    len - off;
+			if (take > 0)
+				memcpy(q.text, text + off, take);
+			off += take;
 		} else {
-			memcpy(&s->cq[ring_slot(s->cq_tail, s->cq_entries - 1)],
-			    &q, sizeof(q));
-			s->cq_tail++;
+			take = n_top - (i - n_text) * CP_TOP_PER_CQE;
+			take = (take > CP_TOP_PER_CQE ? CP_TOP_PER_CQE : take) *
+			    (uint32_t)sizeof(struct cp_top);
+			memcpy(q.text, top + (i - n_text) * CP_CQE_TEXT, take);
 		}
+		q.text_len = (uint8_t)take;
+		q.flags = i + 1 < need ? CP_CQF_MORE : 0;
+		if ((r = put_cqe(s, &q, to_ovf)) < 0)
+			return r;
 	}
 	s->flush_pending = 1;
 	return to_ovf;
@@ -860,14 +889,14 @@ emit_into(struct session *s, const struct cp_cqe *first, const char *text,
 /* emit_into() with the CQ's free slots read now. */
 static int
 emit_group(struct session *s, const struct cp_cqe *first, const char *text,
-    uint32_t len)
+    uint32_t len, const unsigned char *top, uint32_t n_top)
 {
 	uint32_t space = 0;
 	int r;
 
 	if ((r = cq_space(s, &space)) < 0)
 		return r;
-	return emit_into(s, first, text, len, space);
+	return emit_into(s, first, text, len, top, n_top, space);
 }
 
 /* A PROGRESS event into the CQ, or nowhere (invariant 8); 0 or -EPROTO. */
@@ -894,7 +923,7 @@ post_progress(struct session *s, const struct sess_req *r, uint32_t req_id,
 	q.n_total = ev->n_total;
 	q.step = (uint32_t)ev->step;
 	/* the space read above: one slot, so never the overflow */
-	rc = emit_into(s, &q, NULL, 0, space);
+	rc = emit_into(s, &q, NULL, 0, NULL, 0, space);
 	return rc < 0 ? rc : 0;
 }
 
@@ -904,7 +933,8 @@ sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
 {
 	struct sess_req *r;
 	struct cp_cqe q;
-	uint32_t len = ev->text_len, chunk = s->text_chunk;
+	uint32_t len = ev->text_len, chunk = s->text_chunk, n_top = 0;
+	const unsigned char *top = (const unsigned char *)text + ev->text_len;
 	int rc, any_ovf = 0, terminal;
 
 	if (s->state != SESS_ACTIVE)
@@ -915,6 +945,12 @@ sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
 	terminal = ev->type == EP_EV_DONE || ev->type == EP_EV_ERROR;
 	if (ev->type == EP_EV_PROGRESS)
 		return post_progress(s, r, req_id, ev);
+	/* A list the request did not ask for (or longer) is not sent. */
+	if (ev->type == EP_EV_TOKEN && ev->token >= 0 && ev->n_top > 0 &&
+	    ev->n_top <= r->top_n) {
+		n_top = ev->n_top;
+		chunk -= CP_TOP_CQES_MAX * CP_CQE_TEXT;	/* TOP-N rule 4 */
+	}
 
 	/* Text beyond one group goes ahead as text-only token events. */
 	while (len > chunk) {
@@ -923,7 +959,7 @@ sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
 		q.type = CP_EV_TOKEN;
 		q.token = -1;
 		q.step = (uint32_t)ev->step;
-		if ((rc = emit_group(s, &q, text, chunk)) < 0)
+		if ((rc = emit_group(s, &q, text, chunk, NULL, 0)) < 0)
 			return rc;
 		any_ovf |= rc;
 		text += chunk;
@@ -939,6 +975,7 @@ sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
 		q.type = CP_EV_TOKEN;
 		q.token = ev->token;
 		q.logprob = ev->logprob;
+		q.n_top = n_top;
 		break;
 	case EP_EV_DONE:
 		q.type = CP_EV_DONE;
@@ -957,7 +994,7 @@ sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
 		q.n_gen = ev->n_gen;
 		break;
 	}
-	if ((rc = emit_group(s, &q, text, len)) < 0)
+	if ((rc = emit_group(s, &q, text, len, top, n_top)) < 0)
 		return rc;
 	any_ovf |= rc;
 	if (terminal)

@@ -43,6 +43,7 @@ struct sess_req {
 	uint8_t paused;		/* PAUSE sent, no RESUME yet */
 	uint8_t pushed;		/* handed to the engine (server.c sets it) */
 	uint8_t progress;	/* submitted with CP_PF_PROGRESS */
+	uint8_t top_n;		/* its CP_PF_TOPN n, <= CP_TOPN_MAX */
 };
 
 /* The request being assembled from one SUBMIT and its APPEND entries. */
@@ -193,7 +194,9 @@ void sess_idle_leave(struct session *s);
  * never goes to the overflow).  A terminal event ends the request.
  * Returns 0, 1 when the event went to overflow (pause the
  * client), -ENOBUFS when the overflow limit is passed, -EPROTO for a bad
- * cq_head (s->why set).
+ * cq_head (s->why set).  text holds ev->text_len bytes, then for a TOKEN
+ * ev->n_top struct cp_top (unaligned): its top-n list, sent when the
+ * request asked for at least that many (cp_proto.h, TOP-N).
  */
 int sess_post(struct session *s, uint32_t req_id, const struct ep_event *ev,
     const char *text);

@@ -100,6 +100,7 @@
 #include "worker.h"
 
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -126,25 +127,36 @@
 
 /* ---- events ------------------------------------------------------------ */
 
-/* Queues one event, stamped with the number of the step running (or 0). */
+/*
+ * Queues one event with its top-n list top[0..n_top) (a TOKEN's; else
+ * NULL, 0), stamped with the number of the step running (or 0).
+ */
 static void
-emit(struct worker *w, const struct ep_event *evp, const void *text,
-    size_t len)
+emit_top(struct worker *w, const struct ep_event *evp, const void *text,
+    size_t len, const struct cp_top *top, uint32_t n_top)
 {
 	struct ep_event ev = *evp;
 
 	ev.step = w->cur_step;
-	if (ep_batch_add(&w->out, &ev, text, len) == 0)
+	if (ep_batch_add_top(&w->out, &ev, text, len, top, n_top) == 0)
 		return;
 	/*
 	 * Out of memory: hand the events built so far to the io loop, which
 	 * gives an empty buffer back, and try once more in that one.
 	 */
 	if (ep_post(w->port, &w->out, 0) == 0 &&
-	    ep_batch_add(&w->out, &ev, text, len) == 0)
+	    ep_batch_add_top(&w->out, &ev, text, len, top, n_top) == 0)
 		return;
 	log_warnx("worker: request %llu: event %u lost: out of memory",
 	    (unsigned long long)ev.id, ev.type);
+}
+
+/* emit_top() of an event without a top-n list. */
+static void
+emit(struct worker *w, const struct ep_event *evp, const void *text,
+    size_t len)
+{
+	emit_top(w, evp, text, len, NULL, 0);
 }
 
 static void
@@ -379,8 +391,12 @@ submit_sampler(struct worker *w, struct wreq *r, const struct ep_cmd *c,
 	sp.repeat_last_n = (int)q->repeat_last_n;
 	/* A client's seed of SAMPLER_SEED_RANDOM (UINT64_MAX) draws one too. */
 	sp.seed = (c->flags & EP_SUBMIT_SEED) ? q->seed : SAMPLER_SEED_RANDOM;
-	sp.n_logprobs = 0;
-	sp.logprob = r->logprob;	/* else the log-softmax is skipped */
+	if (q->top_n > CP_TOPN_MAX)
+		return cp_err_set(e, -EINVAL, "top_n %u out of range 0..%u",
+		    q->top_n, CP_TOPN_MAX);
+	/* Both 0 without logprobs: the log-softmax pass is skipped. */
+	sp.n_logprobs = (int)q->top_n;
+	sp.logprob = r->logprob;
 	sp.max_tokens = -1;		/* the scheduler counts */
 	sp.ignore_eos = false;
 	if ((r->smp = sampler_new_ws(&sp, w->n_vocab, w->smp_ws, e)) == NULL)
@@ -650,6 +666,26 @@ token_times(struct worker *w, struct wreq *r)
 	r->t_last_ns = now != 0 ? now : 1;
 }
 
+_Static_assert(CP_TOPN_MAX <= SAMPLER_MAX_LOGPROBS, "the sampler's top-n");
+
+/* The TOKEN ev of a sampled token so, with so's top-n list if any. */
+static void
+emit_sampled(struct worker *w, const struct ep_event *ev, const char *text,
+    size_t len, const struct sampler_out *so)
+{
+	struct cp_top top[CP_TOPN_MAX];
+	int i, n = so->n_top < (int)CP_TOPN_MAX ? so->n_top : (int)CP_TOPN_MAX;
+
+	for (i = 0; i < n; i++) {
+		top[i].id = so->top[i].id;
+		/* finite on the wire (TOP-N rule 3), even where a logit
+		   far below the maximum overflowed the difference */
+		top[i].logprob = so->top[i].logprob >= -FLT_MAX ?
+		    so->top[i].logprob : -FLT_MAX;
+	}
+	emit_top(w, ev, text, len, top, (uint32_t)(n > 0 ? n : 0));
+}
+
 /* Samples r's next token from row; sets it->finish when r ends. */
 static void
 item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
@@ -699,7 +735,7 @@ item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
 	ev.type = EP_EV_TOKEN;
 	ev.token = so.id;
 	ev.logprob = r->logprob ? so.logprob : 0;
-	emit(w, &ev, text, len);
+	emit_sampled(w, &ev, text, len, &so);
 	w->es.tokens_generated++;
 	token_times(w, r);
 }

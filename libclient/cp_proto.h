@@ -56,9 +56,10 @@
  *  4. The arena bytes an SQ entry names belong to the client again once
  *     sq_head has passed that entry: the daemon copies them out before it
  *     releases sq_head.
- *  5. Every event group (an event with CP_CQF_MORE and its CP_EV_TEXT
- *     continuations) is published by a single cq_tail store: a client never
- *     sees half a group.
+ *  5. Every event group (an event with CP_CQF_MORE and its CP_EV_TEXT and
+ *     CP_EV_TOP continuations) is published by a single cq_tail store: a
+ *     client never sees half a group, and a group takes at most half the
+ *     ring.
  *  6. Waiting: a waiter sets its flag (client_waiting / daemon_idle), runs
  *     a full fence, re-checks the ring, then sleeps on the 32-bit tail word
  *     (futex without FUTEX_PRIVATE: the word is shared between processes)
@@ -181,7 +182,13 @@ struct cp_seg_ctl {
 #define CP_PF_STRICT		0x8u	/* refuse a prompt plus max_tokens
 					   past the context up front (only
 					   where CP_FEAT_STRICT) */
-#define CP_PF_MASK		0xfu
+#define CP_PF_TOPN_SHIFT	8	/* bits 8..12: n of the top-n list
+					   (only where CP_FEAT_TOPN; see
+					   TOP-N below), 0 = none */
+#define CP_PF_TOPN_BITS		(0x1fu << CP_PF_TOPN_SHIFT)
+#define CP_PF_TOPN(n)		((uint32_t)(n) << CP_PF_TOPN_SHIFT)
+#define CP_PF_MASK		(0xfu | CP_PF_TOPN_BITS)
+#define CP_TOPN_MAX		20u	/* longest top-n list */
 
 /* Sampling parameters as they cross the ring (SUBMIT only; zero otherwise). */
 struct cp_wire_params {
@@ -267,6 +274,8 @@ struct cp_sqe {
 #define CP_EV_DONE		3u	/* request finished (finish says why) */
 #define CP_EV_ERROR		4u	/* request failed (error, text = message) */
 #define CP_EV_PROGRESS		5u	/* prefill progress (CP_PF_PROGRESS) */
+#define CP_EV_TOP		6u	/* continuation of a TOKEN: entries of
+					   its top-n list (CP_PF_TOPN) */
 
 /* CQ event flags. */
 #define CP_CQF_MORE		0x01u	/* text continues in the next CP_EV_TEXT */
@@ -293,6 +302,40 @@ cp_finish_name(unsigned finish)
 }
 
 #define CP_CQE_TEXT		32u
+
+/*
+ * TOP-N.  A request whose parameter flags carry n = 1..CP_TOPN_MAX in
+ * CP_PF_TOPN_BITS (only where the welcome offers CP_FEAT_TOPN) gets, with
+ * each sampled token, the n most likely tokens of the distribution the
+ * model produced at that position: the log-softmax over the whole
+ * vocabulary of the logits after the repetition penalty, before
+ * end-of-generation masking, top-k, top-p, min-p and temperature (as
+ * llama-server's n_probs reports the raw distribution); the TOKEN's
+ * logprob is its own entry of that same distribution.  Rules:
+ *  1. The TOKEN event of a sampled token (token >= 0) says in n_top how
+ *     many entries follow, 0 < n_top <= n (fewer only where fewer logits
+ *     are finite); every other event has n_top 0 (a text-only TOKEN, with
+ *     token -1, too).
+ *  2. The entries travel in CP_EV_TOP continuations of that TOKEN's group,
+ *     after its CP_EV_TEXT continuations: each carries text_len bytes
+ *     (a multiple of sizeof(struct cp_top), at most CP_TOP_PER_CQE
+ *     entries, none empty) of struct cp_top in text[]; together they hold
+ *     exactly n_top entries.  No TEXT follows a TOP.
+ *  3. Entries are in descending logprob (ties: lower id first), each id
+ *     in [0, n_vocab), each logprob finite and <= 0.
+ *  4. A group with top entries carries at most text_chunk -
+ *     CP_TOP_CQES_MAX * CP_CQE_TEXT bytes of text, so it still needs at
+ *     most half the ring (rule 5 of the ring invariants holds).
+ * A client that meets a violation fails the connection with CP_EPROTO.
+ */
+struct cp_top {
+	int32_t id;		/* token id */
+	float logprob;		/* natural log */
+};
+
+#define CP_TOP_PER_CQE		(CP_CQE_TEXT / (uint32_t)sizeof(struct cp_top))
+#define CP_TOP_CQES_MAX		\
+	((CP_TOPN_MAX + CP_TOP_PER_CQE - 1) / CP_TOP_PER_CQE)
 
 /*
  * One completion event.  step numbers the engine's steps from 1 (the step
@@ -326,6 +369,9 @@ struct cp_cqe {
 					   the prefix cache gave (a client
 					   that does not know it reads 0
 					   as its error) */
+		uint32_t n_top;		/* TOKEN: entries of its top-n
+					   list in CP_EV_TOP continuations
+					   (TOP-N above) */
 	};
 	uint32_t n_prompt;	/* DONE/ERROR: prompt tokens processed;
 				   PROGRESS: prompt tokens computed so far */
@@ -390,6 +436,7 @@ struct cp_wire_model {
 #define CP_FEAT_STRICT		0x2u	/* CP_PF_STRICT */
 #define CP_FEAT_CHAT		0x4u	/* CP_SQF_CHAT */
 #define CP_FEAT_TOKENIZE	0x8u	/* CP_MSG_TOKENIZE */
+#define CP_FEAT_TOPN		0x10u	/* CP_PF_TOPN, CP_EV_TOP */
 
 struct cp_welcome {
 	struct cp_msg_hdr hdr;
@@ -598,6 +645,12 @@ _Static_assert(offsetof(struct cp_cqe, n_gen) == 24, "cqe.n_gen");
 _Static_assert(offsetof(struct cp_cqe, step) == 28, "cqe.step");
 _Static_assert(offsetof(struct cp_cqe, text) == 32, "cqe.text");
 _Static_assert(CP_CQE_TEXT <= UINT8_MAX, "text_len fits a byte");
+_Static_assert(offsetof(struct cp_cqe, n_top) == 16, "cqe.n_top");
+_Static_assert(sizeof(struct cp_top) == 8, "cp_top size");
+_Static_assert(CP_CQE_TEXT % sizeof(struct cp_top) == 0, "whole entries");
+_Static_assert(CP_TOPN_MAX <= (CP_PF_TOPN_BITS >> CP_PF_TOPN_SHIFT),
+    "n fits its bits");
+_Static_assert(CP_CQ_MIN / 2 > CP_TOP_CQES_MAX, "a group keeps text room");
 
 _Static_assert(sizeof(struct cp_chat_hdr) == 8, "cp_chat_hdr size");
 _Static_assert(sizeof(struct cp_chat_msg) == 8, "cp_chat_msg size");

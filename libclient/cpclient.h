@@ -30,6 +30,19 @@
  * after the daemon set the request back to make room (recompute) the count
  * may start again lower.  A daemon that does not offer them sends none.
  *
+ * LOGPROBS.  A request submitted with cp_params.logprobs = n (1..20) gets
+ * with each sampled token its log-probability (cp_event.logprob) and the
+ * n most likely tokens with theirs (n_top, top_ids, top_logprobs, as
+ * llama-server's n_probs and OpenAI's top_logprobs).  All of them are
+ * natural logs of the distribution the model produced at that position:
+ * the log-softmax over the whole vocabulary of the logits after the
+ * repetition penalty, before top-k, top-p, min-p and temperature (so a
+ * sampled token may lie outside the list, and greedy picks its first
+ * entry).  Without logprobs, nothing is computed and n_top is 0.  A
+ * daemon that does not offer the lists sends none (n_top 0) but still
+ * fills logprob.  Programs built against a header whose cp_event ends at
+ * n_total never see the lists.
+ *
  * ERRORS.  Functions return 0 (or a request id, or a descriptor) on
  * success and a negative number on failure: a negative errno value, or one
  * of the CP_E* codes below.  cp_strerror() names either kind.  After
@@ -103,6 +116,7 @@ extern "C" {
 #define CP_DISC_REASONS		8	/* entries of disconnects[] */
 
 #define CP_HIST_BUCKETS		20	/* buckets of a cp_histogram */
+#define CP_TOP_LOGPROBS_MAX	20	/* longest top-n list (logprobs) */
 
 struct cp_client;
 
@@ -131,7 +145,9 @@ struct cp_params {
 	uint32_t repeat_last_n;		/* tokens the penalty looks back */
 	int use_seed;			/* nonzero: sample with seed */
 	uint64_t seed;
-	int logprobs;			/* nonzero: fill cp_event.logprob */
+	int logprobs;			/* [0, CP_TOP_LOGPROBS_MAX]; n > 0:
+					   fill cp_event.logprob and the
+					   top-n list (see LOGPROBS) */
 	const char *const *stop;	/* up to 8 non-empty strings, 511 bytes */
 	size_t n_stop;
 	int progress;			/* nonzero: CP_EVENT_PROGRESS events
@@ -190,6 +206,12 @@ struct cp_event {
 					   prefix cache gave (their KV was
 					   not computed again) */
 	};
+	uint32_t n_top;		/* TOKEN with logprobs n: entries of its
+				   top-n list (<= n; 0 for text alone or
+				   a daemon without them); else 0 */
+	const int32_t *top_ids;	/* n_top token ids, most likely first;
+				   valid as text is (THREADS) */
+	const float *top_logprobs;	/* their natural-log probabilities */
 };
 
 struct cp_model_info {
@@ -360,7 +382,8 @@ cp_params_init(struct cp_params *p)
 
 /*
  * Submits a prompt of len bytes (copied; p NULL = defaults).  Returns the
- * request id (> 0), or -EINVAL (bad parameters, p->size too small),
+ * request id (> 0), or -EINVAL (bad parameters, such as logprobs outside
+ * 0..CP_TOP_LOGPROBS_MAX, p->size too small),
  * -E2BIG (prompt longer than max_prompt_bytes), -EOPNOTSUPP (strict, and
  * the daemon does not offer it), -EBUSY (max_requests in flight: read
  * events first), -ETIMEDOUT (no ring room in time), CP_EDEAD, CP_EPROTO.

@@ -39,6 +39,7 @@ struct cp_client {
 	uint32_t live;			/* requests not ended yet, atomic */
 	uint32_t last_id;		/* highest id submitted, atomic */
 	int progress_asked;		/* progress asked for once, atomic */
+	uint32_t top_asked;		/* longest top-n list asked, atomic */
 
 	pthread_mutex_t sq_lock;	/* everything below up to cq_lock */
 	uint32_t sq_tail;		/* published */
@@ -50,6 +51,8 @@ struct cp_client {
 	uint32_t cq_head;
 	char *text;			/* the current event's joined text */
 	size_t text_cap;
+	int32_t top_ids[CP_TOPN_MAX];	/* and its top-n list */
+	float top_lp[CP_TOPN_MAX];
 
 	pthread_mutex_t sock_lock;	/* the socket after the handshake */
 };

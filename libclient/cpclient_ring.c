@@ -15,6 +15,7 @@
 #include "cpclient.h"
 
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <stddef.h>
 #include <linux/futex.h>
@@ -28,6 +29,8 @@
 #include "cp_proto.h"
 #include "cpclient_int.h"
 #include "ring.h"
+
+_Static_assert(CP_TOP_LOGPROBS_MAX == CP_TOPN_MAX, "top-n lists");
 
 #define WAIT_SLICE_MS	50	/* futex sleeps: how often to look for death */
 #define SPIN_MAX_US	1000	/* longest nap while waiting for ring room */
@@ -172,10 +175,23 @@ params_to_wire(const struct cp_params *p, struct cp_wire_params *w,
 		w->flags |= CP_PF_SEED;
 		w->seed = p->seed;
 	}
+	if (p->logprobs < 0 || p->logprobs > CP_TOP_LOGPROBS_MAX)
+		return -EINVAL;
 	if (p->logprobs)
 		w->flags |= CP_PF_LOGPROB;
 	*stop_bytes = (uint32_t)used;
 	return 0;
+}
+
+/* Raises the longest top-n list asked for on c to n. */
+static void
+ask_top(struct cp_client *c, uint32_t n)
+{
+	uint32_t was = __atomic_load_n(&c->top_asked, __ATOMIC_SEQ_CST);
+
+	while (was < n && !__atomic_compare_exchange_n(&c->top_asked, &was,
+	    n, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+		;
 }
 
 /*
@@ -204,6 +220,8 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	/* Asked of a daemon that does not offer it: quietly no progress. */
 	if (p->progress && (c->features & CP_FEAT_PROGRESS))
 		e.params.flags |= CP_PF_PROGRESS;
+	if (p->logprobs > 0 && (c->features & CP_FEAT_TOPN))
+		e.params.flags |= CP_PF_TOPN(p->logprobs);
 	/* Ignoring it would generate what the caller wanted refused. */
 	if (p->strict && !(c->features & CP_FEAT_STRICT))
 		return -EOPNOTSUPP;
@@ -248,6 +266,9 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	__atomic_add_fetch(&c->live, 1, __ATOMIC_SEQ_CST);
 	if (e.params.flags & CP_PF_PROGRESS)
 		__atomic_store_n(&c->progress_asked, 1, __ATOMIC_SEQ_CST);
+	if (e.params.flags & CP_PF_TOPN_BITS)
+		ask_top(c, (e.params.flags & CP_PF_TOPN_BITS) >>
+		    CP_PF_TOPN_SHIFT);
 	if ((r = put_entry(c, &e, stops, stop_bytes, prompt, first, end)) < 0) {
 		__atomic_store_n(&c->last_id, id - 1, __ATOMIC_SEQ_CST);
 		__atomic_sub_fetch(&c->live, 1, __ATOMIC_SEQ_CST);
@@ -413,6 +434,51 @@ progress_ok(struct cp_client *c, const struct cp_cqe *q)
 }
 
 /*
+ * The entries of a CP_EV_TOP continuation q into c's top-n list after the
+ * *got already taken, of n_top (cp_proto.h, TOP-N rules 2 and 3); 0, or
+ * CP_EPROTO.
+ */
+static int
+take_top(struct cp_client *c, const struct cp_cqe *q, uint32_t n_top,
+    uint32_t *got)
+{
+	struct cp_top t;
+	uint32_t i, k = q->text_len / (uint32_t)sizeof(t);
+
+	if (q->text_len == 0 || q->text_len % sizeof(t) != 0 ||
+	    k > n_top - *got)
+		return CP_EPROTO;
+	for (i = 0; i < k; i++) {
+		memcpy(&t, q->text + i * sizeof(t), sizeof(t));
+		if (t.id < 0 || (uint32_t)t.id >= c->info.n_vocab ||
+		    !(t.logprob <= 0.0f && t.logprob >= -FLT_MAX) ||
+		    (*got > 0 && t.logprob > c->top_lp[*got - 1]))
+			return CP_EPROTO;
+		c->top_ids[*got] = t.id;
+		c->top_lp[(*got)++] = t.logprob;
+	}
+	return 0;
+}
+
+/*
+ * The head q of a group as cp_proto.h allows it: a known type for a
+ * submitted request, and a top-n list only on a sampled TOKEN and no
+ * longer than any asked for on this connection.
+ */
+static int
+head_ok(struct cp_client *c, const struct cp_cqe *q, uint32_t last)
+{
+	if ((q->type != CP_EV_TOKEN && q->type != CP_EV_DONE &&
+	    q->type != CP_EV_ERROR && q->type != CP_EV_PROGRESS) ||
+	    q->req_id == 0 || q->req_id > last || q->finish > CP_FINISH_MAX ||
+	    (q->type == CP_EV_PROGRESS && !progress_ok(c, q)))
+		return 0;
+	return q->type != CP_EV_TOKEN || q->n_top == 0 ||
+	    (q->token >= 0 && q->n_top <= CP_TOPN_MAX &&
+	    q->n_top <= __atomic_load_n(&c->top_asked, __ATOMIC_SEQ_CST));
+}
+
+/*
  * Takes one whole event group from the CQ into *ev.  Returns 1, 0 when the
  * ring is empty, or CP_EPROTO / -ENOMEM.
  */
@@ -421,6 +487,7 @@ take_event(struct cp_client *c, struct cp_event *ev)
 {
 	uint32_t tail, i, n, mask = c->cq_entries - 1;
 	uint32_t last = __atomic_load_n(&c->last_id, __ATOMIC_SEQ_CST);
+	uint32_t n_top = 0, got = 0;
 	struct cp_cqe q, first;
 	size_t used = 0;
 
@@ -437,28 +504,35 @@ take_event(struct cp_client *c, struct cp_event *ev)
 		    sizeof(q));
 		if (i == 0) {
 			first = q;
-			if ((q.type != CP_EV_TOKEN && q.type != CP_EV_DONE &&
-			    q.type != CP_EV_ERROR &&
-			    q.type != CP_EV_PROGRESS) ||
-			    q.req_id == 0 || q.req_id > last ||
-			    q.finish > CP_FINISH_MAX ||
-			    (q.type == CP_EV_PROGRESS && !progress_ok(c, &q)))
+			if (!head_ok(c, &q, last))
 				return cpc_fail(c, CP_EPROTO);
-		} else if (q.type != CP_EV_TEXT || q.req_id != first.req_id) {
+			if (q.type == CP_EV_TOKEN)
+				n_top = q.n_top;
+		} else if (q.req_id != first.req_id ||
+		    (q.type != CP_EV_TEXT && q.type != CP_EV_TOP) ||
+		    (q.type == CP_EV_TEXT && got > 0)) {
 			return cpc_fail(c, CP_EPROTO);
 		}
-		if (q.text_len > CP_CQE_TEXT || (q.flags & ~CP_CQF_MORE) ||
-		    used + q.text_len > CP_EVENT_TEXT_MAX)
+		if (q.text_len > CP_CQE_TEXT || (q.flags & ~CP_CQF_MORE))
 			return cpc_fail(c, CP_EPROTO);
-		if (text_reserve(c, used + q.text_len + 1) < 0)
-			return -ENOMEM;
-		memcpy(c->text + used, q.text, q.text_len);
-		used += q.text_len;
+		if (i > 0 && q.type == CP_EV_TOP) {
+			if (take_top(c, &q, n_top, &got) < 0)
+				return cpc_fail(c, CP_EPROTO);
+		} else {
+			if (used + q.text_len > CP_EVENT_TEXT_MAX)
+				return cpc_fail(c, CP_EPROTO);
+			if (text_reserve(c, used + q.text_len + 1) < 0)
+				return -ENOMEM;
+			memcpy(c->text + used, q.text, q.text_len);
+			used += q.text_len;
+		}
 		if (!(q.flags & CP_CQF_MORE))
 			break;
 	}
 	if (i == n)
 		return cpc_fail(c, CP_EPROTO);	/* half a group (invariant 5) */
+	if (got != n_top)
+		return cpc_fail(c, CP_EPROTO);	/* TOP-N rule 2 */
 	c->text[used] = '\0';
 	c->cq_head += i + 1;
 	ring_store_release(&c->ctl->cq_head.v, c->cq_head);
@@ -474,6 +548,11 @@ take_event(struct cp_client *c, struct cp_event *ev)
 		ev->type = CP_EVENT_TOKEN;
 		ev->token = first.token;
 		ev->logprob = first.logprob;
+		if (n_top > 0) {
+			ev->n_top = n_top;
+			ev->top_ids = c->top_ids;
+			ev->top_logprobs = c->top_lp;
+		}
 		return 1;
 	case CP_EV_PROGRESS:
 		ev->type = CP_EVENT_PROGRESS;

@@ -148,7 +148,8 @@ params_v1(const struct cp_params_v0 *p, struct cp_params *n)
 	n->repeat_last_n = p->repeat_last_n;
 	n->use_seed = p->use_seed;
 	n->seed = p->seed;
-	n->logprobs = p->logprobs;
+	/* "nonzero: fill logprob" then; any n asks for that now */
+	n->logprobs = p->logprobs != 0;
 	n->stop = p->stop;
 	n->n_stop = p->n_stop;
 	n->progress = p->progress;

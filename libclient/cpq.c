@@ -31,6 +31,10 @@
  * count.  The first token (or the end) erases the line.  With --json,
  * --progress also prints each report as a "progress" object; without
  * --progress JSON output is only tokens and the end, as before.
+ *
+ * Logprobs: --json always asks for each token's logprob; --logprobs N
+ * asks for N alternatives too and prints them as "top_logprobs" (ids and
+ * logprobs only: the library has no call that names a token).
  */
 #include "cpclient.h"
 
@@ -138,6 +142,9 @@ usage(FILE *f)
 	    "      --ids                print the generated token ids, not "
 	    "text\n"
 	    "      --json               print one JSON object per event\n"
+	    "      --logprobs N         with --json: each token's N (1-%d) "
+	    "most likely\n"
+	    "                           tokens and their logprobs\n"
 	    "      --progress           prompt progress: with --json, as "
 	    "objects;\n"
 	    "                           else on stderr (a terminal), even for "
@@ -157,7 +164,7 @@ usage(FILE *f)
 	    "arguments,\n3 no daemon, 130 interrupted.\n",
 	    (double)d.temperature, CP_PARAM_TOPK_MAX, (int)d.top_k,
 	    (double)d.top_p, (double)d.min_p, (double)d.repeat_penalty,
-	    (unsigned)d.repeat_last_n, CP_STOP_MAX);
+	    (unsigned)d.repeat_last_n, CP_STOP_MAX, CP_TOP_LOGPROBS_MAX);
 }
 
 static int
@@ -208,6 +215,7 @@ enum {
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
 	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
 	OPT_PROGRESS, OPT_VERSION, OPT_STOP, OPT_TOKENIZE, OPT_COUNT,
+	OPT_LOGPROBS,
 };
 
 static const struct option longopts[] = {
@@ -223,6 +231,7 @@ static const struct option longopts[] = {
 	{ "ids", no_argument, NULL, OPT_IDS },
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "progress", no_argument, NULL, OPT_PROGRESS },
+	{ "logprobs", required_argument, NULL, OPT_LOGPROBS },
 	{ "system", required_argument, NULL, OPT_SYSTEM },
 	{ "chat", no_argument, NULL, OPT_CHAT },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
@@ -273,6 +282,7 @@ parse_args(int argc, char **argv, struct opts *o)
 
 	memset(o, 0, sizeof(*o));
 	cp_params_init(&o->p);
+	o->top_n = -1;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, ":n:s:h", longopts, NULL)) != -1) {
 		const char *a = optarg;
@@ -339,6 +349,12 @@ parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_PROGRESS:
 			o->progress = 1;
+			break;
+		case OPT_LOGPROBS:
+			if (parse_u64(a, CP_TOP_LOGPROBS_MAX, &v) < 0)
+				return bad_arg("--logprobs", "a whole number "
+				    "from 0 to 20", a);
+			o->top_n = (int)v;
 			break;
 		case OPT_SYSTEM:
 			o->system = a;
@@ -426,8 +442,12 @@ parse_args(int argc, char **argv, struct opts *o)
 		o->p.stop = o->stops;
 		o->p.n_stop = o->n_stop;
 	}
+	if (o->top_n >= 0 && o->mode != MODE_JSON) {
+		fprintf(stderr, "cpq: --logprobs goes with --json\n");
+		goto usage;
+	}
 	/* JSON events carry each token's log-probability. */
-	o->p.logprobs = o->mode == MODE_JSON;
+	o->p.logprobs = o->top_n > 0 ? o->top_n : o->mode == MODE_JSON;
 	return 0;
 conflict:
 	fprintf(stderr, "cpq: --ids and --json exclude each other\n");
@@ -1024,8 +1044,9 @@ on_progress(struct run *r, const struct opts *o, const struct cp_event *ev)
 }
 
 static void
-on_token(struct run *r, enum mode mode, const struct cp_event *ev)
+on_token(struct run *r, const struct opts *o, const struct cp_event *ev)
 {
+	enum mode mode = o->mode;
 	uint64_t t = now_ns();
 
 	if (r->n_tokens++ == 0)
@@ -1053,6 +1074,8 @@ on_token(struct run *r, enum mode mode, const struct cp_event *ev)
 		fputs(",\"text\":", stdout);
 		cpq_json_string(stdout, ev->text, ev->text_len);
 		json_num(stdout, "logprob", ev->logprob, "%.9g");
+		if (o->top_n > 0 && ev->token >= 0)
+			cpq_json_top(stdout, ev);
 		printf(",\"t_ms\":%.3f}\n", ms_between(r->t_submit, t));
 		break;
 	}
@@ -1195,7 +1218,7 @@ stream(struct cp_client *c, const struct opts *o, int id, size_t len,
 		}
 		if (ev.type != CP_EVENT_TOKEN)
 			return on_end(r, o->mode, &ev, cancel_at != 0);
-		on_token(r, o->mode, &ev);
+		on_token(r, o, &ev);
 	}
 }
 

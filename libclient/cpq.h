@@ -39,6 +39,7 @@ struct opts {
 	const char *tokenize;		/* --tokenize TEXT */
 	int count;			/* --count */
 	int progress;			/* --progress */
+	int top_n;			/* --logprobs N; -1: not given */
 	char **args;			/* prompt words */
 	int n_args;
 };

@@ -67,6 +67,18 @@ cpq_json_string(FILE *f, const char *str, size_t n)
 	putc('"', f);
 }
 
+void
+cpq_json_top(FILE *f, const struct cp_event *ev)
+{
+	uint32_t i;
+
+	fputs(",\"top_logprobs\":[", f);
+	for (i = 0; i < ev->n_top; i++)
+		fprintf(f, "%s{\"id\":%d,\"logprob\":%.9g}", i ? "," : "",
+		    (int)ev->top_ids[i], (double)ev->top_logprobs[i]);
+	putc(']', f);
+}
+
 /* ---- the history reader ------------------------------------------------ */
 
 struct rd {

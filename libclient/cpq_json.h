@@ -28,6 +28,13 @@
  */
 void cpq_json_string(FILE *f, const char *s, size_t n);
 
+/*
+ * A TOKEN event's top-n list to f as a member, comma first:
+ * ,"top_logprobs":[{"id":ID,"logprob":LP},...], most likely first ([]
+ * when it has none).
+ */
+void cpq_json_top(FILE *f, const struct cp_event *ev);
+
 /* Messages read from a history file; free with cpq_history_free(). */
 struct cpq_history {
 	struct cp_message *msgs;	/* n of them; content points into buf */

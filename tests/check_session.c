@@ -223,7 +223,7 @@ START_TEST(test_setup_segment)
 	ck_assert_uint_eq(f.w.arena_bytes, 4096);
 	ck_assert_uint_eq(f.w.max_reqs, 8);
 	ck_assert_uint_eq(f.w.features, CP_FEAT_PROGRESS | CP_FEAT_STRICT |
-	    CP_FEAT_CHAT);
+	    CP_FEAT_CHAT | CP_FEAT_TOPN);
 	ck_assert_uint_eq(f.w.reserved[0] | f.w.reserved[1] | f.w.reserved[2],
 	    0);
 	ck_assert_int_eq(cp_seg_layout(16, 16, 4096, &l), 0);

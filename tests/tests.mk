@@ -4,7 +4,11 @@ TEST_SRCS := $(wildcard tests/check_*.c)
 ifneq ($(HAVE_CUDA),1)
 TEST_SRCS := $(filter-out tests/check_cuda%.c,$(TEST_SRCS))
 endif
-TESTLIB_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/lib/*.c))
+# fake_cpd.c calls libcpclient: only the tests that link it take it.
+FAKE_CPD_OBJ := $(BUILD)/tests/lib/fake_cpd.o
+TESTLIB_OBJS := $(filter-out $(FAKE_CPD_OBJ), \
+	$(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/lib/*.c)))
+$(BUILD)/tests/check_client: $(FAKE_CPD_OBJ)
 TESTS += $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 CHECK_LDLIBS = $(shell pkg-config --libs check 2>/dev/null || echo -lcheck)
 
@@ -54,6 +58,14 @@ $(BUILD)/tests/check_chat_daemon: $(LIBCPCLIENT_A) | $(CP_EXAMPLE_BIN) \
 $(BUILD)/tests/check_chat_daemon: override LDLIBS += $(LIBCPCLIENT_A)
 $(BUILD)/tests/check_chat_daemon.o: override XCFLAGS += \
 	-DCP_EXAMPLE='"$(abspath $(CP_EXAMPLE_BIN))"' \
+	-DCP_BUILD_TESTS='"$(abspath $(BUILD)/tests)"'
+
+# check_logprobs drives build/bin/cpd, cpq and the first interface's
+# program (tests/abi) through the static client library.
+$(BUILD)/tests/check_logprobs: $(LIBCPCLIENT_A) $(FAKE_CPD_OBJ) | \
+    $(ABI_V0_BINS) $(BUILD)/bin/cpd $(BUILD)/bin/cpq
+$(BUILD)/tests/check_logprobs: override LDLIBS += $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_logprobs.o: override XCFLAGS += \
 	-DCP_BUILD_TESTS='"$(abspath $(BUILD)/tests)"'
 
 # check_install: make install / uninstall into a scratch DESTDIR, and the
