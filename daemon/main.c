@@ -58,6 +58,12 @@
 #define CP_VERSION "unknown"
 #endif
 
+/* log_level's values are log.h's levels. */
+_Static_assert(CONFIG_LOG_ERROR == LOG_LVL_ERROR &&
+    CONFIG_LOG_WARN == LOG_LVL_WARN && CONFIG_LOG_NOTICE == LOG_LVL_NOTICE &&
+    CONFIG_LOG_INFO == LOG_LVL_INFO && CONFIG_LOG_DEBUG == LOG_LVL_DEBUG,
+    "log_level and log.h disagree");
+
 #ifndef CPD_SYSCONFDIR
 #define CPD_SYSCONFDIR "/etc"
 #endif
@@ -626,8 +632,8 @@ on_reload(void *arg, struct server *srv)
 			continue;
 		changed++;
 		if (live_key(i))
-			log_info("reload: %s: %s -> %s", config_key_name(i), was,
-			    now);
+			log_notice("reload: %s: %s -> %s", config_key_name(i),
+			    was, now);
 		else
 			log_warnx("reload: %s: %s -> %s needs a restart; it "
 			    "stays %s", config_key_name(i), was, now, was);
@@ -645,7 +651,7 @@ on_reload(void *arg, struct server *srv)
 	r->cur.per_uid_max_requests = nc.per_uid_max_requests;
 	r->cur.client_stall_timeout_ms = nc.client_stall_timeout_ms;
 	r->cur.drain_timeout_ms = nc.drain_timeout_ms;
-	log_info("reloaded: %d keys changed", changed);
+	log_notice("reloaded: %d keys changed", changed);
 	notify_raw("READY=1\nSTATUS=reloaded");
 }
 
@@ -803,7 +809,7 @@ main(int argc, char **argv)
 	/* A signal that came while loading is delivered here, and drains. */
 	pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
 
-	log_info("serving %s (%s backend, %d threads, context %d, "
+	log_notice("serving %s (%s backend, %d threads, context %d, "
 	    "%d KV blocks of %d tokens, %.1f MiB) on %s", sc.model.name,
 	    be_name(worker_backend(w)), be_params(worker_backend(w))->n_threads,
 	    ws.n_ctx, (int)es.kv_blocks_total, ws.kv_block_tokens,
@@ -819,7 +825,7 @@ main(int argc, char **argv)
 		status = EX_SOFTWARE;
 	} else {
 		status = 0;
-		log_info("shutting down");
+		log_notice("shutting down");
 	}
 out:
 	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);
