@@ -71,3 +71,7 @@ $(BUILD)/tests/lib/tmpdir.o: override XCFLAGS += \
 # compares the CUDA kernels with them bit for bit: no fused multiply-adds,
 # whatever the compiler's default.
 $(BUILD)/tests/check_cuda_kernels.o: override XCFLAGS += -ffp-contract=off
+
+# check_stall drives a daemon process through the static client library.
+$(BUILD)/tests/check_stall: $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_stall: override LDLIBS += $(LIBCPCLIENT_A)
