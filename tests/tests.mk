@@ -75,3 +75,11 @@ $(BUILD)/tests/check_cuda_kernels.o: override XCFLAGS += -ffp-contract=off
 # check_stall drives a daemon process through the static client library.
 $(BUILD)/tests/check_stall: $(LIBCPCLIENT_A)
 $(BUILD)/tests/check_stall: override LDLIBS += $(LIBCPCLIENT_A)
+
+# check_units verifies the units etc.mk builds, naming this build's cpd.
+$(BUILD)/tests/check_units: | $(BUILD)/etc/cpd.service \
+    $(BUILD)/etc/user/cpd.service $(BUILD)/etc/user/cpd.socket $(BUILD)/bin/cpd
+$(BUILD)/tests/check_units.o: override XCFLAGS += \
+	-DCP_SRC_ETC='"$(abspath etc)"' \
+	-DCP_BUILD_ETC='"$(abspath $(BUILD)/etc)"' \
+	-DCP_BUILD_BIN='"$(abspath $(BUILD)/bin)"' -DCP_BINDIR='"$(BINDIR)"'
