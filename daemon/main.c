@@ -575,17 +575,40 @@ handed_listen_fd(void)
 	return fd;
 }
 
-/* What a reload reads again: the command line, and the configuration in use. */
+/*
+ * What a reload reads again (the command line), the configuration in use,
+ * and where the scheduler's budgets go (the engine thread, through the
+ * port: the io loop never touches the scheduler).
+ */
 struct reload {
 	int ac;
 	char **av;
 	struct cpd_config cur;
+	struct engine_port *port;
+	int batch_rows;		/* rows the engine's step buffers hold */
 };
 
-/* Keys a reload applies at once; the others need a restart. */
+/* The scheduler's budgets, which the engine thread takes between steps. */
 static bool
-live_key(size_t i)
+budget_key(size_t i)
 {
+	return i == CONFIG_MAX_BATCH_TOKENS || i == CONFIG_MAX_PREFILL_CHUNK ||
+	    i == CONFIG_ATTENTION_COST_TOKENS;
+}
+
+/*
+ * Keys a reload applies at once; the others need a restart.
+ * max_batch_tokens may not grow past the rows the engine allocated at
+ * start, nor fall under max_seqs.
+ */
+static bool
+live_key(const struct reload *r, const struct cpd_config *nc, size_t i)
+{
+	if (i == CONFIG_MAX_BATCH_TOKENS)
+		return nc->max_batch_tokens <= r->batch_rows &&
+		    nc->max_batch_tokens >= r->cur.max_seqs;
+	if (budget_key(i))
+		return true;
 	switch (i) {
 	case CONFIG_LOG_LEVEL:
 	case CONFIG_ALLOWED_USERS:
@@ -601,6 +624,31 @@ live_key(size_t i)
 }
 
 /*
+ * The budgets of nc that live_key() allows become the ones in use, and
+ * go to the engine thread (EP_CMD_BUDGETS), which applies them between
+ * two steps.
+ */
+static void
+reload_budgets(struct reload *r, const struct cpd_config *nc)
+{
+	struct ep_cmd *c;
+
+	if (live_key(r, nc, CONFIG_MAX_BATCH_TOKENS))
+		r->cur.max_batch_tokens = nc->max_batch_tokens;
+	r->cur.max_prefill_chunk = nc->max_prefill_chunk;
+	r->cur.attention_cost_tokens = nc->attention_cost_tokens;
+	if ((c = ep_cmd_new(EP_CMD_BUDGETS, 0)) == NULL) {
+		log_warnx("reload: out of memory; the budgets stay");
+		return;
+	}
+	c->budgets.max_batch_tokens = r->cur.max_batch_tokens;
+	c->budgets.max_prefill_chunk = r->cur.max_prefill_chunk;
+	c->budgets.attention_cost_tokens = r->cur.attention_cost_tokens;
+	if (ep_push(r->port, c) < 0)
+		log_warnx("reload: the engine did not take the budgets");
+}
+
+/*
  * SIGHUP, on the io loop's thread: the configuration file and the flags
  * again; the keys that can change live change (each logged), the others
  * are logged as needing a restart and keep their values; a file with an
@@ -613,7 +661,7 @@ on_reload(void *arg, struct server *srv)
 	struct cpd_config nc;
 	struct srv_config sc;
 	char was[512], now[512];
-	int changed = 0;
+	int changed = 0, budgets = 0;
 
 	if (load_config(r->ac, r->av, &nc) != 0) {
 		log_errx("reload: the configuration has an error; the one in "
@@ -631,13 +679,17 @@ on_reload(void *arg, struct server *srv)
 		    strcmp(was, now) == 0)
 			continue;
 		changed++;
-		if (live_key(i))
+		if (live_key(r, &nc, i)) {
+			budgets += budget_key(i);
 			log_notice("reload: %s: %s -> %s", config_key_name(i),
 			    was, now);
-		else
+		} else {
 			log_warnx("reload: %s: %s -> %s needs a restart; it "
 			    "stays %s", config_key_name(i), was, now, was);
+		}
 	}
+	if (budgets > 0)
+		reload_budgets(r, &nc);
 	log_setlevel(nc.log_level);
 	srv_set_limits(srv, &sc);
 	r->cur.log_level = nc.log_level;
@@ -786,6 +838,8 @@ main(int argc, char **argv)
 		status = EX_CONFIG;
 		goto out;
 	}
+	rl.port = port;
+	rl.batch_rows = ws.max_batch_tokens;
 	sc.on_reload = on_reload;
 	sc.reload_arg = &rl;
 	if ((rc = worker_start(w)) < 0) {
