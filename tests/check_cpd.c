@@ -290,12 +290,13 @@ START_TEST(test_cpq_text)
 	snprintf(out, sizeof(out), "%s.out", sock);
 	for (int i = 0; i < 2; i++) {
 		const char *argv[] = { cpq, "--socket", sock, "--temp", "0",
-		    "-n", "64", "Once upon a time", NULL, NULL, NULL };
+		    "--no-newline", "-n", "64", "Once upon a time", NULL, NULL,
+		    NULL };
 
 		if (stops[i] != NULL) {
-			argv[7] = "--stop";
-			argv[8] = stops[i];
-			argv[9] = "Once upon a time";
+			argv[8] = "--stop";
+			argv[9] = stops[i];
+			argv[10] = "Once upon a time";
 		}
 		ck_assert_int_eq(prog_runv(argv, out), 0);
 		f = fopen(out, "r");

@@ -87,3 +87,6 @@ $(BUILD)/tests/check_units.o: override XCFLAGS += \
 # check_reload drives build/bin/cpd through the static client library.
 $(BUILD)/tests/check_reload: $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd
 $(BUILD)/tests/check_reload: override LDLIBS += $(LIBCPCLIENT_A)
+
+# check_cpq_term runs build/bin/cpq.
+$(BUILD)/tests/check_cpq_term: | $(BUILD)/bin/cpq
