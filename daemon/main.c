@@ -72,16 +72,72 @@ _Static_assert(CONFIG_LOG_ERROR == LOG_LVL_ERROR &&
 static struct server *volatile running_srv;
 static volatile sig_atomic_t signals_seen;
 
+/* text on lines of at most 79 columns, each indented by indent spaces. */
 static void
-usage(FILE *f)
+print_wrapped(FILE *f, const char *text, int indent)
 {
+	const int width = 79 - indent;
+
+	while (*text != '\0') {
+		int n = (int)strlen(text), cut = n;
+
+		if (n > width) {
+			for (cut = width; cut > 0 && text[cut] != ' '; cut--)
+				;
+			if (cut == 0)
+				cut = width;
+		}
+		fprintf(f, "%*s%.*s\n", indent, "", cut, text);
+		text += cut;
+		while (*text == ' ')
+			text++;
+	}
+}
+
+/* The usage; full: the options and every key with its default (--help). */
+static void
+usage(FILE *f, bool full)
+{
+	char flag[64];
+
 	fputs("usage: cpd [-c FILE] [-m MODEL] [-t THREADS] [-s SOCKET] "
 	    "[-v] [--KEY VALUE ...]\n"
 	    "       cpd --check-config FILE\n"
 	    "       cpd [-c FILE] [--KEY VALUE ...] --print-config\n"
-	    "       cpd --help | --version\n"
-	    "Every key of cpd.yaml(5) is also a flag: --max-batch-tokens 256, "
-	    "--backend cpu ...\n", f);
+	    "       cpd --help | --version\n", f);
+	if (!full) {
+		fputs("Every key of cpd.yaml(5) is also a flag: "
+		    "--max-batch-tokens 256, --backend cpu ...\n", f);
+		return;
+	}
+	fputs("Options:\n"
+	    "  -c, --config FILE        the configuration file (default:\n"
+	    "                           $XDG_CONFIG_HOME/cpd/cpd.yaml, else\n"
+	    "                           " CPD_SYSCONFDIR "/cpd/cpd.yaml, when "
+	    "it exists)\n"
+	    "  -m MODEL                 the model key\n"
+	    "  -t THREADS               the threads key\n"
+	    "  -s, --socket SOCKET      the socket_path key\n"
+	    "  -v                       log debug messages (--log-level "
+	    "debug)\n"
+	    "      --check-config FILE  check FILE and exit\n"
+	    "      --print-config       print the configuration in effect "
+	    "and exit\n"
+	    "      --help               this text\n"
+	    "      --version            cpd's version\n"
+	    "Keys of cpd.yaml(5), each also a flag (--KEY VALUE or "
+	    "--KEY=VALUE):\n", f);
+	for (size_t i = 0; i < config_nkeys(); i++) {
+		const char *def = config_key_default(i);
+
+		snprintf(flag, sizeof(flag), "--%s", config_key_name(i));
+		for (char *p = flag; *p != '\0'; p++)
+			if (*p == '_')
+				*p = '-';
+		fprintf(f, "  %s VALUE (default: %s)\n", flag,
+		    def[0] != '\0' ? def : "\"\"");
+		print_wrapped(f, config_key_help(i), 6);
+	}
 }
 
 static void
@@ -227,7 +283,7 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		const char *a = argv[i];
 
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			usage(stdout);
+			usage(stdout, true);
 			return 1;
 		}
 		if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
@@ -243,7 +299,7 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		if (a[0] != '-' || i + 1 >= argc) {
 			fprintf(stderr, "cpd: %s: expected a flag and its "
 			    "value\n", a);
-			usage(stderr);
+			usage(stderr, false);
 			return -2;
 		}
 		if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0)
@@ -283,7 +339,7 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		} else if (a[1] != '-' || !flag_to_key(a + 2, key,
 		    sizeof(key)) || config_key_find(key) < 0) {
 			fprintf(stderr, "cpd: unknown flag %s\n", a);
-			usage(stderr);
+			usage(stderr, false);
 			return -2;
 		}
 		if (config_set(c, key, argv[i + 1], &e) < 0)
