@@ -90,3 +90,9 @@ $(BUILD)/tests/check_reload: override LDLIBS += $(LIBCPCLIENT_A)
 
 # check_cpq_term runs build/bin/cpq.
 $(BUILD)/tests/check_cpq_term: | $(BUILD)/bin/cpq
+
+# check_manhelp compares the programs' --help with man/.
+$(BUILD)/tests/check_manhelp: | $(BUILD)/bin/cpd $(BUILD)/bin/cpq \
+    $(BUILD)/bin/cpmodel $(BUILD)/bin/cpbench
+$(BUILD)/tests/check_manhelp.o: override XCFLAGS += \
+	-DCP_SRC_MAN='"$(abspath man)"'
