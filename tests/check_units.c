@@ -4,8 +4,9 @@
  * the system ones as the system manager reads them, the per-user ones
  * with --user.  verify exits 0 after a key it cannot parse (it logs the
  * line and "ignoring"), so a unit passes only when verify also says
- * nothing.  The installed cpd does not exist yet: the copy verified names
- * this build's programs instead of BINDIR's.
+ * nothing.  The installed cpd does not exist yet: the copy verified runs
+ * this build's cpd instead of BINDIR's (whichever prefix the units were
+ * last built for: make install PREFIX=... rebuilds them).
  *
  * Exits 77 (skipped) where systemd-analyze is not installed.
  */
@@ -26,7 +27,6 @@
 #define CP_SRC_ETC "etc"
 #define CP_BUILD_ETC "build/etc"
 #define CP_BUILD_BIN "build/bin"
-#define CP_BINDIR "/usr/local/bin"
 #endif
 
 #define UNIT_MAX (64 * 1024)
@@ -75,30 +75,43 @@ slurp(const char *path, char *buf, size_t size)
 
 /*
  * Writes the unit base/rel (CP_BUILD_ETC's, or CP_SRC_ETC's for one that
- * is installed as it is) to dir/name with every "BINDIR/" made "this
- * build's bin/".
+ * is installed as it is) to dir/name, each ExecStart='s program taken
+ * from this build's bin/ instead of its directory.
  */
 static void
 copy_unit(const char *base, const char *rel, const char *dir,
     const char *name)
 {
+	static const char exec[] = "ExecStart=";
 	static char in[UNIT_MAX];
-	char src[600], dst[600], from[600];
-	const char *p, *hit;
+	char src[600], dst[600];
+	const char *line, *end, *prog, *slash;
 	FILE *f;
 
 	snprintf(src, sizeof(src), "%s/%s", base, rel);
 	snprintf(dst, sizeof(dst), "%s/%s", dir, name);
-	snprintf(from, sizeof(from), "%s/", CP_BINDIR);
 	slurp(src, in, sizeof(in));
 	ck_assert_msg(strstr(in, "@BINDIR@") == NULL &&
 	    strstr(in, "@SYSCONFDIR@") == NULL, "%s: a path left unfilled",
 	    src);
 	f = fopen(dst, "w");
 	ck_assert_ptr_nonnull(f);
-	for (p = in; (hit = strstr(p, from)) != NULL; p = hit + strlen(from))
-		fprintf(f, "%.*s%s/", (int)(hit - p), p, CP_BUILD_BIN);
-	fputs(p, f);
+	for (line = in; *line != '\0'; line = end) {
+		end = line + strcspn(line, "\n");
+		end += *end == '\n';
+		if (strncmp(line, exec, strlen(exec)) != 0) {
+			fprintf(f, "%.*s", (int)(end - line), line);
+			continue;
+		}
+		prog = line + strlen(exec);
+		slash = prog + strcspn(prog, " \n");
+		while (slash > prog && slash[-1] != '/')
+			slash--;
+		ck_assert_msg(slash > prog, "%s: %.*s: no directory", src,
+		    (int)(end - line), line);
+		fprintf(f, "%s%s/%.*s", exec, CP_BUILD_BIN, (int)(end - slash),
+		    slash);
+	}
 	ck_assert_int_eq(fclose(f), 0);
 }
 

@@ -82,7 +82,7 @@ $(BUILD)/tests/check_units: | $(BUILD)/etc/cpd.service \
 $(BUILD)/tests/check_units.o: override XCFLAGS += \
 	-DCP_SRC_ETC='"$(abspath etc)"' \
 	-DCP_BUILD_ETC='"$(abspath $(BUILD)/etc)"' \
-	-DCP_BUILD_BIN='"$(abspath $(BUILD)/bin)"' -DCP_BINDIR='"$(BINDIR)"'
+	-DCP_BUILD_BIN='"$(abspath $(BUILD)/bin)"'
 
 # check_reload drives build/bin/cpd through the static client library.
 $(BUILD)/tests/check_reload: $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd
