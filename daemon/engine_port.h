@@ -110,6 +110,8 @@ struct ep_budgets {
 					   buffers hold */
 	int32_t max_prefill_chunk;	/* 0 or above max_batch_tokens: it */
 	int32_t attention_cost_tokens;	/* 0: off */
+	int32_t max_inter_token_ms;	/* the latency target: > 0 ms, -1
+					   derived, 0 none */
 };
 
 struct ep_cmd {

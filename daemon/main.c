@@ -649,7 +649,8 @@ static bool
 budget_key(size_t i)
 {
 	return i == CONFIG_MAX_BATCH_TOKENS || i == CONFIG_MAX_PREFILL_CHUNK ||
-	    i == CONFIG_ATTENTION_COST_TOKENS;
+	    i == CONFIG_ATTENTION_COST_TOKENS ||
+	    i == CONFIG_MAX_INTER_TOKEN_MS;
 }
 
 /*
@@ -693,6 +694,7 @@ reload_budgets(struct reload *r, const struct cpd_config *nc)
 		r->cur.max_batch_tokens = nc->max_batch_tokens;
 	r->cur.max_prefill_chunk = nc->max_prefill_chunk;
 	r->cur.attention_cost_tokens = nc->attention_cost_tokens;
+	r->cur.max_inter_token_ms = nc->max_inter_token_ms;
 	if ((c = ep_cmd_new(EP_CMD_BUDGETS, 0)) == NULL) {
 		log_warnx("reload: out of memory; the budgets stay");
 		return;
@@ -700,6 +702,7 @@ reload_budgets(struct reload *r, const struct cpd_config *nc)
 	c->budgets.max_batch_tokens = r->cur.max_batch_tokens;
 	c->budgets.max_prefill_chunk = r->cur.max_prefill_chunk;
 	c->budgets.attention_cost_tokens = r->cur.attention_cost_tokens;
+	c->budgets.max_inter_token_ms = r->cur.max_inter_token_ms;
 	if (ep_push(r->port, c) < 0)
 		log_warnx("reload: the engine did not take the budgets");
 }

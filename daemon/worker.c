@@ -505,7 +505,7 @@ cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
 /*
  * BUDGETS: the scheduler's budgets from the next step, max_batch_tokens
  * lowered to the rows the step buffers hold (worker_new()'s), the chunk
- * to the budget, as setup_sched() does.
+ * to the budget, as setup_sched() does; and the pacers' target.
  */
 static void
 cmd_budgets(struct worker *w, const struct ep_budgets *nb)
@@ -527,9 +527,11 @@ cmd_budgets(struct worker *w, const struct ep_budgets *nb)
 		log_warnx("worker: budgets unchanged: %s", e.msg);
 		return;
 	}
+	wk_pace_retarget(w, nb->max_inter_token_ms);
 	log_debug("worker: budgets: max_batch_tokens %d, max_prefill_chunk "
-	    "%d, attention_cost_tokens %d", b.max_batch_tokens,
-	    b.max_prefill_chunk, b.attention_cost_tokens);
+	    "%d, attention_cost_tokens %d, max_inter_token_ms %d",
+	    b.max_batch_tokens, b.max_prefill_chunk, b.attention_cost_tokens,
+	    nb->max_inter_token_ms);
 }
 
 /*

@@ -180,6 +180,60 @@ START_TEST(test_budgets_reload)
 END_TEST
 SUITE_TEST("reload", test_budgets_reload);
 
+/* The target in cpd's counters once a request has run a step. */
+static uint64_t
+target_after_a_step(struct cp_client *c)
+{
+	struct cp_params p;
+	struct cp_event ev;
+	struct cp_stats st;
+	int id;
+
+	cp_params_init(&p);
+	p.max_tokens = 2;
+	id = cp_submit(c, "Once", 4, &p);
+	ck_assert_int_gt(id, 0);
+	while (cp_next_event(c, &ev, WAIT_MS) == 0 &&
+	    ev.type == CP_EVENT_TOKEN)
+		;
+	ck_assert_int_eq(ev.type, CP_EVENT_DONE);
+	ck_assert_int_eq(cp_stats(c, &st), 0);
+	return st.pace_target_us;
+}
+
+/*
+ * max_inter_token_ms reloads too: off, then a fixed 250 ms (the counters
+ * show it once a step has run), then off again; never "needs a restart".
+ */
+START_TEST(test_target_reload)
+{
+	const char *extra[] = { "-c", file, NULL };
+	struct cp_client *c;
+	struct cpd d;
+
+	snprintf(file, sizeof(file), "%s/reload-target-%d.yaml", tmp_dir(),
+	    (int)getpid());
+	write_config("max_inter_token_ms: 0\n");
+	cpd_start_bin(&d, cpd_bin, model, extra);
+	c = client(&d, 0);
+	ck_assert_uint_eq(target_after_a_step(c), 0);
+	write_config("max_inter_token_ms: 250\n");
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	cpd_await_log(&d, "reload: max_inter_token_ms: 0 -> 250\n");
+	cpd_await_log(&d, "reloaded: 1 keys changed");
+	ck_assert_uint_eq(target_after_a_step(c), 250000);
+	write_config("max_inter_token_ms: 0\n");
+	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
+	cpd_await_log(&d, "reload: max_inter_token_ms: 250 -> 0\n");
+	ck_assert_uint_eq(target_after_a_step(c), 0);
+	ck_assert(!cpd_log_has(&d, "needs a restart"));
+	cp_close(c);
+	cpd_stop(&d);
+	unlink(file);
+}
+END_TEST
+SUITE_TEST("reload", test_target_reload);
+
 SUITE_CASE("reload", 120);
 
 int
