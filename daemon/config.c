@@ -52,6 +52,8 @@ struct cfg_key {
 	const char *const *values;	/* T_ENUM, NULL-terminated */
 	const char *def;		/* default, in config_set() syntax */
 	const char *help;		/* one line */
+	const char *old_spelling;	/* T_ENUM: still read as ... */
+	int old_spelling_of;		/* ... this value */
 };
 
 #define KiB (1ULL << 10)
@@ -65,8 +67,8 @@ static const char *const backend_values[] = { "auto", "cpu", "cuda", "null",
 static const char *const bool_values[] = { "false", "true", NULL };
 static const char *const prefix_values[] = { "uid", "global", "off",
     NULL };
-static const char *const log_values[] = { "error", "warn", "info", "debug",
-    NULL };
+static const char *const log_values[] = { "error", "warning", "notice",
+    "info", "debug", NULL };
 static const char *const auto_values[] = { "auto", NULL };
 
 #define F(f) offsetof(struct cpd_config, f)
@@ -181,7 +183,10 @@ static const struct cfg_key keys[CONFIG_NKEYS] = {
 	    "are cancelled; ms or s unit" },
 	[CONFIG_LOG_LEVEL] = { "log_level", T_ENUM, F(log_level), 0,
 	    0, 0, 0, log_values, "info",
-	    "least severe messages logged" },
+	    "least severe messages logged: notice logs the changes of the "
+	    "daemon's state (serving, reloaded, draining, shutting down) and "
+	    "what goes wrong, info also each request; warn is read as "
+	    "warning", "warn", CONFIG_LOG_WARN },
 };
 
 #undef F
@@ -483,6 +488,12 @@ enum_find(const struct cfg_key *k, const char *s, size_t len, long long *idx)
 				*idx = (long long)i;
 			return 1;
 		}
+	}
+	if (k->old_spelling != NULL && strlen(k->old_spelling) == len &&
+	    memcmp(k->old_spelling, s, len) == 0) {
+		if (idx != NULL)
+			*idx = k->old_spelling_of;
+		return 1;
 	}
 	return 0;
 }

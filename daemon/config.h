@@ -73,6 +73,7 @@ enum config_backend {
 enum config_log_level {
 	CONFIG_LOG_ERROR,
 	CONFIG_LOG_WARN,
+	CONFIG_LOG_NOTICE,
 	CONFIG_LOG_INFO,
 	CONFIG_LOG_DEBUG
 };

@@ -47,6 +47,9 @@
  *     UTF-8 sequence, a possible stop string) and release them later.
  *  7. SHUTDOWN: the engine drops every request without events and returns
  *     from its thread; the caller joins it.
+ *  7a. BUDGETS applies between two steps, never within one: the steps
+ *     planned after it are under its budgets, every request keeps
+ *     running (none is dropped or restarted).
  *  8. PROGRESS events go only to a request submitted with
  *     EP_SUBMIT_PROGRESS, one after each step that computed some of its
  *     prompt, carrying that step, n_prompt (prompt tokens computed so
@@ -76,6 +79,8 @@
 #define EP_CMD_PAUSE	3	/* id: its client's completion ring is full */
 #define EP_CMD_RESUME	4	/* id: room again */
 #define EP_CMD_SHUTDOWN	5	/* stop the engine thread */
+#define EP_CMD_BUDGETS	6	/* budgets: the scheduler's, from the next
+				   step (a reload) */
 
 /* Submit flags. */
 #define EP_SUBMIT_TOKENS	0x1u	/* prompt is tokens[], not text */
@@ -100,11 +105,22 @@ struct ep_params {
 	uint32_t top_n;		/* [0, CP_TOPN_MAX]: top-n list per token */
 };
 
+/* A step's budgets (cpd.yaml's keys of the same names), range-checked. */
+struct ep_budgets {
+	int32_t max_batch_tokens;	/* lowered to what the engine's
+					   buffers hold */
+	int32_t max_prefill_chunk;	/* 0 or above max_batch_tokens: it */
+	int32_t attention_cost_tokens;	/* 0: off */
+	int32_t max_inter_token_ms;	/* the latency target: > 0 ms, -1
+					   derived, 0 none */
+};
+
 struct ep_cmd {
 	struct ep_cmd *next;	/* queue link: the port's until taken */
 	uint32_t kind;		/* EP_CMD_* */
 	uint32_t client;	/* < EP_MAX_CLIENTS */
-	uint64_t id;		/* request id (not for SHUTDOWN) */
+	uint64_t id;		/* request id (not for SHUTDOWN, BUDGETS) */
+	struct ep_budgets budgets;	/* BUDGETS only */
 	/* SUBMIT only; the pointers point into data[] */
 	uint64_t t_recv_ns;	/* stats_now_ns() when the io loop took it
 				   from the ring; 0 = unknown (the engine's

@@ -15,6 +15,7 @@
 /* syslog(3) priorities, the journal's "<N>" prefixes. */
 #define PRIO_ERR	3
 #define PRIO_WARNING	4
+#define PRIO_NOTICE	5
 #define PRIO_INFO	6
 #define PRIO_DEBUG	7
 
@@ -121,6 +122,7 @@ LOG_FN(log_err, LOG_LVL_ERROR, PRIO_ERR, "error: ", 1)
 LOG_FN(log_errx, LOG_LVL_ERROR, PRIO_ERR, "error: ", 0)
 LOG_FN(log_warn, LOG_LVL_WARN, PRIO_WARNING, "warning: ", 1)
 LOG_FN(log_warnx, LOG_LVL_WARN, PRIO_WARNING, "warning: ", 0)
+LOG_FN(log_notice, LOG_LVL_NOTICE, PRIO_NOTICE, "", 0)
 LOG_FN(log_info, LOG_LVL_INFO, PRIO_INFO, "", 0)
 LOG_FN(log_debug, LOG_LVL_DEBUG, PRIO_DEBUG, "debug: ", 0)
 

@@ -7,18 +7,22 @@
  * append ": " and strerror(errno); the x variants do not.  fatal() and
  * fatalx() exit(1): only for start-up failures and broken invariants, never
  * for a bad client.  When stderr is the journal's stream ($JOURNAL_STREAM),
- * each line starts with its syslog priority, "<3>" for errors to "<7>" for
- * debug messages, as systemd-journald reads them.
+ * each line starts with its syslog priority, "<3>" for errors, "<4>"
+ * warnings, "<5>" notices, "<6>" information and "<7>" debug messages, as
+ * systemd-journald reads them.
  */
 #ifndef CP_LOG_H
 #define CP_LOG_H
 
 #include <stdarg.h>
 
+/* The levels, from the most severe; cpd.yaml's log_level values in order. */
 #define LOG_LVL_ERROR	0	/* fatal messages only */
 #define LOG_LVL_WARN	1
-#define LOG_LVL_INFO	2
-#define LOG_LVL_DEBUG	3
+#define LOG_LVL_NOTICE	2	/* a change of the daemon's state: serving,
+				   reloaded, draining, shutting down */
+#define LOG_LVL_INFO	3
+#define LOG_LVL_DEBUG	4
 
 /* Send lines at or below level to fd (borrowed; -1 = stderr). */
 void log_init(int level, int fd);
@@ -41,6 +45,12 @@ void log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Warning. */
 void log_warnx(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * A change of the daemon's state that an operator wants to see at a
+ * quieter level than info (what systemd's daemons log at notice).
+ */
+void log_notice(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Informational message. */
 void log_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -58,6 +58,12 @@
 #define CP_VERSION "unknown"
 #endif
 
+/* log_level's values are log.h's levels. */
+_Static_assert(CONFIG_LOG_ERROR == LOG_LVL_ERROR &&
+    CONFIG_LOG_WARN == LOG_LVL_WARN && CONFIG_LOG_NOTICE == LOG_LVL_NOTICE &&
+    CONFIG_LOG_INFO == LOG_LVL_INFO && CONFIG_LOG_DEBUG == LOG_LVL_DEBUG,
+    "log_level and log.h disagree");
+
 #ifndef CPD_SYSCONFDIR
 #define CPD_SYSCONFDIR "/etc"
 #endif
@@ -66,16 +72,72 @@
 static struct server *volatile running_srv;
 static volatile sig_atomic_t signals_seen;
 
+/* text on lines of at most 79 columns, each indented by indent spaces. */
 static void
-usage(FILE *f)
+print_wrapped(FILE *f, const char *text, int indent)
 {
+	const int width = 79 - indent;
+
+	while (*text != '\0') {
+		int n = (int)strlen(text), cut = n;
+
+		if (n > width) {
+			for (cut = width; cut > 0 && text[cut] != ' '; cut--)
+				;
+			if (cut == 0)
+				cut = width;
+		}
+		fprintf(f, "%*s%.*s\n", indent, "", cut, text);
+		text += cut;
+		while (*text == ' ')
+			text++;
+	}
+}
+
+/* The usage; full: the options and every key with its default (--help). */
+static void
+usage(FILE *f, bool full)
+{
+	char flag[64];
+
 	fputs("usage: cpd [-c FILE] [-m MODEL] [-t THREADS] [-s SOCKET] "
 	    "[-v] [--KEY VALUE ...]\n"
 	    "       cpd --check-config FILE\n"
 	    "       cpd [-c FILE] [--KEY VALUE ...] --print-config\n"
-	    "       cpd --help | --version\n"
-	    "Every key of cpd.yaml(5) is also a flag: --max-batch-tokens 256, "
-	    "--backend cpu ...\n", f);
+	    "       cpd --help | --version\n", f);
+	if (!full) {
+		fputs("Every key of cpd.yaml(5) is also a flag: "
+		    "--max-batch-tokens 256, --backend cpu ...\n", f);
+		return;
+	}
+	fputs("Options:\n"
+	    "  -c, --config FILE        the configuration file (default:\n"
+	    "                           $XDG_CONFIG_HOME/cpd/cpd.yaml, else\n"
+	    "                           " CPD_SYSCONFDIR "/cpd/cpd.yaml, when "
+	    "it exists)\n"
+	    "  -m MODEL                 the model key\n"
+	    "  -t THREADS               the threads key\n"
+	    "  -s, --socket SOCKET      the socket_path key\n"
+	    "  -v                       log debug messages (--log-level "
+	    "debug)\n"
+	    "      --check-config FILE  check FILE and exit\n"
+	    "      --print-config       print the configuration in effect "
+	    "and exit\n"
+	    "      --help               this text\n"
+	    "      --version            cpd's version\n"
+	    "Keys of cpd.yaml(5), each also a flag (--KEY VALUE or "
+	    "--KEY=VALUE):\n", f);
+	for (size_t i = 0; i < config_nkeys(); i++) {
+		const char *def = config_key_default(i);
+
+		snprintf(flag, sizeof(flag), "--%s", config_key_name(i));
+		for (char *p = flag; *p != '\0'; p++)
+			if (*p == '_')
+				*p = '-';
+		fprintf(f, "  %s VALUE (default: %s)\n", flag,
+		    def[0] != '\0' ? def : "\"\"");
+		print_wrapped(f, config_key_help(i), 6);
+	}
 }
 
 static void
@@ -221,7 +283,7 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		const char *a = argv[i];
 
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-			usage(stdout);
+			usage(stdout, true);
 			return 1;
 		}
 		if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
@@ -237,7 +299,7 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		if (a[0] != '-' || i + 1 >= argc) {
 			fprintf(stderr, "cpd: %s: expected a flag and its "
 			    "value\n", a);
-			usage(stderr);
+			usage(stderr, false);
 			return -2;
 		}
 		if (strcmp(a, "-c") == 0 || strcmp(a, "--config") == 0)
@@ -277,7 +339,7 @@ load_config(int argc, char **argv, struct cpd_config *c)
 		} else if (a[1] != '-' || !flag_to_key(a + 2, key,
 		    sizeof(key)) || config_key_find(key) < 0) {
 			fprintf(stderr, "cpd: unknown flag %s\n", a);
-			usage(stderr);
+			usage(stderr, false);
 			return -2;
 		}
 		if (config_set(c, key, argv[i + 1], &e) < 0)
@@ -569,17 +631,41 @@ handed_listen_fd(void)
 	return fd;
 }
 
-/* What a reload reads again: the command line, and the configuration in use. */
+/*
+ * What a reload reads again (the command line), the configuration in use,
+ * and where the scheduler's budgets go (the engine thread, through the
+ * port: the io loop never touches the scheduler).
+ */
 struct reload {
 	int ac;
 	char **av;
 	struct cpd_config cur;
+	struct engine_port *port;
+	int batch_rows;		/* rows the engine's step buffers hold */
 };
 
-/* Keys a reload applies at once; the others need a restart. */
+/* The scheduler's budgets, which the engine thread takes between steps. */
 static bool
-live_key(size_t i)
+budget_key(size_t i)
 {
+	return i == CONFIG_MAX_BATCH_TOKENS || i == CONFIG_MAX_PREFILL_CHUNK ||
+	    i == CONFIG_ATTENTION_COST_TOKENS ||
+	    i == CONFIG_MAX_INTER_TOKEN_MS;
+}
+
+/*
+ * Keys a reload applies at once; the others need a restart.
+ * max_batch_tokens may not grow past the rows the engine allocated at
+ * start, nor fall under max_seqs.
+ */
+static bool
+live_key(const struct reload *r, const struct cpd_config *nc, size_t i)
+{
+	if (i == CONFIG_MAX_BATCH_TOKENS)
+		return nc->max_batch_tokens <= r->batch_rows &&
+		    nc->max_batch_tokens >= r->cur.max_seqs;
+	if (budget_key(i))
+		return true;
 	switch (i) {
 	case CONFIG_LOG_LEVEL:
 	case CONFIG_ALLOWED_USERS:
@@ -595,6 +681,33 @@ live_key(size_t i)
 }
 
 /*
+ * The budgets of nc that live_key() allows become the ones in use, and
+ * go to the engine thread (EP_CMD_BUDGETS), which applies them between
+ * two steps.
+ */
+static void
+reload_budgets(struct reload *r, const struct cpd_config *nc)
+{
+	struct ep_cmd *c;
+
+	if (live_key(r, nc, CONFIG_MAX_BATCH_TOKENS))
+		r->cur.max_batch_tokens = nc->max_batch_tokens;
+	r->cur.max_prefill_chunk = nc->max_prefill_chunk;
+	r->cur.attention_cost_tokens = nc->attention_cost_tokens;
+	r->cur.max_inter_token_ms = nc->max_inter_token_ms;
+	if ((c = ep_cmd_new(EP_CMD_BUDGETS, 0)) == NULL) {
+		log_warnx("reload: out of memory; the budgets stay");
+		return;
+	}
+	c->budgets.max_batch_tokens = r->cur.max_batch_tokens;
+	c->budgets.max_prefill_chunk = r->cur.max_prefill_chunk;
+	c->budgets.attention_cost_tokens = r->cur.attention_cost_tokens;
+	c->budgets.max_inter_token_ms = r->cur.max_inter_token_ms;
+	if (ep_push(r->port, c) < 0)
+		log_warnx("reload: the engine did not take the budgets");
+}
+
+/*
  * SIGHUP, on the io loop's thread: the configuration file and the flags
  * again; the keys that can change live change (each logged), the others
  * are logged as needing a restart and keep their values; a file with an
@@ -607,7 +720,7 @@ on_reload(void *arg, struct server *srv)
 	struct cpd_config nc;
 	struct srv_config sc;
 	char was[512], now[512];
-	int changed = 0;
+	int changed = 0, budgets = 0;
 
 	if (load_config(r->ac, r->av, &nc) != 0) {
 		log_errx("reload: the configuration has an error; the one in "
@@ -625,13 +738,17 @@ on_reload(void *arg, struct server *srv)
 		    strcmp(was, now) == 0)
 			continue;
 		changed++;
-		if (live_key(i))
-			log_info("reload: %s: %s -> %s", config_key_name(i), was,
-			    now);
-		else
+		if (live_key(r, &nc, i)) {
+			budgets += budget_key(i);
+			log_notice("reload: %s: %s -> %s", config_key_name(i),
+			    was, now);
+		} else {
 			log_warnx("reload: %s: %s -> %s needs a restart; it "
 			    "stays %s", config_key_name(i), was, now, was);
+		}
 	}
+	if (budgets > 0)
+		reload_budgets(r, &nc);
 	log_setlevel(nc.log_level);
 	srv_set_limits(srv, &sc);
 	r->cur.log_level = nc.log_level;
@@ -645,7 +762,7 @@ on_reload(void *arg, struct server *srv)
 	r->cur.per_uid_max_requests = nc.per_uid_max_requests;
 	r->cur.client_stall_timeout_ms = nc.client_stall_timeout_ms;
 	r->cur.drain_timeout_ms = nc.drain_timeout_ms;
-	log_info("reloaded: %d keys changed", changed);
+	log_notice("reloaded: %d keys changed", changed);
 	notify_raw("READY=1\nSTATUS=reloaded");
 }
 
@@ -780,6 +897,8 @@ main(int argc, char **argv)
 		status = EX_CONFIG;
 		goto out;
 	}
+	rl.port = port;
+	rl.batch_rows = ws.max_batch_tokens;
 	sc.on_reload = on_reload;
 	sc.reload_arg = &rl;
 	if ((rc = worker_start(w)) < 0) {
@@ -803,7 +922,7 @@ main(int argc, char **argv)
 	/* A signal that came while loading is delivered here, and drains. */
 	pthread_sigmask(SIG_UNBLOCK, &stop_sigs, NULL);
 
-	log_info("serving %s (%s backend, %d threads, context %d, "
+	log_notice("serving %s (%s backend, %d threads, context %d, "
 	    "%d KV blocks of %d tokens, %.1f MiB) on %s", sc.model.name,
 	    be_name(worker_backend(w)), be_params(worker_backend(w))->n_threads,
 	    ws.n_ctx, (int)es.kv_blocks_total, ws.kv_block_tokens,
@@ -819,7 +938,7 @@ main(int argc, char **argv)
 		status = EX_SOFTWARE;
 	} else {
 		status = 0;
-		log_info("shutting down");
+		log_notice("shutting down");
 	}
 out:
 	pthread_sigmask(SIG_BLOCK, &stop_sigs, NULL);

@@ -32,6 +32,24 @@ pacer_set_target(struct pacer *p, double ms)
 		p->target_fixed = p->target = ms;
 }
 
+/* A derived target from the recent decode-only steps (some were seen). */
+static double
+derived(const struct pacer *p)
+{
+	double t = PACER_AUTO_FACTOR * pacer_decode_ms(p);
+
+	return t < PACER_AUTO_MIN_MS ? PACER_AUTO_MIN_MS :
+	    t > PACER_AUTO_MAX_MS ? PACER_AUTO_MAX_MS : t;
+}
+
+void
+pacer_retarget(struct pacer *p, double target_ms)
+{
+	p->target_fixed = target_ms;
+	p->target = target_ms > 0 ? target_ms :
+	    target_ms < 0 && p->n_dec > 0 ? derived(p) : 0;
+}
+
 bool
 pacer_on(const struct pacer *p)
 {
@@ -196,17 +214,12 @@ pacer_decode_ms(const struct pacer *p)
 static void
 note_decode_step(struct pacer *p, double ms)
 {
-	double t;
-
 	p->dec_ms[p->dec_next] = ms;
 	p->dec_next = (p->dec_next + 1) % PACER_MEDIAN_STEPS;
 	if (p->n_dec < PACER_MEDIAN_STEPS)
 		p->n_dec++;
-	if (p->target_fixed >= 0)
-		return;
-	t = PACER_AUTO_FACTOR * pacer_decode_ms(p);
-	p->target = t < PACER_AUTO_MIN_MS ? PACER_AUTO_MIN_MS :
-	    t > PACER_AUTO_MAX_MS ? PACER_AUTO_MAX_MS : t;
+	if (p->target_fixed < 0)
+		p->target = derived(p);
 }
 
 /*

@@ -103,6 +103,13 @@ void pacer_init(struct pacer *p, double target_ms);
 /* The target becomes ms (> 0), fixed: e.g. another pacer's derived one. */
 void pacer_set_target(struct pacer *p, double ms);
 
+/*
+ * The target becomes target_ms, as pacer_init() reads it (a reload); the
+ * model of the step times and the recent decode steps are kept, so a
+ * derived target is known at once when decode steps were seen.
+ */
+void pacer_retarget(struct pacer *p, double target_ms);
+
 /* The median of the recent decode-only steps, ms; 0 before one. */
 double pacer_decode_ms(const struct pacer *p);
 

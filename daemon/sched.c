@@ -69,7 +69,11 @@
  *      the engine's pool always has what the plan counts, and the cache
  *      never changes who is admitted, waits or is preempted.  A request that does not fit ends the phase:
  *      nobody overtakes it, its client keeps the turn.
- * The budget is max_batch_tokens.  A decode token costs 1 of it; a
+ * The budget is max_batch_tokens.  It, max_prefill_chunk and
+ * attention_cost_tokens may change between two steps
+ * (sched_set_budgets(), a reload), never within one: a plan is made and
+ * committed under one set, and invariants 2, 9 and 10 hold for the set
+ * in use when the plan was made.  A decode token costs 1 of it; a
  * prompt token at position p costs 1, or 1 + p / attention_cost_tokens
  * when that is set (a chunk of n tokens from pos costs n plus the sum of
  * their positions over attention_cost_tokens, rounded up): a prompt
@@ -422,6 +426,31 @@ const struct sched_config *
 sched_config(const struct sched *s)
 {
 	return &s->cfg;
+}
+
+int
+sched_set_budgets(struct sched *s, const struct sched_budgets *b,
+    struct cp_err *e)
+{
+	struct sched_config in = s->cfg, c;
+	int rc;
+
+	if (s->open)
+		return cp_err_set(e, -EBUSY, "sched: budgets change between "
+		    "steps, not within one");
+	in.max_batch_tokens = b->max_batch_tokens;
+	in.max_prefill_chunk = b->max_prefill_chunk;
+	in.attention_cost_tokens = b->attention_cost_tokens;
+	if (in.kv_watermark_blocks == 0)	/* resolved from "none" */
+		in.kv_watermark_blocks = SCHED_NO_WATERMARK;
+	if (b->max_batch_tokens <= 0)
+		return cp_err_set(e, -EINVAL, "sched: max_batch_tokens %d is "
+		    "out of range (1..%d)", b->max_batch_tokens,
+		    SCHED_MAX_BATCH);
+	if ((rc = config_resolve(&in, &c, e)) != 0)
+		return rc;
+	s->cfg = c;
+	return 0;
 }
 
 /* ---- lists --------------------------------------------------------------- */

@@ -200,6 +200,23 @@ void sched_free(struct sched *s);
 /* The configuration in use, defaults filled in; valid for s's lifetime. */
 const struct sched_config *sched_config(const struct sched *s);
 
+/* What a step may take, the part of sched_config that may change live. */
+struct sched_budgets {
+	int max_batch_tokens;	/* >= max_seqs */
+	int max_prefill_chunk;	/* 0: max_batch_tokens */
+	int attention_cost_tokens;	/* 0: a prompt token counts as 1 */
+};
+
+/*
+ * From the next sched_step(), plan under budgets b (sched_config's
+ * fields of the same names, with the same ranges; max_seqs stays, and
+ * must not exceed b's max_batch_tokens).  Returns 0, -EINVAL with e
+ * naming the field and its range (s unchanged), or -EBUSY between
+ * sched_step() and sched_commit().
+ */
+int sched_set_budgets(struct sched *s, const struct sched_budgets *b,
+    struct cp_err *e);
+
 /*
  * Queue a request; the order of calls is the arrival order.  Returns its
  * handle (>= 0), or -EINVAL (bad client, empty prompt, max_tokens < 1),

@@ -1393,7 +1393,7 @@ drain_start(struct server *srv)
 	}
 	srv->drain_cancel_ms = now + (uint64_t)srv->cfg.drain_timeout_ms;
 	srv->drain_end_ms = srv->drain_cancel_ms + DRAIN_GRACE_MS;
-	log_info("draining: %llu requests in flight, %u clients; what is "
+	log_notice("draining: %llu requests in flight, %u clients; what is "
 	    "left after %d ms is cancelled", (unsigned long long)srv->inflight,
 	    srv->n_sessions, srv->cfg.drain_timeout_ms);
 }
@@ -1420,7 +1420,7 @@ drain_cancel(struct server *srv)
 		}
 	}
 	srv->drain_cancelled = 1;
-	log_info("draining: %d ms passed, %u requests cancelled",
+	log_notice("draining: %d ms passed, %u requests cancelled",
 	    srv->cfg.drain_timeout_ms, n);
 }
 
@@ -1448,7 +1448,7 @@ drain_check(struct server *srv)
 	if (!srv->drain_cancelled && now >= srv->drain_cancel_ms)
 		drain_cancel(srv);
 	if (drain_done(srv)) {
-		log_info("drained: every request ended and delivered");
+		log_notice("drained: every request ended and delivered");
 		srv->stopping = 1;
 	} else if (now >= srv->drain_end_ms) {
 		log_warnx("draining: %llu requests still in flight or events "

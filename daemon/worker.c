@@ -519,6 +519,38 @@ cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
 }
 
 /*
+ * BUDGETS: the scheduler's budgets from the next step, max_batch_tokens
+ * lowered to the rows the step buffers hold (worker_new()'s), the chunk
+ * to the budget, as setup_sched() does; and the pacers' target.
+ */
+static void
+cmd_budgets(struct worker *w, const struct ep_budgets *nb)
+{
+	struct sched_budgets b;
+	struct cp_err e = { 0 };
+	int rc;
+
+	b.max_batch_tokens = nb->max_batch_tokens > 0 &&
+	    nb->max_batch_tokens < w->max_batch ? nb->max_batch_tokens :
+	    w->max_batch;
+	if (b.max_batch_tokens < w->max_seqs)
+		b.max_batch_tokens = w->max_seqs;
+	b.max_prefill_chunk = nb->max_prefill_chunk > 0 &&
+	    nb->max_prefill_chunk < b.max_batch_tokens ?
+	    nb->max_prefill_chunk : b.max_batch_tokens;
+	b.attention_cost_tokens = nb->attention_cost_tokens;
+	if ((rc = sched_set_budgets(w->sched, &b, &e)) < 0) {
+		log_warnx("worker: budgets unchanged: %s", e.msg);
+		return;
+	}
+	wk_pace_retarget(w, nb->max_inter_token_ms);
+	log_debug("worker: budgets: max_batch_tokens %d, max_prefill_chunk "
+	    "%d, attention_cost_tokens %d, max_inter_token_ms %d",
+	    b.max_batch_tokens, b.max_prefill_chunk, b.attention_cost_tokens,
+	    nb->max_inter_token_ms);
+}
+
+/*
  * Applies one command other than SHUTDOWN; a text SUBMIT's prompt comes
  * as ids and k (submit_prompt()).
  */
@@ -546,6 +578,9 @@ command(struct worker *w, const struct ep_cmd *c, const int32_t *ids, int k,
 			w->n_paused += r->paused ? 1 : -1;
 		}
 		break;
+	case EP_CMD_BUDGETS:
+		cmd_budgets(w, &c->budgets);
+		break;
 	default:
 		log_warnx("worker: command kind %u ignored", c->kind);
 		break;
@@ -572,7 +607,8 @@ commands(struct worker *w)
 			ep_cmd_free_list(c);
 			return 1;
 		}
-		if (prep_hold(w->prep, c) == 1)
+		/* budgets are no client's: nothing holds them back */
+		if (c->kind != EP_CMD_BUDGETS && prep_hold(w->prep, c) == 1)
 			continue;
 		command(w, c, NULL, 0, NULL);
 		ep_cmd_free(c);

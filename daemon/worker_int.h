@@ -146,9 +146,12 @@ void wk_prefix_publish(struct worker *w, const struct wreq *r);
 
 /* ---- worker_pace.c ----------------------------------------------------- */
 
-/* The pacer for p's target, and its hooks in sc when there is one. */
+/* The pacers for p's target, and their hooks in sc. */
 void wk_pace_setup(struct worker *w, const struct worker_params *p,
     struct sched_config *sc);
+
+/* Both pacers' target becomes max_inter_token_ms (a reload). */
+void wk_pace_retarget(struct worker *w, int max_inter_token_ms);
 
 /* Whether the target lets a long prompt go to the prefill lane. */
 bool wk_pace_lane_ok(struct worker *w);

@@ -42,6 +42,10 @@ pace_take(void *arg, int pos, int n)
 	pacer_take(pacer_now(arg), pos, n);
 }
 
+/*
+ * The hooks are set with the target off too: a pacer that is off lets
+ * every row through, and a reload may turn it on (wk_pace_retarget()).
+ */
 void
 wk_pace_setup(struct worker *w, const struct worker_params *p,
     struct sched_config *sc)
@@ -51,8 +55,6 @@ wk_pace_setup(struct worker *w, const struct worker_params *p,
 
 	pacer_init(&w->pacer[0], t);
 	pacer_init(&w->pacer[1], t);
-	if (!pacer_on(&w->pacer[0]))
-		return;
 	sc->pace_begin = pace_begin;
 	sc->pace_rows = pace_rows;
 	sc->pace_take = pace_take;
@@ -95,6 +97,18 @@ pace_log(const char *which, const struct pacer_stats *ps)
 	    ps->meas_ms, ps->est_ms, ps->err_ms,
 	    (unsigned long long)ps->missed, (unsigned long long)ps->steps,
 	    ps->missed_ms);
+}
+
+void
+wk_pace_retarget(struct worker *w, int max_inter_token_ms)
+{
+	double t = max_inter_token_ms < 0 ? -1.0 : (double)max_inter_token_ms;
+	struct pacer_stats ps;
+
+	pacer_retarget(&w->pacer[0], t);
+	pacer_retarget(&w->pacer[1], t);
+	pacer_stats(&w->pacer[0], &ps);
+	w->es.pace_target_us = us(ps.target_ms);
 }
 
 /*

@@ -19,8 +19,11 @@
  * the daemon forgets a client that leaves).  After, the first SIGINT
  * cancels the request in the daemon and waits (up to CANCEL_WAIT_MS) for
  * its DONE event, which is still printed; the exit status is then 130.  A
- * second SIGINT exits at once.  Every wait for an event is cut into
- * WAIT_SLICE_MS pieces so the flag is seen quickly.
+ * second SIGINT exits at once, unless it comes within SIGINT_SAME_MS of
+ * the first: a terminal's Ctrl-C and timeout(1) signal the whole process
+ * group, so cpq run from a script under either may get one SIGINT from
+ * each, and both are the same Ctrl-C.  Every wait for an event is cut
+ * into WAIT_SLICE_MS pieces so the flag is seen quickly.
  *
  * Prefill: when standard error is a terminal and the prompt is long
  * (PROGRESS_BYTES, or any length with --progress), cpq asks the daemon for
@@ -28,9 +31,14 @@
  * keeps one line on stderr up to date: "prefill: N/M tokens" from the
  * daemon's latest report, or, before any report (or from a daemon that
  * offers none), the prompt's size and the time spent, never a made-up
- * count.  The first token (or the end) erases the line.  With --json,
- * --progress also prints each report as a "progress" object; without
- * --progress JSON output is only tokens and the end, as before.
+ * count.  The first token (or the end) erases the line.  With --progress
+ * and standard error not a terminal, each report is a line of its own
+ * there instead (text and ids output).  With --json, --progress also
+ * prints each report as a "progress" object; without --progress JSON
+ * output is only tokens and the end, as before.
+ *
+ * Text output ends with a newline (unless the text did, or --no-newline):
+ * a shell prompt or the next line of a pipe starts on its own line.
  *
  * Logprobs: --json always asks for each token's logprob; --logprobs N
  * asks for N alternatives too and prints them as "top_logprobs" (ids and
@@ -69,21 +77,39 @@ struct run {
 volatile sig_atomic_t n_sigint;
 volatile sig_atomic_t submitted;
 volatile sig_atomic_t at_prompt;
+static struct timespec first_sigint;	/* when n_sigint became 1 */
 
 /*
  * Before a submission nothing needs cancelling: leave at once, unless a
- * conversation waits for its next turn (cpq_chat.c sees the flag).
+ * conversation waits for its next turn (cpq_chat.c sees the flag).  After
+ * it, the first SIGINT is noted (stream() cancels), one within
+ * SIGINT_SAME_MS of it is the same Ctrl-C, a later one exits.
+ * clock_gettime() is async-signal-safe.
  */
 static void
 on_sigint(int sig)
 {
+	struct timespec now;
+	long long ms;
+
 	(void)sig;
 	if (at_prompt) {
 		n_sigint = 1;
 		return;
 	}
-	if (!submitted || ++n_sigint >= 2)
+	if (!submitted)
 		_exit(EXIT_INTR);
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (n_sigint == 0) {
+		first_sigint = now;
+		n_sigint = 1;
+		return;
+	}
+	ms = (long long)(now.tv_sec - first_sigint.tv_sec) * 1000 +
+	    (now.tv_nsec - first_sigint.tv_nsec) / 1000000;
+	if (ms < SIGINT_SAME_MS)
+		return;
+	_exit(EXIT_INTR);
 }
 
 static uint64_t
@@ -147,8 +173,13 @@ usage(FILE *f)
 	    "                           tokens and their logprobs\n"
 	    "      --progress           prompt progress: with --json, as "
 	    "objects;\n"
-	    "                           else on stderr (a terminal), even for "
-	    "a short prompt\n"
+	    "                           else on stderr, even for a short "
+	    "prompt\n"
+	    "      --no-newline         end the text as generated, without "
+	    "adding a newline\n"
+	    "      --chat-template NAME no longer taken: name the format with "
+	    "cpd.yaml's\n"
+	    "                           chat_template key\n"
 	    "      --info               print model and daemon information\n"
 	    "      --stats              print the daemon's counters\n"
 	    "      --prometheus         with --stats: Prometheus text format\n"
@@ -215,7 +246,7 @@ enum {
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
 	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
 	OPT_PROGRESS, OPT_VERSION, OPT_STOP, OPT_TOKENIZE, OPT_COUNT,
-	OPT_LOGPROBS,
+	OPT_LOGPROBS, OPT_NO_NEWLINE,
 };
 
 static const struct option longopts[] = {
@@ -232,6 +263,7 @@ static const struct option longopts[] = {
 	{ "json", no_argument, NULL, OPT_JSON },
 	{ "progress", no_argument, NULL, OPT_PROGRESS },
 	{ "logprobs", required_argument, NULL, OPT_LOGPROBS },
+	{ "no-newline", no_argument, NULL, OPT_NO_NEWLINE },
 	{ "system", required_argument, NULL, OPT_SYSTEM },
 	{ "chat", no_argument, NULL, OPT_CHAT },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
@@ -355,6 +387,9 @@ parse_args(int argc, char **argv, struct opts *o)
 				return bad_arg("--logprobs", "a whole number "
 				    "from 0 to 20", a);
 			o->top_n = (int)v;
+			break;
+		case OPT_NO_NEWLINE:
+			o->no_newline = 1;
 			break;
 		case OPT_SYSTEM:
 			o->system = a;
@@ -1027,7 +1062,10 @@ waiting_line(struct run *r, size_t prompt_len, int clear)
 	r->waiting_shown = 1;
 }
 
-/* A PROGRESS event: for the prefill line; printed with --json --progress. */
+/*
+ * A PROGRESS event: for the prefill line; printed with --json --progress,
+ * and as a line of its own with --progress when stderr is no terminal.
+ */
 static void
 on_progress(struct run *r, const struct opts *o, const struct cp_event *ev)
 {
@@ -1035,6 +1073,10 @@ on_progress(struct run *r, const struct opts *o, const struct cp_event *ev)
 		return;
 	r->prog_done = ev->n_prompt;
 	r->prog_total = ev->n_total;
+	if (o->mode != MODE_JSON && o->progress && !isatty(2))
+		fprintf(stderr, "cpq: prefill: %u/%u tokens, %.1f s\n",
+		    ev->n_prompt, ev->n_total,
+		    ms_between(r->t_submit, now_ns()) / 1000);
 	if (o->mode == MODE_JSON && o->progress) {
 		printf("{\"event\":\"progress\",\"done\":%u,\"total\":%u,"
 		    "\"step\":%u,\"t_ms\":%.3f}\n", ev->n_prompt, ev->n_total,
@@ -1082,22 +1124,26 @@ on_token(struct run *r, const struct opts *o, const struct cp_event *ev)
 	fflush(stdout);
 }
 
-/* Ends the output's line: always for ids, for text only on a terminal. */
+/*
+ * Ends the output's line: always for ids; for text that does not end in
+ * one, unless --no-newline.
+ */
 static void
-end_line(const struct run *r, enum mode mode)
+end_line(const struct run *r, const struct opts *o)
 {
-	if (mode == MODE_IDS)
+	if (o->mode == MODE_IDS)
 		putchar('\n');
-	else if (mode == MODE_TEXT && r->last_byte >= 0 &&
-	    r->last_byte != '\n' && isatty(1))
+	else if (o->mode == MODE_TEXT && r->last_byte >= 0 &&
+	    r->last_byte != '\n' && !o->no_newline)
 		putchar('\n');
 }
 
 /* The request's last event: prints it, returns the exit status. */
 static int
-on_end(struct run *r, enum mode mode, const struct cp_event *ev,
+on_end(struct run *r, const struct opts *o, const struct cp_event *ev,
     int cancelled)
 {
+	enum mode mode = o->mode;
 	uint64_t t = now_ns();
 
 	/*
@@ -1110,7 +1156,7 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 		fwrite(ev->text, 1, ev->text_len, stdout);
 		r->last_byte = (unsigned char)ev->text[ev->text_len - 1];
 	}
-	end_line(r, mode);
+	end_line(r, o);
 	if (mode == MODE_JSON) {
 		if (ev->type == CP_EVENT_DONE) {
 			fputs("{\"event\":\"done\"", stdout);
@@ -1160,7 +1206,10 @@ on_end(struct run *r, enum mode mode, const struct cp_event *ev,
 	return EXIT_DAEMON;
 }
 
-/* 1 when a prompt of len bytes gets the prefill line (stderr a terminal). */
+/*
+ * 1 when a prompt of len bytes gets the prefill line (stderr a terminal);
+ * --progress elsewhere prints each report (on_progress()).
+ */
 static int
 show_prefill(const struct opts *o, size_t len)
 {
@@ -1210,14 +1259,14 @@ stream(struct cp_client *c, const struct opts *o, int id, size_t len,
 		}
 		waiting_line(r, len, 1);
 		if (e < 0) {
-			end_line(r, o->mode);
+			end_line(r, o);
 			fflush(stdout);
 			fprintf(stderr, "cpq: lost the daemon: %s\n",
 			    cp_strerror(e));
 			return cancel_at != 0 ? EXIT_INTR : EXIT_DAEMON;
 		}
 		if (ev.type != CP_EVENT_TOKEN)
-			return on_end(r, o->mode, &ev, cancel_at != 0);
+			return on_end(r, o, &ev, cancel_at != 0);
 		on_token(r, o, &ev);
 	}
 }
@@ -1235,8 +1284,7 @@ generate(struct cp_client *c, const struct opts *o,
 	memset(&r, 0, sizeof(r));
 	r.answer = answer;
 	r.last_byte = -1;
-	p.progress = show_prefill(o, len) || (o->mode == MODE_JSON &&
-	    o->progress);
+	p.progress = show_prefill(o, len) || o->progress;
 	submitted = 1;
 	r.t_submit = now_ns();
 	id = msgs != NULL ? cp_submit_chat(c, msgs, n_msgs, &p) :

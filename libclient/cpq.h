@@ -22,6 +22,7 @@
 #define CANCEL_WAIT_MS	2000	/* after cancelling, wait this long for DONE */
 #define PROGRESS_BYTES	1024	/* shorter prompts show no prefill line */
 #define PROGRESS_MS	500	/* prefill line after this long, no token */
+#define SIGINT_SAME_MS	200	/* a second SIGINT this soon: the same one */
 
 enum mode { MODE_TEXT, MODE_IDS, MODE_JSON };
 
@@ -40,6 +41,7 @@ struct opts {
 	int count;			/* --count */
 	int progress;			/* --progress */
 	int top_n;			/* --logprobs N; -1: not given */
+	int no_newline;			/* --no-newline */
 	char **args;			/* prompt words */
 	int n_args;
 };

@@ -576,7 +576,7 @@ static const struct bad bad_values[] = {
 	{ "max_inter_token_ms: 40ms\n", -EINVAL, 1, 21, "not a decimal" },
 	{ "backend: CPU\n", -EINVAL, 1, 10, "'CPU' is not a known value" },
 	{ "log_level: verbose\n", -EINVAL, 1, 12,
-	    "allowed: error, warn, info, debug" },
+	    "allowed: error, warning, notice, info, debug" },
 	{ "kv_cache: 512MB\n", -EINVAL, 1, 11, "unknown unit" },
 	{ "kv_cache: 16777217\n", -ERANGE, 1, 11, "1..16777216 tokens" },
 	{ "kv_cache: 1025GiB\n", -ERANGE, 1, 11, "1MiB..1024GiB" },

@@ -290,12 +290,13 @@ START_TEST(test_cpq_text)
 	snprintf(out, sizeof(out), "%s.out", sock);
 	for (int i = 0; i < 2; i++) {
 		const char *argv[] = { cpq, "--socket", sock, "--temp", "0",
-		    "-n", "64", "Once upon a time", NULL, NULL, NULL };
+		    "--no-newline", "-n", "64", "Once upon a time", NULL, NULL,
+		    NULL };
 
 		if (stops[i] != NULL) {
-			argv[7] = "--stop";
-			argv[8] = stops[i];
-			argv[9] = "Once upon a time";
+			argv[8] = "--stop";
+			argv[9] = stops[i];
+			argv[10] = "Once upon a time";
 		}
 		ck_assert_int_eq(prog_runv(argv, out), 0);
 		f = fopen(out, "r");
@@ -549,17 +550,6 @@ START_TEST(test_default_config)
 END_TEST
 SUITE_TEST("program", test_default_config);
 
-/* The daemon's log has needle within 10 s. */
-static void
-await_log(const struct cpd *d, const char *needle)
-{
-	struct timespec ts = { 0, 20 * 1000 * 1000 };
-
-	for (int i = 0; i < 500 && !cpd_log_has(d, needle); i++)
-		nanosleep(&ts, NULL);
-	ck_assert_msg(cpd_log_has(d, needle), "no '%s' in the log", needle);
-}
-
 /*
  * SIGHUP reloads: a lowered per-uid limit applies at once (the next
  * connection of the uid is refused) while a client already streaming
@@ -598,8 +588,8 @@ START_TEST(test_reload)
 	fputs("per_uid_max_clients: 1\ncontext: 64\n", f);
 	fclose(f);
 	ck_assert_int_eq(kill(d.pid, SIGHUP), 0);
-	await_log(&d, "reload: per_uid_max_clients: 4 -> 1\n");
-	await_log(&d, "reload: context: 0 -> 64 needs a restart; it stays 0");
+	cpd_await_log(&d, "reload: per_uid_max_clients: 4 -> 1\n");
+	cpd_await_log(&d, "reload: context: 0 -> 64 needs a restart; it stays 0");
 	ck_assert_int_eq(cp_connect(&o, &b), -EUSERS);
 	while ((r = cp_next_event(a, &ev, 20000)) == 0) {
 		ck_assert_int_eq(ev.req_id, id);

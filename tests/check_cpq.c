@@ -52,7 +52,8 @@ START_TEST(test_text)
 	cq_start(&d, "", 200);
 	args[1] = d.path;
 	ck_assert_int_eq(cq_run(args, &out, &err), 0);
-	ck_assert_str_eq(out.p, "Hello, world");
+	/* a pipe gets the text's newline too */
+	ck_assert_str_eq(out.p, "Hello, world\n");
 	ck_assert_str_eq(err.p, "");
 	cq_buf_free(&out);
 	cq_buf_free(&err);
@@ -63,7 +64,7 @@ START_TEST(test_text)
 		    "two  three", "", "four", NULL };
 
 		ck_assert_int_eq(cq_run(a2, &out, &err), 0);
-		ck_assert_str_eq(out.p, "one two  three  four");
+		ck_assert_str_eq(out.p, "one two  three  four\n");
 		cq_buf_free(&out);
 		cq_buf_free(&err);
 	}
@@ -91,7 +92,7 @@ START_TEST(test_streams)
 	st = cq_finish(&p, NULL, 0, &out, &err);
 	ck_assert_int_eq(st, 0);
 	cq_buf_add(&first, out.p, out.len);
-	ck_assert_str_eq(first.p, "abcdefghijklmnopqrstuvwxyz");
+	ck_assert_str_eq(first.p, "abcdefghijklmnopqrstuvwxyz\n");
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 	cq_buf_free(&first);
@@ -161,13 +162,13 @@ START_TEST(test_max_tokens_and_stop)
 	cq_start(&d, "", 200);
 	a1[1] = a2[1] = a3[1] = a4[1] = d.path;
 	ck_assert_int_eq(cq_run(a1, &out, &err), 0);
-	ck_assert_str_eq(out.p, "abc");
+	ck_assert_str_eq(out.p, "abc\n");
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 
 	/* The mock stops once the output ends with a stop string. */
 	ck_assert_int_eq(cq_run(a2, &out, &err), 0);
-	ck_assert_str_eq(out.p, "hello");
+	ck_assert_str_eq(out.p, "hello\n");
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 
@@ -340,7 +341,7 @@ SUITE_TEST("stream", test_request_error);
 START_TEST(test_prompt_too_long)
 {
 	const char *a1[] = { "--socket", NULL, NULL, NULL };
-	const char *a2[] = { "--socket", NULL, NULL };
+	const char *a2[] = { "--socket", NULL, "--no-newline", NULL };
 	struct srv_config cfg;
 	struct cq_buf out, err;
 	char big[200];
@@ -442,8 +443,8 @@ SUITE_TEST("chat", test_chat);
 START_TEST(test_chat_history)
 {
 	const struct chat_golden *g = &llamacpp_goldens[_i];
-	const char *args[] = { "--socket", NULL, "--history", NULL,
-	    conv_llamacpp[CONV_LLAMACPP_N - 1].content, NULL };
+	const char *args[] = { "--socket", NULL, "--no-newline", "--history",
+	    NULL, conv_llamacpp[CONV_LLAMACPP_N - 1].content, NULL };
 	static const char *const role[] = { "system", "user", "assistant" };
 	struct cq_buf out, err;
 	char path[300];
@@ -465,7 +466,7 @@ START_TEST(test_chat_history)
 	fputs("]\n", f);
 	ck_assert_int_eq(fclose(f), 0);
 	args[1] = d.path;
-	args[3] = path;
+	args[4] = path;
 	ck_assert_int_eq(cq_run(args, &out, &err), 0);
 	ck_assert_msg(strcmp(out.p, g->prompt) == 0, "%s:\n%s\nwant\n%s",
 	    chat_name(g->kind), out.p, g->prompt);
@@ -856,7 +857,7 @@ SUITE_TEST("signals", test_sigint_before_prompt);
  */
 START_TEST(test_wait_line_on_tty)
 {
-	const char *args[] = { "--socket", NULL, NULL };
+	const char *args[] = { "--socket", NULL, "--no-newline", NULL };
 	struct cq_buf out = { 0 }, err = { 0 }, tty = { 0 };
 	struct cq_spawn_opts so = { .stdin_pipe = 1 };
 	struct raw_client rc;
@@ -967,7 +968,7 @@ START_TEST(test_progress_line_on_tty)
 	cq_spawn(&p, args, &so);
 	ck_assert(cq_read_until(m, &tty, "/1024 tokens", 5000));
 	ck_assert_int_eq(cq_finish(&p, NULL, 0, &out, &err), 0);
-	ck_assert_str_eq(out.p, "pp");
+	ck_assert_str_eq(out.p, "pp\n");
 	for (i = 0; i < 20; i++) {
 		char b[1024];
 

@@ -279,7 +279,7 @@ START_TEST(test_stats)
 	cq_start(&d, "", 200);
 	a0[1] = a1[1] = a2[1] = a3[1] = a4[1] = d.path;
 	ck_assert_int_eq(cq_run(a0, &out, &err), 0);
-	ck_assert_str_eq(out.p, "abc");
+	ck_assert_str_eq(out.p, "abc\n");
 	cq_buf_free(&out);
 	cq_buf_free(&err);
 

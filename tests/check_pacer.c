@@ -391,6 +391,51 @@ START_TEST(test_auto_target)
 END_TEST
 SUITE_TEST("policy", test_auto_target);
 
+/*
+ * A reload's new target (pacer_retarget()): off to fixed to off, and back
+ * to derived, which is known at once from the decode steps seen before.
+ */
+START_TEST(test_retarget)
+{
+	struct pacer_stats ps;
+	struct run r;
+	double derived;
+
+	run_init(&r, &fast, -1);
+	for (int c = 0; c < STREAMS; c++)
+		(void)add(&r, c, 16, 3000);
+	for (int i = 0; i < 40; i++)
+		step(&r);
+	pacer_stats(&r.pc, &ps);
+	derived = ps.target_ms;
+	ck_assert(derived > 0);
+	pacer_retarget(&r.pc, 0);
+	ck_assert(!pacer_on(&r.pc));
+	pacer_stats(&r.pc, &ps);
+	ck_assert(ps.target_ms == 0.0);
+	pacer_begin(&r.pc, 4, 100);
+	ck_assert_int_eq(pacer_rows(&r.pc, 0, 512), 512);
+	pacer_retarget(&r.pc, 40);
+	ck_assert(pacer_on(&r.pc));
+	pacer_stats(&r.pc, &ps);
+	ck_assert(ps.target_ms == 40.0);
+	pacer_begin(&r.pc, 4, 100);
+	ck_assert_int_lt(pacer_rows(&r.pc, 0, 4096), 4096);
+	pacer_retarget(&r.pc, -1);
+	pacer_stats(&r.pc, &ps);
+	ck_assert(ps.target_ms == derived);
+	run_fini(&r);
+
+	/* derived before any decode step: unknown until one */
+	pacer_init(&r.pc, 0);
+	pacer_retarget(&r.pc, -1);
+	ck_assert(pacer_on(&r.pc));
+	pacer_stats(&r.pc, &ps);
+	ck_assert(ps.target_ms == 0.0);
+}
+END_TEST
+SUITE_TEST("policy", test_retarget);
+
 /* The model fits an exact machine: its estimate meets the measured time. */
 START_TEST(test_model_converges)
 {

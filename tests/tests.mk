@@ -83,3 +83,28 @@ $(BUILD)/tests/lib/tmpdir.o: override XCFLAGS += \
 # compares the CUDA kernels with them bit for bit: no fused multiply-adds,
 # whatever the compiler's default.
 $(BUILD)/tests/check_cuda_kernels.o: override XCFLAGS += -ffp-contract=off
+
+# check_stall drives a daemon process through the static client library.
+$(BUILD)/tests/check_stall: $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_stall: override LDLIBS += $(LIBCPCLIENT_A)
+
+# check_units verifies the units etc.mk builds, naming this build's cpd.
+$(BUILD)/tests/check_units: | $(BUILD)/etc/cpd.service \
+    $(BUILD)/etc/user/cpd.service $(BUILD)/etc/user/cpd.socket $(BUILD)/bin/cpd
+$(BUILD)/tests/check_units.o: override XCFLAGS += \
+	-DCP_SRC_ETC='"$(abspath etc)"' \
+	-DCP_BUILD_ETC='"$(abspath $(BUILD)/etc)"' \
+	-DCP_BUILD_BIN='"$(abspath $(BUILD)/bin)"'
+
+# check_reload drives build/bin/cpd through the static client library.
+$(BUILD)/tests/check_reload: $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd
+$(BUILD)/tests/check_reload: override LDLIBS += $(LIBCPCLIENT_A)
+
+# check_cpq_term runs build/bin/cpq.
+$(BUILD)/tests/check_cpq_term: | $(BUILD)/bin/cpq
+
+# check_manhelp compares the programs' --help with man/.
+$(BUILD)/tests/check_manhelp: | $(BUILD)/bin/cpd $(BUILD)/bin/cpq \
+    $(BUILD)/bin/cpmodel $(BUILD)/bin/cpbench
+$(BUILD)/tests/check_manhelp.o: override XCFLAGS += \
+	-DCP_SRC_MAN='"$(abspath man)"'

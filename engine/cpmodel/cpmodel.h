@@ -7,6 +7,7 @@
 #define CP_CPMODEL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* cpmodel info FILE: a table of a GGUF file's metadata and tensors; 0 or 1. */
 int cmd_info(int, char **);
@@ -19,6 +20,11 @@ int cmd_synth(int, char **);
 int cmd_tokenize(int, char **);
 /* cpmodel generate MODEL PROMPT [options]: generate in-process, no daemon; 0 or 1. */
 int cmd_generate(int, char **);
+/* Each subcommand's usage, to fp (stdout for `cpmodel COMMAND --help`). */
+void info_usage(FILE *fp);
+void synth_usage(FILE *fp);
+void tokenize_usage(FILE *fp);
+void gen_usage(FILE *fp);
 /* Length of the valid UTF-8 sequence at p (n > 0 bytes left), or 0. */
 size_t utf8_valid_len(const unsigned char *p, size_t n);
 

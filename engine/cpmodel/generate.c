@@ -57,15 +57,15 @@ struct gen {
 	size_t out_cap;
 };
 
-static void
-gen_usage(void)
+void
+gen_usage(FILE *fp)
 {
 	fputs("usage: cpmodel generate FILE PROMPT [-n N] [--temp T] "
 	    "[--top-k K] [--top-p P]\n"
 	    "           [--min-p M] [--repeat-penalty R] [--seed S] "
 	    "[--ignore-eos] [--ids]\n"
 	    "           [--chunk N] [--threads N] [--kv-f32] "
-	    "[--backend NAME]\n", stderr);
+	    "[--backend NAME]\n", fp);
 }
 
 static int
@@ -444,7 +444,7 @@ cmd_generate(int argc, char **argv)
 	int rc;
 
 	if (gen_parse(argc, argv, &o) < 0) {
-		gen_usage();
+		gen_usage(stderr);
 		return 1;
 	}
 	memset(&g, 0, sizeof(g));

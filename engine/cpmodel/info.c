@@ -296,13 +296,12 @@ info_all_kv(const struct gguf_file *f)
 	}
 }
 
-static int
-info_usage(void)
+void
+info_usage(FILE *fp)
 {
 	fputs("usage: cpmodel info [-k] [-t] FILE\n"
 	    "  -k  list every key/value pair\n"
-	    "  -t  list every tensor\n", stderr);
-	return 2;
+	    "  -t  list every tensor\n", fp);
 }
 
 int
@@ -321,14 +320,14 @@ cmd_info(int argc, char **argv)
 		else if (strcmp(argv[i], "-t") == 0)
 			all_t = 1;
 		else if (argv[i][0] == '-' && argv[i][1] != '\0')
-			return info_usage();
+			goto usage;
 		else if (path == NULL)
 			path = argv[i];
 		else
-			return info_usage();
+			goto usage;
 	}
 	if (path == NULL)
-		return info_usage();
+		goto usage;
 	if (gguf_open(path, &f, &e) < 0) {
 		fprintf(stderr, "cpmodel info: %s\n", e.msg);
 		return 1;
@@ -373,4 +372,7 @@ cmd_info(int argc, char **argv)
 	}
 	gguf_close(f);
 	return 0;
+usage:
+	info_usage(stderr);
+	return 2;
 }

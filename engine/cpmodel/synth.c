@@ -334,8 +334,8 @@ out:
 	return ret;
 }
 
-static int
-synth_usage(void)
+void
+synth_usage(FILE *fp)
 {
 	fputs("usage: cpmodel synth -o FILE --layers N --embd N --heads N "
 	    "--kv-heads N --ff N\n"
@@ -346,9 +346,7 @@ synth_usage(void)
 	    "           [--arch llama|qwen2] [--rope-freqs]\n"
 	    "       TYPE: f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 (--embd, --ff "
 	    "multiples of 32)\n"
-	    "             q2_k q3_k q4_k q5_k q6_k (multiples of 256)\n",
-	    stderr);
-	return 2;
+	    "             q2_k q3_k q4_k q5_k q6_k (multiples of 256)\n", fp);
 }
 
 /* Parse a whole decimal number in 1..max; 0 or -EINVAL (with a message). */
@@ -745,10 +743,10 @@ cmd_synth(int argc, char **argv)
 	uint32_t file_type = 0;
 	int ret, rc = 1;
 
-	if (synth_parse(argc, argv, &o) < 0)
-		return synth_usage();
-	if (synth_check(&o) < 0)
-		return synth_usage();
+	if (synth_parse(argc, argv, &o) < 0 || synth_check(&o) < 0) {
+		synth_usage(stderr);
+		return 2;
+	}
 	for (size_t i = 0; i < sizeof(synth_types) / sizeof(synth_types[0]);
 	    i++)
 		if (synth_types[i].type == o.type)

@@ -22,11 +22,11 @@
 
 #define TOKENIZE_MAX_STDIN (64u << 20)
 
-static void
-tokenize_usage(void)
+void
+tokenize_usage(FILE *fp)
 {
-	fprintf(stderr, "usage: cpmodel tokenize FILE TEXT|- [--pieces] "
-	    "[--no-bos] [--no-parse-special]\n");
+	fputs("usage: cpmodel tokenize FILE TEXT|- [--pieces] [--no-bos] "
+	    "[--no-parse-special]\n", fp);
 }
 
 size_t
@@ -143,19 +143,19 @@ cmd_tokenize(int argc, char **argv)
 		else if (argv[i][0] == '-' && argv[i][1] == '-') {
 			fprintf(stderr, "cpmodel tokenize: unknown option %s\n",
 			    argv[i]);
-			tokenize_usage();
+			tokenize_usage(stderr);
 			return 1;
 		} else if (file == NULL)
 			file = argv[i];
 		else if (text_arg == NULL)
 			text_arg = argv[i];
 		else {
-			tokenize_usage();
+			tokenize_usage(stderr);
 			return 1;
 		}
 	}
 	if (file == NULL || text_arg == NULL) {
-		tokenize_usage();
+		tokenize_usage(stderr);
 		return 1;
 	}
 	if (strcmp(text_arg, "-") == 0) {

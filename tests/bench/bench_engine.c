@@ -82,8 +82,7 @@ eb_parse(int argc, char **argv, struct eb_opts *o)
 		}
 	}
 	if (o->path == NULL || optind != argc) {
-		fputs("usage: cpbench engine -m FILE [-p N] [-n N] [-r N] "
-		    "[-t N] [-b BACKEND] [-o md|json]\n", stderr);
+		fputs(bench_engine_usage, stderr);
 		return -EINVAL;
 	}
 	if (o->threads == 0)

@@ -85,10 +85,6 @@ bi_counts(const char *s, struct bi_opts *o)
 	return 0;
 }
 
-static const char bi_usage[] =
-    "usage: cpbench ipc [--socket S] [-c N,...] [-r R] [-g G] [-n N] "
-    "[-o md|json]\n";
-
 static int
 bi_parse(int argc, char **argv, struct bi_opts *o)
 {
@@ -135,7 +131,7 @@ bi_parse(int argc, char **argv, struct bi_opts *o)
 	if (rc == 0 && optind != argc)
 		rc = -EINVAL;
 	if (rc < 0)
-		fputs(bi_usage, stderr);
+		fputs(bench_ipc_usage, stderr);
 	return rc;
 }
 

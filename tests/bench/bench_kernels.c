@@ -365,7 +365,6 @@ out:
 	tp_free(tp);
 	return rc;
 usage:
-	fputs("usage: cpbench kernels [-w TYPES] [-k K] [-n N] [-m ROWS] "
-	    "[-r REPS] [-t THREADS] [-f FILE]\n", stderr);
+	fputs(bench_kernels_usage, stderr);
 	return 2;
 }

@@ -100,9 +100,7 @@ bm_parse(int argc, char **argv, struct bm_opts *o)
 		}
 	}
 	if (o->path == NULL || optind != argc) {
-		fputs("usage: cpbench mixed -m FILE [-d N] [-D POS] [-c N] "
-		    "[-P POS] [-r N] [-t N] [-B BLOCK] [-b BACKEND] "
-		    "[-o md|json]\n", stderr);
+		fputs(bench_mixed_usage, stderr);
 		return -EINVAL;
 	}
 	if (o->threads == 0)

@@ -789,12 +789,6 @@ bs_print(const struct bs_opts *o, const struct cp_model_info *mi,
 		printf("\n%d requests ended with an error\n", r->n_err);
 }
 
-static const char bs_usage[] =
-    "usage: cpbench serve [--socket S] [-c N] [--prompt-len P] "
-    "[--gen-len G] [-r R]\n"
-    "           [--long-prompt L --long-every MS [--long-count M] "
-    "[--baseline]] [-o md|json]\n";
-
 static int
 bs_parse_opts(int argc, char **argv, struct bs_opts *o)
 {
@@ -865,7 +859,7 @@ bs_parse_opts(int argc, char **argv, struct bs_opts *o)
 	    o->l.long_prompt == 0)))
 		rc = -EINVAL;
 	if (rc < 0)
-		fputs(bs_usage, stderr);
+		fputs(bench_serve_usage, stderr);
 	return rc;
 }
 

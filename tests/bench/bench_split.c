@@ -96,8 +96,7 @@ bsp_parse(int argc, char **argv, struct bsp_opts *o)
 		}
 	}
 	if (o->path == NULL || optind != argc) {
-		fputs("usage: cpbench split -m FILE [-d N] [-D POS] [-P N] "
-		    "[-c N] [-b BACKEND] [-o md|json]\n", stderr);
+		fputs(bench_split_usage, stderr);
 		return -EINVAL;
 	}
 	return 0;

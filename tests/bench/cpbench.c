@@ -31,56 +31,84 @@ bench_stats(const double *x, int n, double *mean, double *sd)
 	*sd = n > 1 ? sqrt(ss / (n - 1)) : 0;
 }
 
+const char bench_engine_usage[] =
+    "usage: cpbench engine -m FILE [-p N] [-n N] [-r N] [-t N] "
+    "[-b BACKEND] [-o md|json]\n";
+const char bench_mixed_usage[] =
+    "usage: cpbench mixed -m FILE [-d N] [-D POS] [-c N] [-P POS] [-r N] "
+    "[-t N] [-B BLOCK]\n"
+    "           [-b BACKEND] [-o md|json]\n";
+const char bench_split_usage[] =
+    "usage: cpbench split -m FILE [-d N] [-D POS] [-P N] [-c N] "
+    "[-b BACKEND] [-o md|json]\n";
+const char bench_kernels_usage[] =
+    "usage: cpbench kernels [-w TYPES] [-k K] [-n N] [-m ROWS] [-r REPS] "
+    "[-t THREADS] [-f FILE]\n";
+const char bench_serve_usage[] =
+    "usage: cpbench serve [--socket S] [-c N] [--prompt-len P] "
+    "[--gen-len G] [-r R]\n"
+    "           [--long-prompt L --long-every MS [--long-count M] "
+    "[--baseline]] [-o md|json]\n";
+const char bench_ipc_usage[] =
+    "usage: cpbench ipc [--socket S] [-c N,...] [-r R] [-g G] [-n N] "
+    "[-o md|json]\n";
+const char bench_prefix_usage[] =
+    "usage: cpbench prefix [--socket S] [-c N] [--system-len L] "
+    "[--question-len Q]\n"
+    "           [--turns T] [--turn-len U] [--gen-len G] [-o md|json]\n";
+
+static const struct {
+	const char *name;
+	int (*fn)(int, char **);
+	const char *usage;
+} cmds[] = {
+	{ "engine", bench_engine, bench_engine_usage },
+	{ "mixed", bench_mixed, bench_mixed_usage },
+	{ "split", bench_split, bench_split_usage },
+	{ "kernels", bench_kernels, bench_kernels_usage },
+	{ "serve", bench_serve, bench_serve_usage },
+	{ "ipc", bench_ipc, bench_ipc_usage },
+	{ "prefix", bench_prefix, bench_prefix_usage },
+};
+
+/* Every subcommand's usage, "usage: " only on the first. */
 static void
 usage(FILE *f)
 {
-	fputs("usage: cpbench engine -m FILE [-p N] [-n N] [-r N] [-t N] "
-	    "[-b BACKEND] [-o md|json]\n"
-	    "       cpbench mixed -m FILE [-d N] [-D POS] [-c N] [-P POS] "
-	    "[-r N] [-t N] [-B BLOCK]\n"
-	    "       cpbench split -m FILE [-d N] [-D POS] [-P N] [-c N]\n"
-	    "       cpbench kernels [-w TYPES] [-k K] [-n N] [-m ROWS] "
-	    "[-r REPS] [-t THREADS] [-f FILE]\n"
-	    "       cpbench serve [--socket S] [-c N] [--prompt-len P] "
-	    "[--gen-len G] [-r R]\n"
-	    "           [--long-prompt L --long-every MS [--long-count M]] "
-	    "[-o md|json]\n"
-	    "       cpbench ipc [--socket S] [-c N,...] [-r R] [-g G] [-n N] "
-	    "[-o md|json]\n"
-	    "       cpbench prefix [--socket S] [-c N] [--system-len L] "
-	    "[--question-len Q]\n"
-	    "           [--turns T] [--turn-len U] [--gen-len G] "
-	    "[-o md|json]\n"
-	    "       cpbench --help | --version\n", f);
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		fprintf(f, "%s%s", i > 0 ? "       " : "",
+		    cmds[i].usage + (i > 0 ? strlen("usage: ") : 0));
+	fputs("       cpbench [COMMAND] --help | --version\n", f);
 }
 
 int
 main(int argc, char **argv)
 {
-	if (argc >= 2 && (strcmp(argv[1], "--version") == 0 ||
-	    strcmp(argv[1], "-V") == 0)) {
+	const char *cmd = argc > 1 ? argv[1] : "", *next = "";
+	size_t k;
+
+	if (argc > 2)
+		next = argv[2];
+	for (k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++)
+		if (strcmp(cmd, cmds[k].name) == 0)
+			break;
+	if (k == sizeof(cmds) / sizeof(cmds[0])) {
+		/* no command: only --help and --version */
+		next = cmd;
+	}
+	if (strcmp(next, "--version") == 0 || strcmp(next, "-V") == 0) {
 		printf("cpbench %s\n", CP_VERSION);
 		return 0;
 	}
-	if (argc >= 2 && (strcmp(argv[1], "--help") == 0 ||
-	    strcmp(argv[1], "-h") == 0)) {
-		usage(stdout);
+	if (strcmp(next, "--help") == 0 || strcmp(next, "-h") == 0) {
+		if (k < sizeof(cmds) / sizeof(cmds[0]))
+			fputs(cmds[k].usage, stdout);
+		else
+			usage(stdout);
 		return 0;
 	}
-	if (argc >= 2 && strcmp(argv[1], "engine") == 0)
-		return bench_engine(argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "mixed") == 0)
-		return bench_mixed(argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "split") == 0)
-		return bench_split(argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "kernels") == 0)
-		return bench_kernels(argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "serve") == 0)
-		return bench_serve(argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "ipc") == 0)
-		return bench_ipc(argc - 1, argv + 1);
-	if (argc >= 2 && strcmp(argv[1], "prefix") == 0)
-		return bench_prefix(argc - 1, argv + 1);
+	if (k < sizeof(cmds) / sizeof(cmds[0]))
+		return cmds[k].fn(argc - 1, argv + 1);
 	usage(stderr);
 	return 2;
 }

@@ -51,6 +51,14 @@ int bench_prefix(int argc, char **argv);
 /* `cpbench ipc ...`: ring round trip and token delivery (bench_ipc.c). */
 int bench_ipc(int argc, char **argv);
 
+/*
+ * Each subcommand's usage lines (cpbench.c), for its errors and for
+ * `cpbench COMMAND --help`.
+ */
+extern const char bench_engine_usage[], bench_mixed_usage[],
+    bench_split_usage[], bench_kernels_usage[], bench_serve_usage[],
+    bench_ipc_usage[], bench_prefix_usage[];
+
 /* Parses s as an integer in min..max into *out; 0, or -EINVAL (printed). */
 int bench_int_arg(const char *cmd, const char *opt, const char *s, int min,
     int max, int *out);

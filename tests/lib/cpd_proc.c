@@ -12,6 +12,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fixtures.h"
@@ -40,6 +41,16 @@ int
 cpd_log_has(const struct cpd *d, const char *needle)
 {
 	return cpd_file_has(d->log, needle);
+}
+
+void
+cpd_await_log(const struct cpd *d, const char *needle)
+{
+	struct timespec ts = { 0, 20 * 1000 * 1000 };
+
+	for (int i = 0; i < 500 && !cpd_log_has(d, needle); i++)
+		nanosleep(&ts, NULL);
+	ck_assert_msg(cpd_log_has(d, needle), "no '%s' in the log", needle);
 }
 
 void

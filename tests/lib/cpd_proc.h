@@ -33,6 +33,9 @@ int cpd_file_has(const char *path, const char *needle);
 /* The daemon's stderr so far contains needle. */
 int cpd_log_has(const struct cpd *d, const char *needle);
 
+/* The daemon's stderr has needle within 10 s (asserts). */
+void cpd_await_log(const struct cpd *d, const char *needle);
+
 /* Waits up to CPD_PROC_WAIT_MS for cpd to exit; its status, -1 if killed. */
 int cpd_wait(struct cpd *d);
 

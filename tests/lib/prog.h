@@ -26,7 +26,8 @@ int prog_run(const char *prog, const char *out, ...);
 
 /*
  * Run argv[0] with argv (NULL-terminated), its stdout read into out
- * (NUL-terminated, at most cap - 1 bytes), its stderr to /dev/null;
+ * (NUL-terminated, at most cap - 1 bytes, the rest read and dropped),
+ * its stderr to /dev/null;
  * returns its exit status.  Asserts (Check) that it exited.
  */
 int prog_capture(const char *const *argv, char *out, size_t cap);
