@@ -1,0 +1,412 @@
+/*
+ * check_faults.c - the daemon's own calls fail, one at a time, and it
+ * still serves: fault sweeps over a fixed workload (tests/lib/fault.h).
+ *
+ * The daemon runs in a child process (cpd_harness.h: server.c and the mock
+ * engine) linked with libcpdaemon-faults.a, whose allocations and system
+ * calls go through the fault wrappers.  The workload: client B connects
+ * and submits a long prompt; then counting starts, and client A connects,
+ * submits a chunked prompt, reads a few tokens, cancels it, submits a
+ * second one and reads it to the end, asks for the stats and closes; B
+ * reads its request to the end.  A first run counts the calls N of each
+ * class; then, per class, runs where call k fails (k = 1..N, or a seeded
+ * sample when N is larger than the cap) each demand:
+ *
+ *  1. the daemon is alive and, stopped, exits 0 (no LSan report in a
+ *     SAN=1 build: the leak check runs at its exit);
+ *  2. every request the daemon accepted ended with a terminal event (DONE
+ *     or ERROR), or its connection was closed (CP_EDEAD): never silence;
+ *  3. B's output is exactly its prompt (the mock echoes it);
+ *  4. its descriptors, session mappings and clients are back to what they
+ *     were before the workload.
+ *
+ * CP_FAULT_CAP (runs per class, default 60) and CP_FAULT_SEED change the
+ * sample.  To look into one run: CK_RUN_CASE=sweep CP_FAULT_ONLY=k[:i]
+ * (call k, the class's i-th errno) CP_FAULT_VERBOSE=1 (the failed call's
+ * stack and the daemon's log).
+ */
+#include "cpclient.h"
+
+#include <check.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lib/clock.h"
+#include "lib/cpd_harness.h"
+#include "lib/fault.h"
+#include "lib/suite.h"
+
+#define WAIT_MS 3000		/* per event: longer is silence */
+#define FAIL_MAX 12		/* failures described per class */
+
+static const char prompt_b[] =
+    "The other client's stream: it runs from before the fault until after "
+    "it, and every byte of it must come back exactly as sent.";
+static const char prompt_a1[] =
+    "a chunked prompt, computed a few elements a step, then cancelled "
+    "after its first tokens";
+static const char prompt_a2[] = "a second request, read to its end";
+
+/* The errno values swept for each class, in turn. */
+static const int class_errs[FAULT_NCLASS][4] = {
+	[FAULT_ALLOC] = { ENOMEM },
+	[FAULT_SUBMIT] = { EAGAIN, EINTR, ENOMEM, EIO },
+	[FAULT_CQE] = { EIO, ECANCELED, ENOMEM, EAGAIN },
+	[FAULT_IO] = { EINTR, EAGAIN, EIO, FAULT_SHORT },
+	[FAULT_MEM] = { ENOMEM, EMFILE },
+	[FAULT_THREAD] = { EAGAIN },
+};
+
+struct tally {
+	unsigned runs, fired, accepted, ended, dropped, failed;
+	char why[FAIL_MAX][256];
+};
+
+/* What one run saw. */
+struct outcome {
+	unsigned accepted;	/* requests cp_submit() accepted */
+	unsigned ended;		/* of those, with a DONE or ERROR event */
+	unsigned dropped;	/* of those, ended by CP_EDEAD */
+	char bad[160];		/* the first broken promise, or "" */
+};
+
+static void
+bad(struct outcome *o, const char *fmt, const char *what, long v)
+{
+	if (o->bad[0] == '\0')
+		snprintf(o->bad, sizeof(o->bad), fmt, what, v);
+}
+
+static int
+connect_to(const struct hd *d, struct cp_client **c)
+{
+	struct cp_connect_opts o;
+
+	cp_connect_opts_init(&o);
+	o.socket_path = d->path;
+	o.timeout_ms = WAIT_MS;
+	return cp_connect(&o, c);
+}
+
+/*
+ * Reads request id to its end, appending text to out (size bytes) unless
+ * out is NULL; after ntok tokens (> 0) cancels it once.  Counts the
+ * request's end in o; returns the terminal event type, CP_EDEAD, or 0
+ * for silence.
+ */
+static int
+drain(struct cp_client *c, int id, char *out, size_t size, int ntok,
+    struct outcome *o, const char *who)
+{
+	struct cp_event ev;
+	size_t used = out != NULL ? strlen(out) : 0;
+	int r, seen = 0;
+
+	for (;;) {
+		r = cp_next_event(c, &ev, WAIT_MS);
+		if (r == CP_EDEAD) {
+			o->dropped++;
+			return CP_EDEAD;
+		}
+		if (r < 0) {
+			bad(o, "%s: no terminal event (%ld)", who, r);
+			return 0;
+		}
+		if (ev.req_id != id)
+			continue;
+		if (ev.type == CP_EVENT_DONE || ev.type == CP_EVENT_ERROR) {
+			o->ended++;
+			return ev.type;
+		}
+		if (ev.type != CP_EVENT_TOKEN)
+			continue;
+		if (out != NULL && used + ev.text_len < size) {
+			memcpy(out + used, ev.text, ev.text_len);
+			used += ev.text_len;
+			out[used] = '\0';
+		}
+		if (ntok > 0 && ++seen == ntok)
+			(void)cp_cancel(c, id);
+	}
+}
+
+/* Reads request id's first token into out: the daemon has taken it in. */
+static void
+first_token(struct cp_client *c, int id, char *out, size_t size)
+{
+	struct cp_event ev;
+
+	do {
+		ck_assert_int_eq(cp_next_event(c, &ev, WAIT_MS), 0);
+		ck_assert_int_eq(ev.req_id, id);
+	} while (ev.type != CP_EVENT_TOKEN);
+	ck_assert_uint_lt(ev.text_len, size);
+	memcpy(out, ev.text, ev.text_len);
+	out[ev.text_len] = '\0';
+}
+
+/* Client A's part, under faults. */
+static void
+client_a(const struct hd *d, struct outcome *o)
+{
+	struct cp_client *c = NULL;
+	struct cp_params p;
+	struct cp_stats st;
+	int id;
+
+	if (connect_to(d, &c) < 0)
+		return;		/* refused: a clean error */
+	cp_params_init(&p);
+	id = cp_submit(c, prompt_a1, strlen(prompt_a1), &p);
+	if (id >= 0) {
+		o->accepted++;
+		if (drain(c, id, NULL, 0, 3, o, "A1") == CP_EDEAD)
+			goto out;
+	}
+	id = cp_submit(c, prompt_a2, strlen(prompt_a2), &p);
+	if (id >= 0) {
+		o->accepted++;
+		if (drain(c, id, NULL, 0, 0, o, "A2") == CP_EDEAD)
+			goto out;
+	}
+	(void)cp_stats(c, &st);
+out:
+	cp_close(c);
+}
+
+/* Waits up to 2 s for pid's descriptors and session maps to come back to fds, maps. */
+static int
+settled(pid_t pid, int fds, int maps)
+{
+	int i;
+
+	for (i = 0; i < 200; i++) {
+		if (hd_count_fds(pid) == fds && hd_count_memfd_maps(pid) == maps)
+			return 1;
+		usleep(10000);
+	}
+	return 0;
+}
+
+/* Prints the daemon's log after what went wrong (CP_FAULT_VERBOSE). */
+static void
+show_log(const struct hd *d, const char *what)
+{
+	char line[512];
+	FILE *f = fopen(d->log, "re");
+
+	printf("---- %s; the daemon's log:\n", what);
+	while (f != NULL && fgets(line, sizeof(line), f) != NULL)
+		fputs(line, stdout);
+	if (f != NULL)
+		fclose(f);
+}
+
+/* One run of the workload with call nth of cls failing with err. */
+static void
+run_once(int cls, uint64_t nth, int err, struct outcome *o)
+{
+	struct srv_config cfg;
+	struct mock_opts mo;
+	struct cp_wire_stats st;
+	struct cp_client *b = NULL;
+	struct cp_params p;
+	struct hd d;
+	char out[512] = "";
+	int fds, maps, idb, r, st_exit;
+
+	memset(o, 0, sizeof(*o));
+	hd_config(&cfg);
+	mock_opts_default(&mo);
+	mo.step_us = 100;
+	mo.prefill_chunk = 8;
+	fault_plan(cls, nth, err);
+	ck_assert_int_eq(hd_start(&d, &cfg, &mo), 0);
+	fds = hd_count_fds(d.pid);
+	maps = hd_count_memfd_maps(d.pid);
+	ck_assert_int_eq(connect_to(&d, &b), 0);
+	cp_params_init(&p);
+	idb = cp_submit(b, prompt_b, strlen(prompt_b), &p);
+	ck_assert_int_ge(idb, 0);
+	first_token(b, idb, out, sizeof(out));
+
+	fault_count(1);
+	client_a(&d, o);
+	r = drain(b, idb, out, sizeof(out), 0, o, "B");
+	o->accepted++;
+	fault_count(0);
+
+	if (r != CP_EVENT_DONE || strcmp(out, prompt_b) != 0)
+		bad(o, "%s: the other client's output differs (end %ld)", "B",
+		    r);
+	cp_close(b);
+	if (kill(d.pid, 0) < 0 || hd_wait(&d, 0) != -1) {
+		bad(o, "%s: the daemon died (%ld)", "daemon", 0);
+		if (getenv("CP_FAULT_VERBOSE") != NULL)
+			show_log(&d, o->bad);
+		hd_stop(&d);
+		return;
+	}
+	if (!settled(d.pid, fds, maps))
+		bad(o, "%s: %ld descriptors or session maps left over",
+		    "daemon", (long)hd_count_fds(d.pid) - fds);
+	if (hd_stats(&d, &st) < 0)
+		bad(o, "%s: no stats (%ld)", "daemon", 0);
+	else if (st.clients != 1 || st.requests_active != 0)
+		bad(o, "%s: %ld clients or requests left over", "daemon",
+		    (long)(st.clients - 1 + st.requests_active));
+	if (o->bad[0] != '\0' && getenv("CP_FAULT_VERBOSE") != NULL)
+		show_log(&d, o->bad);
+	st_exit = hd_stop(&d);
+	if (st_exit != 0)
+		bad(o, "%s: exit status %ld at stop", "daemon", st_exit);
+}
+
+/* Cap on runs per class: CP_FAULT_CAP, else def. */
+static unsigned
+cap_runs(unsigned def)
+{
+	const char *s = getenv("CP_FAULT_CAP");
+
+	return s != NULL && atoi(s) > 0 ? (unsigned)atoi(s) : def;
+}
+
+/* A small deterministic generator for the sample (xorshift64). */
+static uint64_t
+next_rand(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static void
+sweep(int cls, uint64_t n, struct tally *t)
+{
+	const char *only = getenv("CP_FAULT_ONLY");
+	const char *seed_s = getenv("CP_FAULT_SEED");
+	uint64_t seed = seed_s != NULL ? strtoull(seed_s, NULL, 0) : 20;
+	unsigned cap = cap_runs(60), i, nerr = 0;
+	struct outcome o;
+	uint64_t k;
+	int err;
+
+	while (nerr < 4 && class_errs[cls][nerr] != 0)
+		nerr++;
+	seed = seed * 2654435761u + (uint64_t)cls + 1;
+	if (only != NULL) {	/* one run, "k:i" (k: the call, i: errno index) */
+		k = strtoull(only, NULL, 10);
+		err = class_errs[cls][strchr(only, ':') != NULL ?
+		    atoi(strchr(only, ':') + 1) % nerr : 0];
+		run_once(cls, k, err, &o);
+		printf("one run: %s\n", o.bad);
+		return;
+	}
+	for (i = 0; i < (n <= cap ? n : cap); i++) {
+		k = n <= cap ? i + 1 : 1 + next_rand(&seed) % n;
+		err = class_errs[cls][i % nerr];
+		run_once(cls, k, err, &o);
+		t->runs++;
+		t->fired += fault_fired();
+		t->accepted += o.accepted;
+		t->ended += o.ended;
+		t->dropped += o.dropped;
+		if (o.bad[0] != '\0') {
+			if (t->failed < FAIL_MAX)
+				snprintf(t->why[t->failed], sizeof(t->why[0]),
+				    "%s call %llu (%s): %s", fault_class_name(cls),
+				    (unsigned long long)k, err == FAULT_SHORT ?
+				    "short" : strerror(err), o.bad);
+			t->failed++;
+		}
+	}
+}
+
+/* The calls of each class one clean run makes, counted once per process. */
+static uint64_t counted[FAULT_NCLASS];
+
+static void
+count_calls(void)
+{
+	struct outcome o;
+	int c;
+
+	if (counted[FAULT_ALLOC] != 0)
+		return;
+	ck_assert_int_eq(fault_setup(), 0);
+	run_once(-1, 0, 0, &o);
+	ck_assert_msg(o.bad[0] == '\0', "clean run: %s", o.bad);
+	for (c = 0; c < FAULT_NCLASS; c++)
+		counted[c] = fault_calls(c);
+	ck_assert_uint_gt(counted[FAULT_ALLOC], 0);
+}
+
+static void
+sweep_class(int cls)
+{
+	struct tally t;
+	unsigned i;
+
+	count_calls();
+	memset(&t, 0, sizeof(t));
+	sweep(cls, counted[cls], &t);
+	printf("faults %-6s: %llu calls, %u runs, %u injected, %u requests "
+	    "accepted, %u ended by an event, %u by a closed connection, "
+	    "%u runs failed\n", fault_class_name(cls),
+	    (unsigned long long)counted[cls], t.runs, t.fired, t.accepted,
+	    t.ended, t.dropped, t.failed);
+	for (i = 0; i < t.failed && i < FAIL_MAX; i++)
+		printf("  %s\n", t.why[i]);
+	fflush(stdout);
+	ck_assert_msg(t.failed == 0, "%u of %u %s runs broke a promise",
+	    t.failed, t.runs, fault_class_name(cls));
+}
+
+START_TEST(test_count)
+{
+	int c;
+
+	count_calls();
+	for (c = 0; c < FAULT_NCLASS; c++)
+		printf("faults %-6s: %llu calls in the workload\n",
+		    fault_class_name(c), (unsigned long long)counted[c]);
+	fflush(stdout);
+}
+END_TEST
+SUITE_TEST("count", test_count);
+
+START_TEST(test_cqe)
+{
+	sweep_class(FAULT_CQE);
+}
+END_TEST
+SUITE_TEST("sweep", test_cqe);
+
+START_TEST(test_io)
+{
+	sweep_class(FAULT_IO);
+}
+END_TEST
+SUITE_TEST("sweep", test_io);
+
+START_TEST(test_mem)
+{
+	sweep_class(FAULT_MEM);
+}
+END_TEST
+SUITE_TEST("sweep", test_mem);
+
+SUITE_CASE("count", 30);
+SUITE_CASE("sweep", 600);
+
+int
+main(void)
+{
+	return suite_main(suite_registered("faults"));
+}
