@@ -381,6 +381,54 @@ START_TEST(test_count)
 END_TEST
 SUITE_TEST("count", test_count);
 
+/*
+ * A prompt whose copy cannot be allocated ends with ERROR -ENOMEM; the
+ * session, and the daemon, go on (the session used to be closed).
+ */
+START_TEST(test_submit_oom_fails_the_request)
+{
+	struct srv_config cfg;
+	struct cp_client *c;
+	struct cp_params p;
+	struct cp_event ev;
+	struct hd d;
+	int id;
+
+	ck_assert_int_eq(fault_setup(), 0);
+	hd_config(&cfg);
+	fault_plan(FAULT_ALLOC, 1, ENOMEM);
+	ck_assert_int_eq(hd_start(&d, &cfg, NULL), 0);
+	ck_assert_int_eq(connect_to(&d, &c), 0);
+	cp_params_init(&p);
+	fault_count(1);
+	id = cp_submit(c, prompt_a2, strlen(prompt_a2), &p);
+	ck_assert_int_ge(id, 0);
+	ck_assert_int_eq(cp_next_event(c, &ev, WAIT_MS), 0);
+	fault_count(0);
+	ck_assert_int_eq(fault_fired(), 1);
+	ck_assert_int_eq(ev.req_id, id);
+	ck_assert_int_eq(ev.type, CP_EVENT_ERROR);
+	ck_assert_int_eq(ev.error, -ENOMEM);
+	/* The same session serves the next request. */
+	id = cp_submit(c, prompt_a2, strlen(prompt_a2), &p);
+	ck_assert_int_ge(id, 0);
+	do {
+		ck_assert_int_eq(cp_next_event(c, &ev, WAIT_MS), 0);
+	} while (ev.type == CP_EVENT_TOKEN);
+	ck_assert_int_eq(ev.type, CP_EVENT_DONE);
+	cp_close(c);
+	ck_assert_int_eq(hd_stop(&d), 0);
+}
+END_TEST
+SUITE_TEST("count", test_submit_oom_fails_the_request);
+
+START_TEST(test_alloc)
+{
+	sweep_class(FAULT_ALLOC);
+}
+END_TEST
+SUITE_TEST("sweep", test_alloc);
+
 START_TEST(test_cqe)
 {
 	sweep_class(FAULT_CQE);
