@@ -429,6 +429,13 @@ START_TEST(test_alloc)
 END_TEST
 SUITE_TEST("sweep", test_alloc);
 
+START_TEST(test_submit)
+{
+	sweep_class(FAULT_SUBMIT);
+}
+END_TEST
+SUITE_TEST("sweep", test_submit);
+
 START_TEST(test_cqe)
 {
 	sweep_class(FAULT_CQE);
