@@ -29,6 +29,7 @@
 
 #include <check.h>
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,10 +37,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine_port.h"
 #include "lib/clock.h"
 #include "lib/cpd_harness.h"
 #include "lib/fault.h"
+#include "lib/fixtures.h"
 #include "lib/suite.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "worker.h"
 
 #define WAIT_MS 3000		/* per event: longer is silence */
 #define FAIL_MAX 12		/* failures described per class */
@@ -457,11 +463,116 @@ START_TEST(test_mem)
 END_TEST
 SUITE_TEST("sweep", test_mem);
 
+/* ---- the engine's steps ------------------------------------------------ */
+
+/* Takes the port's events into b; the tokens among them, and whether a terminal one came. */
+static int
+take_tokens(struct engine_port *port, struct ep_batch *b, int *ended)
+{
+	struct pollfd pfd = { .fd = ep_event_fd(port), .events = POLLIN };
+	size_t i, n;
+	int tokens = 0;
+
+	if (poll(&pfd, 1, WAIT_MS) != 1)
+		return 0;
+	n = ep_take_events(port, b);
+	for (i = 0; i < n; i++) {
+		if (b->ev[i].type == EP_EV_TOKEN)
+			tokens++;
+		if (b->ev[i].type == EP_EV_DONE || b->ev[i].type == EP_EV_ERROR)
+			*ended = 1;
+	}
+	return tokens;
+}
+
+/*
+ * The worker (the real engine on aidreams260K, CPU, one thread) makes no
+ * allocation in steady-state decode steps: its buffers are sized before
+ * it serves.  Counting starts after two turns of events (the event
+ * buffers that circulate between the engine, the port and the io loop
+ * reach their size in the first ones: ep_take_events()) and covers the
+ * request's decode steps to its end (at least 16), on the engine's threads
+ * only: this one plays the io loop.
+ */
+START_TEST(test_steady_steps_allocate_nothing)
+{
+	struct worker_params wp;
+	struct cp_err e = { 0 };
+	struct model *m = NULL;
+	struct tokenizer *tok = NULL;
+	struct engine_port *port;
+	struct worker *w = NULL;
+	struct ep_batch b;
+	struct ep_cmd *c;
+	char *path = fx_path("aidreams260K.gguf");
+	static const char text[] = "Once upon a time";
+	int got = 0, ended = 0, i;
+	uint64_t allocs;
+
+	ck_assert_ptr_nonnull(path);
+	ck_assert_int_eq(fault_setup(), 0);
+	ck_assert_msg(model_load(path, &m, &e) == 0, "%s", e.msg);
+	ck_assert_msg(tok_load(m->gf, &tok, &e) == 0, "%s", e.msg);
+	ck_assert_ptr_nonnull(port = ep_new());
+	memset(&wp, 0, sizeof(wp));
+	wp.model = m;
+	wp.tok = tok;
+	wp.backend = "cpu";
+	wp.be.n_threads = 1;
+	ck_assert_msg(worker_new(&wp, port, &w, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(worker_start(w), 0);
+	memset(&b, 0, sizeof(b));
+
+	c = ep_cmd_new(EP_CMD_SUBMIT, sizeof(text) - 1);
+	ck_assert_ptr_nonnull(c);
+	c->id = 1;
+	c->params.max_tokens = 0;	/* the context's 128 */
+	c->params.top_p = 1.0f;
+	c->params.repeat_penalty = 1.0f;
+	memcpy(c->data, text, sizeof(text) - 1);
+	c->text = (const char *)c->data;
+	c->text_len = sizeof(text) - 1;
+	ck_assert_int_eq(ep_push(port, c), 0);
+	for (i = 0; i < 2 && !ended; i++)
+		got += take_tokens(port, &b, &ended);
+	ck_assert_int_eq(ended, 0);
+
+	fault_plan(-1, 0, 0);
+	fault_ignore_thread(1);
+	fault_count(1);
+	for (got = 0; !ended;)
+		got += take_tokens(port, &b, &ended);
+	fault_count(0);
+	fault_ignore_thread(0);
+	allocs = fault_calls(FAULT_ALLOC);
+	printf("faults: %d tokens of steady-state decode steps, %llu allocations\n",
+	    got, (unsigned long long)allocs);
+	ck_assert_int_ge(got, 16);
+	ck_assert_uint_eq(allocs, 0);
+
+	ck_assert_int_eq(ep_push_simple(port, EP_CMD_SHUTDOWN, 0, 0), 0);
+	ck_assert_int_eq(worker_join(w), 0);
+	worker_free(w);
+	ep_batch_fini(&b);
+	ep_free(port);
+	tok_free(tok);
+	model_free(m);
+	free(path);
+}
+END_TEST
+SUITE_TEST("engine", test_steady_steps_allocate_nothing);
+
 SUITE_CASE("count", 30);
 SUITE_CASE("sweep", 600);
+SUITE_CASE("engine", 60);
 
 int
 main(void)
 {
+	char *path = fx_path("aidreams260K.gguf");
+
+	if (path == NULL)
+		suite_case_skip("engine");
+	free(path);
 	return suite_main(suite_registered("faults"));
 }

@@ -72,17 +72,17 @@ $(BUILD)/tests/lib/tmpdir.o: override XCFLAGS += \
 # whatever the compiler's default.
 $(BUILD)/tests/check_cuda_kernels.o: override XCFLAGS += -ffp-contract=off
 
-# check_faults: the daemon's calls fail on demand (tests/lib/fault.h).  It
-# links a copy of libcpdaemon.a whose calls to malloc(), read(),
-# io_uring_submit() ... objcopy renames to tests/lib/fault.c's wrappers;
-# cpd and every other program link the original, untouched.
+# check_faults: the daemon's and the engine's calls fail on demand
+# (tests/lib/fault.h).  It links copies of libcpdaemon.a and libcpengine.a
+# whose calls to malloc(), read(), io_uring_submit() ... objcopy renames to
+# tests/lib/fault.c's wrappers; cpd and every other program link the
+# originals, untouched.
 FAULT_SYMS := tests/lib/fault.syms
-FAULT_DAEMON_LIB := $(BUILD)/lib/libcpdaemon-faults.a
-$(FAULT_DAEMON_LIB): $(DAEMON_LIB) $(FAULT_SYMS)
+FAULT_LIBS := $(BUILD)/lib/libcpdaemon-faults.a $(BUILD)/lib/libcpengine-faults.a
+OBJCOPY ?= objcopy
+$(BUILD)/lib/%-faults.a: $(BUILD)/lib/%.a $(FAULT_SYMS)
 	$(call msg,OBJCOPY,$@)
 	$(Q)$(OBJCOPY) --redefine-syms=$(FAULT_SYMS) $< $@
-OBJCOPY ?= objcopy
-$(BUILD)/tests/check_faults: $(FAULT_DAEMON_LIB) $(LIBCPCLIENT_A)
-$(BUILD)/tests/check_faults: override LINK_LIBS := $(FAULT_DAEMON_LIB) \
-	$(ENGINE_LIB) $(CUDA_LIB)
+$(BUILD)/tests/check_faults: $(FAULT_LIBS) $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_faults: override LINK_LIBS := $(FAULT_LIBS) $(CUDA_LIB)
 $(BUILD)/tests/check_faults: override LDLIBS += $(LIBCPCLIENT_A)

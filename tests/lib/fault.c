@@ -26,6 +26,7 @@ struct fault_state {
 };
 
 static struct fault_state *fs;
+static __thread int thread_ignored;	/* fault_ignore_thread() */
 
 static const char *const class_names[FAULT_NCLASS] = {
 	"alloc", "submit", "cqe", "io", "mem", "thread",
@@ -85,6 +86,12 @@ fault_count(int on)
 		__atomic_store_n(&fs->counting, on, __ATOMIC_SEQ_CST);
 }
 
+void
+fault_ignore_thread(int on)
+{
+	thread_ignored = on;
+}
+
 uint64_t
 fault_calls(int cls)
 {
@@ -109,7 +116,8 @@ hit(int cls, int can_short)
 {
 	uint64_t n;
 
-	if (fs == NULL || !__atomic_load_n(&fs->counting, __ATOMIC_SEQ_CST))
+	if (fs == NULL || thread_ignored ||
+	    !__atomic_load_n(&fs->counting, __ATOMIC_SEQ_CST))
 		return 0;
 	n = __atomic_add_fetch(&fs->calls[cls], 1, __ATOMIC_SEQ_CST);
 	if (cls != fs->cls || n != fs->nth)

@@ -58,6 +58,12 @@ void fault_plan(int cls, uint64_t nth, int err);
 /* Turns counting (and so injecting) on (1) or off (0), in every process. */
 void fault_count(int on);
 
+/*
+ * The calling thread's own calls are not counted (on 1) or are again (0):
+ * a test that plays the io loop leaves its own allocations out.
+ */
+void fault_ignore_thread(int on);
+
 /* Calls of class cls counted since the plan was set. */
 uint64_t fault_calls(int cls);
 
