@@ -20,8 +20,8 @@
  *  4. its descriptors, session mappings and clients are back to what they
  *     were before the workload.
  *
- * CP_FAULT_CAP (runs per class, default 60) and CP_FAULT_SEED change the
- * sample.  To look into one run: CK_RUN_CASE=sweep CP_FAULT_ONLY=k[:i]
+ * CP_FAULT_CAP (runs per class, default 200) and CP_FAULT_SEED change the
+ * sample; `make check-faults` runs every call up to 2000 a class.  To look into one run: CK_RUN_CASE=sweep CP_FAULT_ONLY=k[:i]
  * (call k, the class's i-th errno) CP_FAULT_VERBOSE=1 (the failed call's
  * stack and the daemon's log).
  */
@@ -42,6 +42,7 @@
 #include "lib/cpd_harness.h"
 #include "lib/fault.h"
 #include "lib/fixtures.h"
+#include "lib/prog.h"
 #include "lib/suite.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -298,7 +299,7 @@ sweep(int cls, uint64_t n, struct tally *t)
 	const char *only = getenv("CP_FAULT_ONLY");
 	const char *seed_s = getenv("CP_FAULT_SEED");
 	uint64_t seed = seed_s != NULL ? strtoull(seed_s, NULL, 0) : 20;
-	unsigned cap = cap_runs(60), i, nerr = 0;
+	unsigned cap = cap_runs(200), i, nerr = 0;
 	struct outcome o;
 	uint64_t k;
 	int err;
@@ -462,6 +463,48 @@ START_TEST(test_mem)
 }
 END_TEST
 SUITE_TEST("sweep", test_mem);
+
+/* ---- release objects ---------------------------------------------------- */
+
+/* Lines of `nm files` (stderr dropped) that contain needle. */
+static int
+nm_count(const char *files, const char *needle)
+{
+	char cmd[1024], line[512];
+	FILE *f;
+	int n = 0;
+
+	snprintf(cmd, sizeof(cmd), "nm %s 2>/dev/null", files);
+	f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	while (fgets(line, sizeof(line), f) != NULL)
+		if (strstr(line, needle) != NULL)
+			n++;
+	pclose(f);
+	return n;
+}
+
+/*
+ * cpd and the libraries programs link carry no trace of the hook; the
+ * copies check_faults links do call it.
+ */
+START_TEST(test_release_untouched)
+{
+	const char *build = getenv("BUILD");
+	char cpd[512], files[1536];
+
+	if (build == NULL || build[0] == '\0')
+		build = "build";
+	ck_assert_int_eq(prog_find(cpd, sizeof(cpd), "cpd", NULL), 0);
+	snprintf(files, sizeof(files), "%s %s/lib/libcpdaemon.a "
+	    "%s/lib/libcpengine.a", cpd, build, build);
+	ck_assert_int_gt(nm_count(files, " T "), 100);
+	ck_assert_int_eq(nm_count(files, "fault_"), 0);
+	snprintf(files, sizeof(files), "%s/lib/libcpdaemon-faults.a", build);
+	ck_assert_int_gt(nm_count(files, "U fault_malloc"), 0);
+}
+END_TEST
+SUITE_TEST("count", test_release_untouched);
 
 /* ---- the engine's steps ------------------------------------------------ */
 

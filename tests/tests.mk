@@ -83,6 +83,21 @@ OBJCOPY ?= objcopy
 $(BUILD)/lib/%-faults.a: $(BUILD)/lib/%.a $(FAULT_SYMS)
 	$(call msg,OBJCOPY,$@)
 	$(Q)$(OBJCOPY) --redefine-syms=$(FAULT_SYMS) $< $@
-$(BUILD)/tests/check_faults: $(FAULT_LIBS) $(LIBCPCLIENT_A)
-$(BUILD)/tests/check_faults: override LINK_LIBS := $(FAULT_LIBS) $(CUDA_LIB)
-$(BUILD)/tests/check_faults: override LDLIBS += $(LIBCPCLIENT_A)
+# Its own link rule: a target-specific LINK_LIBS would pass on to what is
+# built for it, cpd included.  (It looks for cpd's symbols: test_release_untouched.)
+$(BUILD)/tests/check_faults: $(BUILD)/tests/check_faults.o $(TESTLIB_OBJS) \
+    $(FAULT_LIBS) $(CUDA_LIB) $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) $(filter %.o,$^) $(FAULT_LIBS) $(CUDA_LIB) \
+		$(LIBCPCLIENT_A) $(LINK_LDLIBS) $(CHECK_LDLIBS) $(DAEMON_LDLIBS) -o $@
+
+# make check-faults: check_faults with every call of each class failing in
+# turn (up to CP_FAULT_CAP runs a class, else a sample of that many,
+# seeded by CP_FAULT_SEED), its counts on the terminal.
+CP_FAULT_CAP ?= 2000
+.PHONY: check-faults
+check-faults: deps
+	@$(MAKE) --no-print-directory $(BUILD)/tests/check_faults
+	@mkdir -p $(BUILD)/tmp && TMPDIR=$$(cd $(BUILD)/tmp && pwd) \
+		BUILD=$(BUILD) CP_FAULT_CAP=$(CP_FAULT_CAP) \
+		$(BUILD)/tests/check_faults
