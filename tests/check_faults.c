@@ -44,6 +44,7 @@
 #include "lib/fixtures.h"
 #include "lib/prog.h"
 #include "lib/suite.h"
+#include "lib/tmpdir.h"
 #include "model.h"
 #include "tokenizer.h"
 #include "worker.h"
@@ -605,9 +606,152 @@ START_TEST(test_steady_steps_allocate_nothing)
 END_TEST
 SUITE_TEST("engine", test_steady_steps_allocate_nothing);
 
-SUITE_CASE("count", 30);
+/* ---- start-up --------------------------------------------------------- */
+
+/*
+ * What a start-up sweep runs: starts something with counting on, stops
+ * and frees it with counting off; returns 0 or start-up's error.
+ */
+typedef int (*startup_fn)(void *arg);
+
+struct startup_model {
+	struct model *m;
+	struct tokenizer *tok;
+};
+
+/* A port and a worker (two CPU threads, the prefill lane) on aidreams260K. */
+static int
+start_worker(void *arg)
+{
+	const struct startup_model *sm = arg;
+	struct worker_params wp;
+	struct cp_err e = { 0 };
+	struct engine_port *port;
+	struct worker *w = NULL;
+	int r = -ENOMEM;
+
+	fault_count(1);
+	port = ep_new();
+	if (port == NULL)
+		goto out;
+	memset(&wp, 0, sizeof(wp));
+	wp.model = sm->m;
+	wp.tok = sm->tok;
+	wp.backend = "cpu";
+	wp.be.n_threads = 2;
+	wp.prefill_lane_tokens = 32;
+	wp.no_warmup = true;
+	r = worker_new(&wp, port, &w, &e);
+	if (r == 0)
+		r = worker_start(w);
+	fault_count(0);
+	if (r == 0) {
+		ck_assert_int_eq(ep_push_simple(port, EP_CMD_SHUTDOWN, 0, 0), 0);
+		ck_assert_int_eq(worker_join(w), 0);
+	}
+out:
+	fault_count(0);
+	worker_free(w);
+	ep_free(port);
+	return r;
+}
+
+/* A port and a server (the io loop kind the kernel offers) on a socket in dir. */
+static int
+start_server(void *arg)
+{
+	const char *dir = arg;
+	struct srv_config cfg;
+	struct engine_port *port;
+	struct server *srv = NULL;
+	char path[300];
+	int r = -ENOMEM;
+
+	snprintf(path, sizeof(path), "%s/s", dir);
+	hd_config(&cfg);
+	cfg.socket_path = path;
+	fault_count(1);
+	port = ep_new();
+	if (port != NULL)
+		r = srv_new(&cfg, port, &srv);
+	fault_count(0);
+	srv_free(srv);
+	ep_free(port);
+	return r;
+}
+
+/*
+ * For each class, counts the calls fn makes, then fails each in turn:
+ * start-up must return an error or succeed, never crash or hang, and leave
+ * nothing behind (no LSan report in a SAN=1 build).
+ */
+static void
+sweep_startup(const char *what, startup_fn fn, void *arg)
+{
+	static const int classes[] = {
+		FAULT_ALLOC, FAULT_MEM, FAULT_THREAD, FAULT_IO, FAULT_SUBMIT,
+		FAULT_CQE,
+	};
+	unsigned cap = cap_runs(200), ci, nerr;
+	uint64_t n, k;
+	int cls, fired, failed;
+
+	ck_assert_int_eq(fault_setup(), 0);
+	for (ci = 0; ci < sizeof(classes) / sizeof(classes[0]); ci++) {
+		cls = classes[ci];
+		fault_plan(-1, 0, 0);
+		ck_assert_int_eq(fn(arg), 0);
+		n = fault_calls(cls);
+		for (nerr = 0; nerr < 4 && class_errs[cls][nerr] != 0; nerr++)
+			;
+		fired = failed = 0;
+		for (k = 1; k <= n && k <= cap; k++) {
+			fault_plan(cls, k, class_errs[cls][k % nerr]);
+			if (fn(arg) < 0)
+				failed++;
+			fired += fault_fired();
+		}
+		printf("faults start-up %-6s %-6s: %llu calls, %llu runs, %d "
+		    "injected, %d start-ups failed cleanly, the others "
+		    "started\n", what, fault_class_name(cls),
+		    (unsigned long long)n, (unsigned long long)(k - 1), fired,
+		    failed);
+	}
+	fflush(stdout);
+}
+
+START_TEST(test_startup_worker)
+{
+	struct startup_model sm;
+	struct cp_err e = { 0 };
+	char *path = fx_path("aidreams260K.gguf");
+
+	ck_assert_ptr_nonnull(path);
+	ck_assert_msg(model_load(path, &sm.m, &e) == 0, "%s", e.msg);
+	ck_assert_msg(tok_load(sm.m->gf, &sm.tok, &e) == 0, "%s", e.msg);
+	sweep_startup("worker", start_worker, &sm);
+	tok_free(sm.tok);
+	model_free(sm.m);
+	free(path);
+}
+END_TEST
+SUITE_TEST("engine", test_startup_worker);
+
+START_TEST(test_startup_server)
+{
+	char dir[512];
+
+	snprintf(dir, sizeof(dir), "%s/faults.XXXXXX", tmp_dir());
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	sweep_startup("server", start_server, dir);
+	rmdir(dir);
+}
+END_TEST
+SUITE_TEST("count", test_startup_server);
+
+SUITE_CASE("count", 120);
 SUITE_CASE("sweep", 600);
-SUITE_CASE("engine", 60);
+SUITE_CASE("engine", 300);
 
 int
 main(void)
