@@ -101,3 +101,7 @@ check-faults: deps
 	@mkdir -p $(BUILD)/tmp && TMPDIR=$$(cd $(BUILD)/tmp && pwd) \
 		BUILD=$(BUILD) CP_FAULT_CAP=$(CP_FAULT_CAP) \
 		$(BUILD)/tests/check_faults
+
+# check_restart drives build/bin/cpd through the static client library.
+$(BUILD)/tests/check_restart: $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd
+$(BUILD)/tests/check_restart: override LDLIBS += $(LIBCPCLIENT_A)
