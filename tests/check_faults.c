@@ -68,10 +68,14 @@ static const int class_errs[FAULT_NCLASS][4] = {
 	[FAULT_IO] = { EINTR, EAGAIN, EIO, FAULT_SHORT },
 	[FAULT_MEM] = { ENOMEM, EMFILE },
 	[FAULT_THREAD] = { EAGAIN },
+	[FAULT_FUTEX] = { EINTR, EAGAIN },
 };
 
+/* The sweep fails the daemon's calls (0) or client A's (1). */
+static int client_side;
+
 struct tally {
-	unsigned runs, fired, accepted, ended, dropped, failed;
+	unsigned runs, fired, accepted, ended, dropped, lib_errors, failed;
 	char why[FAIL_MAX][256];
 };
 
@@ -80,6 +84,8 @@ struct outcome {
 	unsigned accepted;	/* requests cp_submit() accepted */
 	unsigned ended;		/* of those, with a DONE or ERROR event */
 	unsigned dropped;	/* of those, ended by CP_EDEAD */
+	unsigned lib_errors;	/* of those, ended by another error the
+				   client library returned (client side) */
 	char bad[160];		/* the first broken promise, or "" */
 };
 
@@ -119,6 +125,10 @@ drain(struct cp_client *c, int id, char *out, size_t size, int ntok,
 		r = cp_next_event(c, &ev, WAIT_MS);
 		if (r == CP_EDEAD) {
 			o->dropped++;
+			return CP_EDEAD;
+		}
+		if (r < 0 && r != -ETIMEDOUT && client_side) {
+			o->lib_errors++;	/* the library said why */
 			return CP_EDEAD;
 		}
 		if (r < 0) {
@@ -226,7 +236,7 @@ run_once(int cls, uint64_t nth, int err, struct outcome *o)
 	struct cp_params p;
 	struct hd d;
 	char out[512] = "";
-	int fds, maps, idb, r, st_exit;
+	int fds, maps, own_fds, idb, r, st_exit;
 
 	memset(o, 0, sizeof(*o));
 	hd_config(&cfg);
@@ -243,11 +253,18 @@ run_once(int cls, uint64_t nth, int err, struct outcome *o)
 	ck_assert_int_ge(idb, 0);
 	first_token(b, idb, out, sizeof(out));
 
+	fault_target(client_side ? getpid() : d.pid);
+	own_fds = hd_count_fds(getpid());
 	fault_count(1);
 	client_a(&d, o);
+	if (client_side)
+		fault_count(0);
 	r = drain(b, idb, out, sizeof(out), 0, o, "B");
 	o->accepted++;
 	fault_count(0);
+	if (hd_count_fds(getpid()) != own_fds)
+		bad(o, "%s: %ld descriptors left over in the client's process",
+		    "A", (long)hd_count_fds(getpid()) - own_fds);
 
 	if (r != CP_EVENT_DONE || strcmp(out, prompt_b) != 0)
 		bad(o, "%s: the other client's output differs (end %ld)", "B",
@@ -325,6 +342,7 @@ sweep(int cls, uint64_t n, struct tally *t)
 		t->accepted += o.accepted;
 		t->ended += o.ended;
 		t->dropped += o.dropped;
+		t->lib_errors += o.lib_errors;
 		if (o.bad[0] != '\0') {
 			if (t->failed < FAIL_MAX)
 				snprintf(t->why[t->failed], sizeof(t->why[0]),
@@ -345,17 +363,16 @@ count_calls(void)
 	struct outcome o;
 	int c;
 
-	if (counted[FAULT_ALLOC] != 0)
-		return;
 	ck_assert_int_eq(fault_setup(), 0);
 	run_once(-1, 0, 0, &o);
 	ck_assert_msg(o.bad[0] == '\0', "clean run: %s", o.bad);
 	for (c = 0; c < FAULT_NCLASS; c++)
 		counted[c] = fault_calls(c);
-	ck_assert_uint_gt(counted[FAULT_ALLOC], 0);
+	ck_assert_uint_gt(counted[FAULT_ALLOC] + counted[FAULT_IO], 0);
 }
 
-static void
+/* Sweeps class cls and prints its counts; how many runs broke a promise. */
+static unsigned
 sweep_class(int cls)
 {
 	struct tally t;
@@ -364,26 +381,29 @@ sweep_class(int cls)
 	count_calls();
 	memset(&t, 0, sizeof(t));
 	sweep(cls, counted[cls], &t);
-	printf("faults %-6s: %llu calls, %u runs, %u injected, %u requests "
-	    "accepted, %u ended by an event, %u by a closed connection, "
-	    "%u runs failed\n", fault_class_name(cls),
+	printf("faults %s %-6s: %llu calls, %u runs, %u injected, %u "
+	    "requests accepted, %u ended by an event, %u by a closed "
+	    "connection, %u by a library error, %u runs failed\n",
+	    client_side ? "client" : "daemon", fault_class_name(cls),
 	    (unsigned long long)counted[cls], t.runs, t.fired, t.accepted,
-	    t.ended, t.dropped, t.failed);
+	    t.ended, t.dropped, t.lib_errors, t.failed);
 	for (i = 0; i < t.failed && i < FAIL_MAX; i++)
 		printf("  %s\n", t.why[i]);
 	fflush(stdout);
-	ck_assert_msg(t.failed == 0, "%u of %u %s runs broke a promise",
-	    t.failed, t.runs, fault_class_name(cls));
+	return t.failed;
 }
 
 START_TEST(test_count)
 {
 	int c;
 
-	count_calls();
-	for (c = 0; c < FAULT_NCLASS; c++)
-		printf("faults %-6s: %llu calls in the workload\n",
-		    fault_class_name(c), (unsigned long long)counted[c]);
+	for (client_side = 0; client_side < 2; client_side++) {
+		count_calls();
+		for (c = 0; c < FAULT_NCLASS; c++)
+			printf("faults %s %-6s: %llu calls in the workload\n",
+			    client_side ? "client" : "daemon",
+			    fault_class_name(c), (unsigned long long)counted[c]);
+	}
 	fflush(stdout);
 }
 END_TEST
@@ -432,38 +452,54 @@ SUITE_TEST("count", test_submit_oom_fails_the_request);
 
 START_TEST(test_alloc)
 {
-	sweep_class(FAULT_ALLOC);
+	ck_assert_uint_eq(sweep_class(FAULT_ALLOC), 0);
 }
 END_TEST
 SUITE_TEST("sweep", test_alloc);
 
 START_TEST(test_submit)
 {
-	sweep_class(FAULT_SUBMIT);
+	ck_assert_uint_eq(sweep_class(FAULT_SUBMIT), 0);
 }
 END_TEST
 SUITE_TEST("sweep", test_submit);
 
 START_TEST(test_cqe)
 {
-	sweep_class(FAULT_CQE);
+	ck_assert_uint_eq(sweep_class(FAULT_CQE), 0);
 }
 END_TEST
 SUITE_TEST("sweep", test_cqe);
 
 START_TEST(test_io)
 {
-	sweep_class(FAULT_IO);
+	ck_assert_uint_eq(sweep_class(FAULT_IO), 0);
 }
 END_TEST
 SUITE_TEST("sweep", test_io);
 
 START_TEST(test_mem)
 {
-	sweep_class(FAULT_MEM);
+	ck_assert_uint_eq(sweep_class(FAULT_MEM), 0);
 }
 END_TEST
 SUITE_TEST("sweep", test_mem);
+
+/* libcpclient's calls in client A fail: each call returns, nothing leaks. */
+START_TEST(test_client)
+{
+	static const int classes[] = {
+		FAULT_ALLOC, FAULT_IO, FAULT_MEM, FAULT_FUTEX,
+	};
+	unsigned i, failed = 0;
+
+	client_side = 1;
+	for (i = 0; i < sizeof(classes) / sizeof(classes[0]); i++)
+		failed += sweep_class(classes[i]);
+	ck_assert_msg(failed == 0, "%u client runs broke a promise", failed);
+}
+END_TEST
+SUITE_TEST("client", test_client);
 
 /* ---- release objects ---------------------------------------------------- */
 
@@ -498,7 +534,8 @@ START_TEST(test_release_untouched)
 		build = "build";
 	ck_assert_int_eq(prog_find(cpd, sizeof(cpd), "cpd", NULL), 0);
 	snprintf(files, sizeof(files), "%s %s/lib/libcpdaemon.a "
-	    "%s/lib/libcpengine.a", cpd, build, build);
+	    "%s/lib/libcpengine.a %s/lib/libcpclient.a", cpd, build, build,
+	    build);
 	ck_assert_int_gt(nm_count(files, " T "), 100);
 	ck_assert_int_eq(nm_count(files, "fault_"), 0);
 	snprintf(files, sizeof(files), "%s/lib/libcpdaemon-faults.a", build);
@@ -751,6 +788,7 @@ SUITE_TEST("count", test_startup_server);
 
 SUITE_CASE("count", 120);
 SUITE_CASE("sweep", 600);
+SUITE_CASE("client", 600);
 SUITE_CASE("engine", 300);
 
 int

@@ -72,13 +72,14 @@ $(BUILD)/tests/lib/tmpdir.o: override XCFLAGS += \
 # whatever the compiler's default.
 $(BUILD)/tests/check_cuda_kernels.o: override XCFLAGS += -ffp-contract=off
 
-# check_faults: the daemon's and the engine's calls fail on demand
-# (tests/lib/fault.h).  It links copies of libcpdaemon.a and libcpengine.a
-# whose calls to malloc(), read(), io_uring_submit() ... objcopy renames to
+# check_faults: the daemon's, the engine's and libcpclient's calls fail on
+# demand (tests/lib/fault.h).  It links copies of libcpdaemon.a,
+# libcpengine.a and libcpclient.a whose calls to malloc(), read(), io_uring_submit() ... objcopy renames to
 # tests/lib/fault.c's wrappers; cpd and every other program link the
 # originals, untouched.
 FAULT_SYMS := tests/lib/fault.syms
-FAULT_LIBS := $(BUILD)/lib/libcpdaemon-faults.a $(BUILD)/lib/libcpengine-faults.a
+FAULT_LIBS := $(BUILD)/lib/libcpdaemon-faults.a $(BUILD)/lib/libcpengine-faults.a \
+	$(BUILD)/lib/libcpclient-faults.a
 OBJCOPY ?= objcopy
 $(BUILD)/lib/%-faults.a: $(BUILD)/lib/%.a $(FAULT_SYMS)
 	$(call msg,OBJCOPY,$@)
@@ -86,10 +87,10 @@ $(BUILD)/lib/%-faults.a: $(BUILD)/lib/%.a $(FAULT_SYMS)
 # Its own link rule: a target-specific LINK_LIBS would pass on to what is
 # built for it, cpd included.  (It looks for cpd's symbols: test_release_untouched.)
 $(BUILD)/tests/check_faults: $(BUILD)/tests/check_faults.o $(TESTLIB_OBJS) \
-    $(FAULT_LIBS) $(CUDA_LIB) $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd
+    $(FAULT_LIBS) $(CUDA_LIB) | $(BUILD)/bin/cpd
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(ALL_LDFLAGS) $(filter %.o,$^) $(FAULT_LIBS) $(CUDA_LIB) \
-		$(LIBCPCLIENT_A) $(LINK_LDLIBS) $(CHECK_LDLIBS) $(DAEMON_LDLIBS) -o $@
+		$(LINK_LDLIBS) $(CHECK_LDLIBS) $(DAEMON_LDLIBS) -o $@
 
 # make check-faults: check_faults with every call of each class failing in
 # turn (up to CP_FAULT_CAP runs a class, else a sample of that many,

@@ -15,6 +15,7 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 struct fault_state {
@@ -22,6 +23,7 @@ struct fault_state {
 	uint64_t nth;
 	int cls, err;
 	int counting;		/* fault_count() */
+	pid_t pid;		/* fault_target(); 0: any process */
 	int fired;
 };
 
@@ -29,7 +31,7 @@ static struct fault_state *fs;
 static __thread int thread_ignored;	/* fault_ignore_thread() */
 
 static const char *const class_names[FAULT_NCLASS] = {
-	"alloc", "submit", "cqe", "io", "mem", "thread",
+	"alloc", "submit", "cqe", "io", "mem", "thread", "futex",
 };
 
 const char *
@@ -77,6 +79,14 @@ fault_plan(int cls, uint64_t nth, int err)
 	fs->nth = nth;
 	fs->err = err;
 	fs->fired = 0;
+	fs->pid = 0;
+}
+
+void
+fault_target(pid_t pid)
+{
+	if (fs != NULL)
+		__atomic_store_n(&fs->pid, pid, __ATOMIC_SEQ_CST);
 }
 
 void
@@ -106,23 +116,31 @@ fault_fired(void)
 	return fs != NULL && __atomic_load_n(&fs->fired, __ATOMIC_SEQ_CST);
 }
 
+/* What a call can be failed with, for hit(): */
+#define CAN_ERR		1u	/* any errno */
+#define CAN_SHORT	2u	/* a short count */
+#define CAN_EINTR	4u	/* EINTR (implied by CAN_ERR) */
+
 /*
  * Counts a call of class cls; the errno to fail it with (FAULT_SHORT for
- * a short count), or 0 to let it through.  can_short: the call has a
- * count to shorten (a plan for a short count lets the others through).
+ * a short count), or 0 to let it through.  can: CAN_* (a plan the call
+ * cannot meet in the kernel lets it through).
  */
 static int
-hit(int cls, int can_short)
+hit_can(int cls, unsigned can)
 {
 	uint64_t n;
 
 	if (fs == NULL || thread_ignored ||
 	    !__atomic_load_n(&fs->counting, __ATOMIC_SEQ_CST))
 		return 0;
+	if (fs->pid != 0 && getpid() != fs->pid)
+		return 0;
 	n = __atomic_add_fetch(&fs->calls[cls], 1, __ATOMIC_SEQ_CST);
 	if (cls != fs->cls || n != fs->nth)
 		return 0;
-	if (fs->err == FAULT_SHORT && !can_short)
+	if (fs->err == FAULT_SHORT ? !(can & CAN_SHORT) :
+	    !(can & CAN_ERR) && !(fs->err == EINTR && (can & CAN_EINTR)))
 		return 0;
 	__atomic_store_n(&fs->fired, 1, __ATOMIC_SEQ_CST);
 	if (getenv("CP_FAULT_VERBOSE") != NULL) {
@@ -131,6 +149,12 @@ hit(int cls, int can_short)
 		backtrace_symbols_fd(bt, backtrace(bt, 16), 2);
 	}
 	return fs->err;
+}
+
+static int
+hit(int cls, int can_short)
+{
+	return hit_can(cls, CAN_ERR | (can_short ? CAN_SHORT : 0));
 }
 
 /* As hit(), setting errno for a call that reports through it. */
@@ -163,6 +187,10 @@ ssize_t fault_read(int fd, void *buf, size_t n);
 ssize_t fault_write(int fd, const void *buf, size_t n);
 ssize_t fault_recvmsg(int fd, struct msghdr *m, int flags);
 ssize_t fault_sendmsg(int fd, const struct msghdr *m, int flags);
+ssize_t fault_recv(int fd, void *buf, size_t n, int flags);
+ssize_t fault_send(int fd, const void *buf, size_t n, int flags);
+int fault_connect(int fd, const struct sockaddr *addr, socklen_t len);
+long fault_syscall(long nr, ...);
 ssize_t fault_sendto(int fd, const void *buf, size_t n, int flags,
     const struct sockaddr *to, socklen_t tolen);
 int fault_accept4(int fd, struct sockaddr *addr, socklen_t *len, int flags);
@@ -312,10 +340,15 @@ fault_read(int fd, void *buf, size_t n)
 	return k < 0 ? -1 : read(fd, buf, (size_t)k);
 }
 
+/*
+ * A write of 8 bytes or less signals (an eventfd word, a wake byte): the
+ * kernel fails it only with EINTR, its EAGAIN meaning "already signalled".
+ */
 ssize_t
 fault_write(int fd, const void *buf, size_t n)
 {
-	ssize_t k = io_count(hit(FAULT_IO, n >= SHORT_MIN), n);
+	ssize_t k = io_count(hit_can(FAULT_IO, n >= SHORT_MIN ?
+	    CAN_ERR | CAN_SHORT : CAN_EINTR), n);
 
 	return k < 0 ? -1 : write(fd, buf, (size_t)k);
 }
@@ -337,6 +370,44 @@ fault_sendto(int fd, const void *buf, size_t n, int flags,
     const struct sockaddr *to, socklen_t tolen)
 {
 	return hit_errno(FAULT_IO) ? -1 : sendto(fd, buf, n, flags, to, tolen);
+}
+
+ssize_t
+fault_recv(int fd, void *buf, size_t n, int flags)
+{
+	return hit_errno(FAULT_IO) ? -1 : recv(fd, buf, n, flags);
+}
+
+ssize_t
+fault_send(int fd, const void *buf, size_t n, int flags)
+{
+	return hit_errno(FAULT_IO) ? -1 : send(fd, buf, n, flags);
+}
+
+int
+fault_connect(int fd, const struct sockaddr *addr, socklen_t len)
+{
+	return hit_errno(FAULT_IO) ? -1 : connect(fd, addr, len);
+}
+
+/*
+ * syscall(): futex calls count in their class; every call passes six
+ * arguments on, as syscall() itself reads them.
+ */
+long
+fault_syscall(long nr, ...)
+{
+	long a[6];
+	va_list ap;
+	int i;
+
+	va_start(ap, nr);
+	for (i = 0; i < 6; i++)
+		a[i] = va_arg(ap, long);
+	va_end(ap);
+	if (nr == SYS_futex && hit_errno(FAULT_FUTEX))
+		return -1;
+	return syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
 
 int

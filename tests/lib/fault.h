@@ -4,12 +4,13 @@
  * errno, or returns a short count.
  *
  * How the calls get here.  Release objects are not touched: the test
- * build makes a copy of libcpdaemon.a with objcopy --redefine-syms
- * (tests/lib/fault.syms), so that in the copy each call to malloc(),
- * read(), io_uring_submit() ... names fault_malloc(), fault_read(),
- * fault_io_uring_submit() ... instead.  Only test programs that link that
- * copy (check_faults) run these wrappers; cpd and every other program
- * link the original archive and carry no trace of them.  Each wrapper
+ * build makes copies of libcpdaemon.a, libcpengine.a and libcpclient.a
+ * with objcopy --redefine-syms (tests/lib/fault.syms), so that in the
+ * copies each call to malloc(), read(), io_uring_submit() ... names
+ * fault_malloc(), fault_read(), fault_io_uring_submit() ... instead.  Only
+ * test programs that link the copies (check_faults) run these wrappers;
+ * cpd and every other program link the original archives and carry no
+ * trace of them.  Each wrapper
  * counts the call in its class and either fails it or calls the real
  * function.
  *
@@ -22,14 +23,16 @@
 #define CP_TEST_FAULT_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 enum fault_class {
 	FAULT_ALLOC,	/* malloc, calloc, realloc */
 	FAULT_SUBMIT,	/* io_uring_submit*, __io_uring_get_cqe, epoll_wait */
 	FAULT_CQE,	/* a completion's result, rewritten */
-	FAULT_IO,	/* read, write, sendmsg, recvmsg, sendto, accept4 */
+	FAULT_IO,	/* read, write, send*, recv*, accept4, connect */
 	FAULT_MEM,	/* memfd_create, mmap, ftruncate, eventfd, pipe2 */
 	FAULT_THREAD,	/* pthread_create */
+	FAULT_FUTEX,	/* syscall(SYS_futex, ...) */
 	FAULT_NCLASS
 };
 
@@ -57,6 +60,9 @@ void fault_plan(int cls, uint64_t nth, int err);
 
 /* Turns counting (and so injecting) on (1) or off (0), in every process. */
 void fault_count(int on);
+
+/* Only process pid's calls count from now on (0, as after fault_plan(): any). */
+void fault_target(pid_t pid);
 
 /*
  * The calling thread's own calls are not counted (on 1) or are again (0):
