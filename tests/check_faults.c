@@ -572,7 +572,7 @@ take_tokens(struct engine_port *port, struct ep_batch *b, int *ended)
  * it serves.  Counting starts after two turns of events (the event
  * buffers that circulate between the engine, the port and the io loop
  * reach their size in the first ones: ep_take_events()) and covers the
- * request's decode steps to its end (at least 16), on the engine's threads
+ * request's decode steps to its end (at least 8), on the engine's threads
  * only: this one plays the io loop.
  */
 START_TEST(test_steady_steps_allocate_nothing)
@@ -628,7 +628,7 @@ START_TEST(test_steady_steps_allocate_nothing)
 	allocs = fault_calls(FAULT_ALLOC);
 	printf("faults: %d tokens of steady-state decode steps, %llu allocations\n",
 	    got, (unsigned long long)allocs);
-	ck_assert_int_ge(got, 16);
+	ck_assert_int_ge(got, 8);
 	ck_assert_uint_eq(allocs, 0);
 
 	ck_assert_int_eq(ep_push_simple(port, EP_CMD_SHUTDOWN, 0, 0), 0);
