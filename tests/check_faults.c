@@ -7,8 +7,9 @@
  * calls go through the fault wrappers.  The workload: client B connects
  * and submits a long prompt; then counting starts, and client A connects,
  * submits a chunked prompt, reads a few tokens, cancels it, submits a
- * second one and reads it to the end, asks for the stats and closes; B
- * reads its request to the end.  A first run counts the calls N of each
+ * second one, a prompt of token ids and a chat request with a stop string
+ * and reads each to its end, asks for the stats and closes; B reads its
+ * request to the end.  A first run counts the calls N of each
  * class; then, per class, runs where call k fails (k = 1..N, or a seeded
  * sample when N is larger than the cap) each demand:
  *
@@ -172,6 +173,12 @@ first_token(struct cp_client *c, int id, char *out, size_t size)
 static void
 client_a(const struct hd *d, struct outcome *o)
 {
+	static const int32_t ids_a3[] = { 't', 'o', 'k', 'e', 'n', 's' };
+	static const char *const stops[] = { "stop" };
+	static const struct cp_message msgs[] = {
+		{ CP_CHAT_SYSTEM, "Be brief.", 9 },
+		{ CP_CHAT_USER, "a chat request, with a stop string", 34 },
+	};
 	struct cp_client *c = NULL;
 	struct cp_params p;
 	struct cp_stats st;
@@ -190,6 +197,21 @@ client_a(const struct hd *d, struct outcome *o)
 	if (id >= 0) {
 		o->accepted++;
 		if (drain(c, id, NULL, 0, 0, o, "A2") == CP_EDEAD)
+			goto out;
+	}
+	id = cp_submit_tokens(c, ids_a3, sizeof(ids_a3) / sizeof(ids_a3[0]),
+	    &p);
+	if (id >= 0) {
+		o->accepted++;
+		if (drain(c, id, NULL, 0, 0, o, "A3") == CP_EDEAD)
+			goto out;
+	}
+	p.stop = stops;
+	p.n_stop = 1;
+	id = cp_submit_chat(c, msgs, 2, &p);
+	if (id >= 0) {
+		o->accepted++;
+		if (drain(c, id, NULL, 0, 0, o, "A4") == CP_EDEAD)
 			goto out;
 	}
 	(void)cp_stats(c, &st);
