@@ -18,6 +18,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+/* The events and text bytes the port's buffer holds from the start. */
+#define EP_RESERVE_EVENTS	256
+#define EP_RESERVE_TEXT		16384
+
 struct engine_port {
 	pthread_mutex_t cmd_lock;
 	struct ep_cmd *cmd_head;	/* FIFO, cmd_lock */
@@ -53,6 +57,29 @@ efd_drain(int fd)
 		;
 }
 
+/* Grows an array of size elements so that it holds at least want; 0 or -ENOMEM. */
+static int
+grow(void **arr, size_t *cap, size_t want, size_t size)
+{
+	size_t ncap;
+	void *n;
+
+	if (want <= *cap)
+		return 0;
+	ncap = *cap ? *cap : 16;
+	while (ncap < want) {
+		if (ncap > SIZE_MAX / 2 / size)
+			return -ENOMEM;
+		ncap *= 2;
+	}
+	n = realloc(*arr, ncap * size);
+	if (n == NULL)
+		return -ENOMEM;
+	*arr = n;
+	*cap = ncap;
+	return 0;
+}
+
 struct engine_port *
 ep_new(void)
 {
@@ -72,6 +99,11 @@ ep_new(void)
 		goto err;
 	p->ev_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (p->ev_efd < 0)
+		goto err;
+	/* The event buffers' first memory (see ep_take_events()). */
+	if (grow((void **)&p->ev.ev, &p->ev.cap, EP_RESERVE_EVENTS,
+	    sizeof(*p->ev.ev)) < 0 ||
+	    grow((void **)&p->ev.text, &p->ev.text_cap, EP_RESERVE_TEXT, 1) < 0)
 		goto err;
 	return p;
 err:
@@ -205,29 +237,6 @@ ep_wait_cmds(struct engine_port *p, int timeout_ms)
 	return r > 0;
 }
 
-/* Grows an array of size elements so that it holds at least want; 0 or -ENOMEM. */
-static int
-grow(void **arr, size_t *cap, size_t want, size_t size)
-{
-	size_t ncap;
-	void *n;
-
-	if (want <= *cap)
-		return 0;
-	ncap = *cap ? *cap : 16;
-	while (ncap < want) {
-		if (ncap > SIZE_MAX / 2 / size)
-			return -ENOMEM;
-		ncap *= 2;
-	}
-	n = realloc(*arr, ncap * size);
-	if (n == NULL)
-		return -ENOMEM;
-	*arr = n;
-	*cap = ncap;
-	return 0;
-}
-
 int
 ep_batch_add(struct ep_batch *b, const struct ep_event *ev, const void *text,
     size_t len)
@@ -341,6 +350,14 @@ ep_take_events(struct engine_port *p, struct ep_batch *out)
 	ep_batch_clear(out);
 	efd_drain(p->ev_efd);
 	pthread_mutex_lock(&p->ev_lock);
+	/*
+	 * The engine gets out's memory in exchange for its events: grow it
+	 * first to what the engine gives, so that buffers only grow on this
+	 * side and, once they hold a busy turn's events, the engine's steps
+	 * allocate nothing.  A failure here only forgoes that.
+	 */
+	(void)grow((void **)&out->ev, &out->cap, p->ev.cap, sizeof(*out->ev));
+	(void)grow((void **)&out->text, &out->text_cap, p->ev.text_cap, 1);
 	t = p->ev;
 	p->ev = *out;
 	*out = t;

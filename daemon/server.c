@@ -81,6 +81,7 @@
 
 #define GEN_MASK	0xffffu	/* generation bits that tags and ids carry */
 #define LOOP_BATCH	64
+#define LOOP_RETRY_MAX	1000	/* failed waits in a row (1 ms apart) before giving up */
 #define TICK_PAUSED_MS	5	/* re-check the CQs of paused clients */
 #define TICK_BUSY_MS	100	/* drain every SQ while the engine runs */
 #define TICK_MAX_MS	1000	/* no wait is longer */
@@ -1523,7 +1524,7 @@ int
 srv_run(struct server *srv)
 {
 	struct ioloop_ev ev[LOOP_BATCH];
-	int n, i, timeout, pending = 0, rc = 0;
+	int n, i, timeout, pending = 0, rc = 0, fails = 0;
 
 	while (!srv->stopping) {
 		timeout = timers(srv);
@@ -1531,10 +1532,23 @@ srv_run(struct server *srv)
 			timeout = 0;
 		n = ioloop_wait(srv->loop, timeout, ev, LOOP_BATCH);
 		if (n < 0) {
+			/*
+			 * The kernel may refuse a submission for a while (out
+			 * of memory): what was queued stays queued, so wait a
+			 * little and try again; a wait that fails for a second
+			 * is not transient.
+			 */
+			if (fails++ == 0)
+				log_warnx("io loop: %s: retrying", strerror(-n));
+			if (fails < LOOP_RETRY_MAX) {
+				(void)poll(NULL, 0, 1);
+				continue;
+			}
 			log_warnx("io loop: %s", strerror(-n));
 			rc = n;
 			break;
 		}
+		fails = 0;
 		for (i = 0; i < n; i++)
 			dispatch(srv, &ev[i]);
 		if (n == 0 && srv->inflight > srv->paused)

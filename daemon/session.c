@@ -527,6 +527,48 @@ build_append(struct session *s, const unsigned char *src, uint32_t len)
 	return 0;
 }
 
+/*
+ * Ends the request being built with ERROR -ENOMEM: an allocation for it
+ * failed.  Its entry is made only to carry that event, which removes it.
+ */
+static int
+build_fail_oom(struct session *s)
+{
+	static const char msg[] = "cpd: out of memory for this request";
+	struct sess_build *b = &s->build;
+	struct ep_event ev;
+	int r;
+
+	memset(&s->reqs[s->n_reqs], 0, sizeof(s->reqs[0]));
+	s->reqs[s->n_reqs++].req_id = b->req_id;
+	b->active = 0;
+	b->len = 0;
+	b->oom = 0;
+	memset(&ev, 0, sizeof(ev));
+	ev.type = EP_EV_ERROR;
+	ev.token = -1;
+	ev.error = -ENOMEM;
+	ev.text_len = sizeof(msg) - 1;
+	r = sess_post(s, b->req_id, &ev, msg);
+	return r < 0 ? r : 0;
+}
+
+/* Adds prompt bytes to the build; out of memory marks it failed (b->oom). */
+static int
+build_add(struct session *s, const unsigned char *src, uint32_t len)
+{
+	int r;
+
+	if (s->build.oom)
+		return 0;
+	r = build_append(s, src, len);
+	if (r == -ENOMEM) {
+		s->build.oom = 1;
+		r = 0;
+	}
+	return r;
+}
+
 /* Turns the finished build into a SUBMIT command and a request entry. */
 static int
 build_finish(struct session *s, struct sess_out *out)
@@ -537,9 +579,11 @@ build_finish(struct session *s, struct sess_out *out)
 	char *stops;
 	uint32_t i, start;
 
+	if (b->oom)
+		return build_fail_oom(s);
 	c = ep_cmd_new(EP_CMD_SUBMIT, b->len + b->stop_bytes);
 	if (c == NULL)
-		return -ENOMEM;
+		return build_fail_oom(s);
 	c->client = s->slot;
 	c->uid = (uint32_t)s->uid;
 	c->pid = (int32_t)s->pid;
@@ -672,11 +716,12 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 		b->params = e->params;
 		b->stop_bytes = e->stop_bytes;
 		b->len = 0;
+		b->oom = 0;
 		memcpy(b->stops, s->arena + e->arena_off, e->stop_bytes);
 		if ((rc = stops_check(s, e->req_id, b->stops,
 		    e->stop_bytes)) < 0)
 			return rc;
-		if ((rc = build_append(s, s->arena + e->arena_off +
+		if ((rc = build_add(s, s->arena + e->arena_off +
 		    e->stop_bytes, frag)) < 0)
 			return rc;
 		break;
@@ -693,7 +738,7 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 		if (e->arena_len > s->max_prompt - b->len)
 			return violation(s, "req %u: prompt over %u bytes",
 			    e->req_id, s->max_prompt);
-		if ((rc = build_append(s, s->arena + e->arena_off,
+		if ((rc = build_add(s, s->arena + e->arena_off,
 		    e->arena_len)) < 0)
 			return rc;
 		break;
@@ -705,6 +750,7 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 			/* Abandoned half-sent prompt: the engine never saw it. */
 			b->active = 0;
 			b->len = 0;
+			b->oom = 0;
 			return 0;
 		}
 		r = sess_req_find(s, e->req_id);
@@ -712,7 +758,7 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 			struct ep_cmd *c = ep_cmd_new(EP_CMD_CANCEL, 0);
 
 			if (c == NULL)
-				return -ENOMEM;
+				return -EAGAIN;	/* retried: sess_consume() */
 			c->client = s->slot;
 			c->id = sess_port_id(s->slot, s->gen, e->req_id);
 			r->cancelled = 1;
@@ -743,10 +789,13 @@ sess_consume(struct session *s, struct sess_out *out)
 	for (i = 0; i < n; i++) {
 		ring_copy_out(&e, &s->sq[ring_slot(s->sq_head, mask)],
 		    sizeof(e));
-		if ((r = sqe_apply(s, &e, out)) < 0)
+		if ((r = sqe_apply(s, &e, out)) == -EAGAIN)
+			break;		/* this entry again, next time */
+		if (r < 0)
 			return r;
 		s->sq_head++;
 	}
+	n = i;
 	if (n > 0)
 		ring_store_release(&s->ctl->sq_head.v, s->sq_head);
 	return (int)n;

@@ -56,6 +56,8 @@ struct sess_build {
 	char stops[CP_STOP_BYTES_MAX];
 	unsigned char *buf;	/* prompt bytes so far */
 	size_t len, cap;
+	int oom;		/* an allocation failed: the request ends
+				   with ERROR -ENOMEM once fully read */
 };
 
 /* Commands produced by sess_consume(), in ring order. */
@@ -169,7 +171,10 @@ void sess_out_init(struct sess_out *o);
  * Consumes every SQ entry the client has published: validates each copy,
  * assembles prompts, appends SUBMIT and CANCEL commands to out and
  * releases sq_head.  Returns the number of entries consumed, or -EPROTO
- * (s->why says what) at the first violation, or -ENOMEM.
+ * (s->why says what) at the first violation.  Out of memory, a SUBMIT ends
+ * with an ERROR event (-ENOMEM) instead of a command, and a CANCEL stays
+ * in the SQ for a later call; only an ERROR that finds no room in the CQ
+ * fails the session (with sess_post()'s error).
  */
 int sess_consume(struct session *s, struct sess_out *out);
 

@@ -108,3 +108,39 @@ $(BUILD)/tests/check_manhelp: | $(BUILD)/bin/cpd $(BUILD)/bin/cpq \
     $(BUILD)/bin/cpmodel $(BUILD)/bin/cpbench
 $(BUILD)/tests/check_manhelp.o: override XCFLAGS += \
 	-DCP_SRC_MAN='"$(abspath man)"'
+
+# check_faults: the daemon's, the engine's and libcpclient's calls fail on
+# demand (tests/lib/fault.h).  It links copies of libcpdaemon.a,
+# libcpengine.a and libcpclient.a whose calls to malloc(), read(),
+# io_uring_submit() ... objcopy renames to tests/lib/fault.c's wrappers;
+# cpd and every other program link the originals, untouched.
+FAULT_SYMS := tests/lib/fault.syms
+FAULT_LIBS := $(BUILD)/lib/libcpdaemon-faults.a $(BUILD)/lib/libcpengine-faults.a \
+	$(BUILD)/lib/libcpclient-faults.a
+OBJCOPY ?= objcopy
+$(BUILD)/lib/%-faults.a: $(BUILD)/lib/%.a $(FAULT_SYMS)
+	$(call msg,OBJCOPY,$@)
+	$(Q)$(OBJCOPY) --redefine-syms=$(FAULT_SYMS) $< $@
+# Its own link rule: a target-specific LINK_LIBS would pass on to what is
+# built for it, cpd included.  (It looks for cpd's symbols:
+# test_release_untouched.)
+$(BUILD)/tests/check_faults: $(BUILD)/tests/check_faults.o $(TESTLIB_OBJS) \
+    $(FAULT_LIBS) $(CUDA_LIB) | $(BUILD)/bin/cpd
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(ALL_LDFLAGS) $(filter %.o,$^) $(FAULT_LIBS) $(CUDA_LIB) \
+		$(LINK_LDLIBS) $(CHECK_LDLIBS) $(DAEMON_LDLIBS) -o $@
+
+# make check-faults: check_faults with every call of each class failing in
+# turn (up to CP_FAULT_CAP runs a class, else a sample of that many,
+# seeded by CP_FAULT_SEED), its counts on the terminal.
+CP_FAULT_CAP ?= 2000
+.PHONY: check-faults
+check-faults: deps
+	@$(MAKE) --no-print-directory $(BUILD)/tests/check_faults
+	@mkdir -p $(BUILD)/tmp && TMPDIR=$$(cd $(BUILD)/tmp && pwd) \
+		BUILD=$(BUILD) CP_FAULT_CAP=$(CP_FAULT_CAP) \
+		$(BUILD)/tests/check_faults
+
+# check_restart drives build/bin/cpd through the static client library.
+$(BUILD)/tests/check_restart: $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd
+$(BUILD)/tests/check_restart: override LDLIBS += $(LIBCPCLIENT_A)

@@ -45,6 +45,21 @@ mock_opts_default(struct mock_opts *o)
 	snprintf(o->model, sizeof(o->model), "mock-model");
 }
 
+/*
+ * Queues one event as the worker's emit() does: out of memory, the events
+ * so far go to the io loop (which hands back an empty buffer) and the add
+ * is tried once more.
+ */
+static void
+mock_emit(struct mock_engine *m, const struct ep_event *ev, const void *text,
+    size_t len)
+{
+	if (ep_batch_add(&m->batch, ev, text, len) == 0)
+		return;
+	if (ep_post(m->port, &m->batch, 0) == 0)
+		(void)ep_batch_add(&m->batch, ev, text, len);
+}
+
 static size_t
 prompt_len(const struct ep_cmd *c)
 {
@@ -75,7 +90,7 @@ finish(struct mock_engine *m, size_t i, uint32_t type, uint32_t why, int err,
 	ev.n_prompt = (uint32_t)prompt_len(r->cmd);
 	ev.n_gen = r->gen;
 	ev.step = m->cur_step;
-	ep_batch_add(&m->batch, &ev, msg, msg ? strlen(msg) : 0);
+	mock_emit(m, &ev, msg, msg ? strlen(msg) : 0);
 	req_free(r);
 	m->reqs[i] = m->reqs[--m->n];
 }
@@ -196,7 +211,7 @@ prefill(struct mock_engine *m, struct mock_req *r)
 		ev.n_prompt = (uint32_t)r->prefilled;
 		ev.n_total = (uint32_t)total;
 		ev.step = m->cur_step;
-		ep_batch_add(&m->batch, &ev, NULL, 0);
+		mock_emit(m, &ev, NULL, 0);
 	}
 	return r->prefilled == total;
 }
@@ -244,7 +259,7 @@ step_one(struct mock_engine *m, size_t i)
 	r->pos++;
 	r->gen++;
 	m->stats.tokens_generated++;
-	ep_batch_add(&m->batch, &ev, text, len);
+	mock_emit(m, &ev, text, len);
 	if (r->out_len + len > r->out_cap) {
 		size_t cap = (r->out_len + len) * 2;
 		char *o = realloc(r->out, cap);
