@@ -147,6 +147,19 @@ emit_top(struct worker *w, const struct ep_event *evp, const void *text,
 	if (ep_post(w->port, &w->out, 0) == 0 &&
 	    ep_batch_add_top(&w->out, &ev, text, len, top, n_top) == 0)
 		return;
+	/*
+	 * The buffer the io loop gives back has room for EP_RESERVE_TEXT
+	 * bytes: an event that still does not fit has more text than that.
+	 * A request's last event must not be lost (its client would wait for
+	 * it forever): it goes without its text.
+	 */
+	if ((ev.type == EP_EV_DONE || ev.type == EP_EV_ERROR) &&
+	    ep_batch_add_top(&w->out, &ev, NULL, 0, NULL, 0) == 0) {
+		log_warnx("worker: request %llu: out of memory: its last "
+		    "%zu bytes of text dropped", (unsigned long long)ev.id,
+		    len);
+		return;
+	}
 	log_warnx("worker: request %llu: event %u lost: out of memory",
 	    (unsigned long long)ev.id, ev.type);
 }
