@@ -53,6 +53,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -189,6 +190,8 @@ usage(FILE *f)
 	    "$CPD_SOCKET,\n"
 	    "                           $XDG_RUNTIME_DIR/cpd.sock, "
 	    "/run/cpd/cpd.sock)\n"
+	    "      --retry SECONDS      wait up to SECONDS for a daemon to "
+	    "listen\n"
 	    "  -h, --help               this text\n"
 	    "      --version            cpq's version\n"
 	    "Exit status: 0 done, 1 daemon or request error, 2 bad "
@@ -246,7 +249,7 @@ enum {
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
 	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
 	OPT_PROGRESS, OPT_VERSION, OPT_STOP, OPT_TOKENIZE, OPT_COUNT,
-	OPT_LOGPROBS, OPT_NO_NEWLINE,
+	OPT_LOGPROBS, OPT_NO_NEWLINE, OPT_RETRY,
 };
 
 static const struct option longopts[] = {
@@ -264,6 +267,7 @@ static const struct option longopts[] = {
 	{ "progress", no_argument, NULL, OPT_PROGRESS },
 	{ "logprobs", required_argument, NULL, OPT_LOGPROBS },
 	{ "no-newline", no_argument, NULL, OPT_NO_NEWLINE },
+	{ "retry", required_argument, NULL, OPT_RETRY },
 	{ "system", required_argument, NULL, OPT_SYSTEM },
 	{ "chat", no_argument, NULL, OPT_CHAT },
 	{ "chat-template", required_argument, NULL, OPT_CHAT_TEMPLATE },
@@ -390,6 +394,12 @@ parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_NO_NEWLINE:
 			o->no_newline = 1;
+			break;
+		case OPT_RETRY:
+			if (parse_u64(a, RETRY_MAX_S, &v) < 0)
+				return bad_arg("--retry", "a number of seconds "
+				    "from 0 to 86400", a);
+			o->retry_s = (int)v;
 			break;
 		case OPT_SYSTEM:
 			o->system = a;
@@ -1314,19 +1324,42 @@ generate(struct cp_client *c, const struct opts *o,
 
 /* ---- main ------------------------------------------------------------ */
 
-/* Connects to the socket at path, cp_socket_path()'s answer for --socket. */
-static int
-connect_daemon(const char *path, struct cp_client **c)
+/* Nothing listens at the socket (yet). */
+static bool
+no_listener(int r)
 {
+	return r == -ENOENT || r == -ECONNREFUSED || r == -ENOTSOCK;
+}
+
+/*
+ * Connects to the socket at path, cp_socket_path()'s answer for --socket,
+ * trying again while nothing listens there for up to retry_s seconds
+ * (a daemon starting, or restarting), every RETRY_MIN_MS at first and
+ * then less often, up to RETRY_MAX_MS apart.  SIGINT ends the wait.
+ */
+static int
+connect_daemon(const char *path, int retry_s, struct cp_client **c)
+{
+	uint64_t end = now_ns() + (uint64_t)retry_s * 1000000000ull;
 	struct cp_connect_opts co;
+	long wait_ms = RETRY_MIN_MS;
+	struct timespec ts;
 	int r;
 
 	cp_connect_opts_init(&co);
 	co.socket_path = path;
-	r = cp_connect(&co, c);
+	while ((r = cp_connect(&co, c)) != 0 && no_listener(r) &&
+	    now_ns() < end) {
+		ts.tv_sec = wait_ms / 1000;
+		ts.tv_nsec = wait_ms % 1000 * 1000000L;
+		nanosleep(&ts, NULL);
+		if (wait_ms < RETRY_MAX_MS)
+			wait_ms = wait_ms * 2 < RETRY_MAX_MS ? wait_ms * 2 :
+			    RETRY_MAX_MS;
+	}
 	if (r == 0)
 		return 0;
-	if (r == -ENOENT || r == -ECONNREFUSED || r == -ENOTSOCK) {
+	if (no_listener(r)) {
 		fprintf(stderr, "cpq: no daemon listening on %s (start it "
 		    "with: cpd -m MODEL)\n", path);
 		return EXIT_NO_DAEMON;
@@ -1378,7 +1411,7 @@ main(int argc, char **argv)
 		rc = EXIT_USAGE;
 		goto out;
 	}
-	if ((rc = connect_daemon(path, &c)) != 0)
+	if ((rc = connect_daemon(path, o.retry_s, &c)) != 0)
 		goto out;
 	cp_model_info(c, &mi);
 	if (o.tokenize != NULL) {

@@ -23,6 +23,9 @@
 #define PROGRESS_BYTES	1024	/* shorter prompts show no prefill line */
 #define PROGRESS_MS	500	/* prefill line after this long, no token */
 #define SIGINT_SAME_MS	200	/* a second SIGINT this soon: the same one */
+#define RETRY_MIN_MS	50	/* --retry: first wait between connects */
+#define RETRY_MAX_MS	1000	/* ... doubling up to this */
+#define RETRY_MAX_S	86400	/* the longest --retry */
 
 enum mode { MODE_TEXT, MODE_IDS, MODE_JSON };
 
@@ -40,6 +43,7 @@ struct opts {
 	const char *tokenize;		/* --tokenize TEXT */
 	int count;			/* --count */
 	int progress;			/* --progress */
+	int retry_s;			/* --retry SECONDS: wait for a daemon */
 	int top_n;			/* --logprobs N; -1: not given */
 	int no_newline;			/* --no-newline */
 	char **args;			/* prompt words */

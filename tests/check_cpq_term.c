@@ -2,19 +2,24 @@
  * check_cpq_term.c - cpq run from scripts rather than a terminal: two
  * SIGINTs within 200 ms are one Ctrl-C (a terminal and timeout(1) each
  * signal the process group), --progress reports on a stderr that is a
- * pipe, and text output ends with a newline unless --no-newline.  cpq
+ * pipe, text output ends with a newline unless --no-newline, and
+ * --retry waits for a daemon that is not there yet.  cpq
  * against a daemon process with the mock engine (lib/cpq_run.h), which
  * echoes its prompt a byte a token.
  */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/clock.h"
 #include "lib/cpq_run.h"
 #include "lib/suite.h"
+#include "lib/tmpdir.h"
 
 #define SLOW_STEP_US 1000000	/* a step, so a cancel takes up to 1 s */
 
@@ -173,6 +178,80 @@ START_TEST(test_newline_on_pipe)
 }
 END_TEST
 SUITE_TEST("output", test_newline_on_pipe);
+
+/* A socket path in a new directory of its own, where nothing listens. */
+static void
+empty_socket_path(char *dir, size_t dsize, char *path, size_t psize)
+{
+	snprintf(dir, dsize, "%s/cpq-retry-XXXXXX", tmp_dir());
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	snprintf(path, psize, "%s/cpd.sock", dir);
+}
+
+/*
+ * cpq --retry started before any daemon: it waits, and once a daemon
+ * listens at the path (a link to the harness's socket) it runs the
+ * prompt.  Without --retry the same start fails at once with status 3.
+ */
+START_TEST(test_retry_waits_for_daemon)
+{
+	const char *args[] = { "--socket", NULL, "--retry", "30", "abc",
+	    NULL };
+	const char *once[] = { "--socket", NULL, "abc", NULL };
+	struct cq_buf out = { 0 }, err = { 0 };
+	char dir[512], path[600];
+	struct cq_proc p;
+	int status;
+	struct hd d;
+
+	empty_socket_path(dir, sizeof(dir), path, sizeof(path));
+	once[1] = path;
+	ck_assert_int_eq(cq_run(once, &out, &err), 3);
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+
+	args[1] = path;
+	cq_spawn(&p, args, NULL);
+	sleep_ms(400);
+	ck_assert_int_eq(waitpid(p.pid, &status, WNOHANG), 0);
+	cq_start(&d, "", 200);
+	ck_assert_int_eq(symlink(d.path, path), 0);
+	ck_assert_int_eq(cq_finish(&p, NULL, 0, &out, &err), 0);
+	ck_assert_str_eq(out.p, "abc\n");
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+	hd_stop(&d);
+	unlink(path);
+	rmdir(dir);
+}
+END_TEST
+SUITE_TEST("retry", test_retry_waits_for_daemon);
+
+/* --retry 1 with no daemon: status 3 after about a second, not before. */
+START_TEST(test_retry_gives_up)
+{
+	const char *args[] = { "--socket", NULL, "--retry", "1", "abc",
+	    NULL };
+	struct cq_buf out = { 0 }, err = { 0 };
+	char dir[512], path[600];
+	uint64_t t0, ms;
+
+	empty_socket_path(dir, sizeof(dir), path, sizeof(path));
+	args[1] = path;
+	t0 = clock_ms();
+	ck_assert_int_eq(cq_run(args, &out, &err), 3);
+	ms = clock_ms() - t0;
+	ck_assert_uint_ge(ms, 1000);
+	ck_assert_uint_lt(ms, 10000);
+	ck_assert_ptr_nonnull(strstr(err.p, "no daemon listening"));
+	cq_buf_free(&out);
+	cq_buf_free(&err);
+	rmdir(dir);
+}
+END_TEST
+SUITE_TEST("retry", test_retry_gives_up);
+
+SUITE_CASE("retry", 30);
 
 int
 main(void)
