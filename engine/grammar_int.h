@@ -72,7 +72,8 @@ struct grammar {
  * tokens that can be matched (non-empty pieces, not end of generation)
  * sorted by their bytes, with lcp[k] the length of the prefix that
  * sorted[k] shares with sorted[k - 1] (lcp[0] = 0).  A walk over sorted[]
- * in order is a depth-first walk of the vocabulary's byte trie.
+ * in order is a depth-first walk of the vocabulary's byte trie, and the
+ * bytes it reads (tails) are one per trie node, in the order read.
  */
 struct gvocab {
 	int n_vocab;
@@ -81,6 +82,10 @@ struct gvocab {
 				   off[i + 1]) */
 	int32_t *sorted;	/* (n_sorted) */
 	uint32_t *lcp;		/* (n_sorted) */
+	uint32_t *len;		/* (n_sorted) piece length of sorted[k] */
+	uint8_t *tails;		/* piece of sorted[k] from byte lcp[k] on, */
+	uint32_t *tail_off;	/* at tails + tail_off[k], back to back in
+				   walk order (n_sorted) */
 	int n_sorted;
 	uint8_t *eog_bits;	/* (n_vocab bits) */
 	int32_t *eog;		/* (n_eog) */
@@ -93,6 +98,10 @@ bool gclass_has(const struct grammar *g, uint32_t c, uint32_t cp);
 
 /* Whether class c holds some code point in [lo, hi]. */
 bool gclass_meets(const struct grammar *g, uint32_t c, uint32_t lo,
+    uint32_t hi);
+
+/* Whether class c holds every code point in [lo, hi]. */
+bool gclass_covers(const struct grammar *g, uint32_t c, uint32_t lo,
     uint32_t hi);
 
 #endif

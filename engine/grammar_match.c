@@ -57,6 +57,7 @@
 #define T_UNKNOWN	(-2)		/* next[] not computed */
 #define T_DEAD		(-1)
 #define T_ERR		(-3)
+#define ACC_ANY		UINT32_MAX	/* gstate.acc: see partial() */
 #define MASK_BUDGET	(64u << 20)	/* bytes of cached masks */
 #define MAX_NODES	(1u << 22)
 #define MAX_POOL	(1u << 26)	/* node ids in succ and state lists */
@@ -72,7 +73,8 @@ struct gnode {
 
 struct gstate {
 	uint32_t off, n;	/* node ids pool[off, off + n), ascending */
-	uint32_t acc;		/* partial character: bits so far */
+	uint32_t acc;		/* partial character: bits so far, or
+				   ACC_ANY */
 	uint8_t need;		/* continuation bytes still needed */
 	uint8_t lo, hi;		/* range of the next continuation byte */
 	bool accepting;		/* need == 0 and node ACCEPT present */
@@ -510,8 +512,14 @@ state_get(struct gmatch *m, uint32_t acc, uint8_t need, uint8_t lo,
 	return id;
 }
 
-/* State sid with a partial character (acc, need, lo, hi) when some top's
- * class meets the code points it may become; else T_DEAD. */
+/*
+ * State sid with a partial character (acc, need, lo, hi): the tops whose
+ * class meets the code points it may become (none: T_DEAD).  When each of
+ * them holds all of those code points, which ones they are no longer
+ * matters: the state keeps ACC_ANY instead of acc, so that the many
+ * partial characters a vocabulary holds (every lead and continuation byte
+ * of CJK text inside a JSON string) share one state per stack set.
+ */
 static int32_t
 partial(struct gmatch *m, int32_t sid, uint32_t acc, uint8_t need,
     uint8_t lo, uint8_t hi)
@@ -521,28 +529,27 @@ partial(struct gmatch *m, int32_t sid, uint32_t acc, uint8_t need,
 	uint32_t rest = 6u * (need - 1u);
 	uint32_t min = (acc << 6 | (lo & 0x3fu)) << rest;
 	uint32_t max = (acc << 6 | (hi & 0x3fu)) << rest | ((1u << rest) - 1);
-	uint32_t i, id, off = m->states[sid].off, n = m->states[sid].n;
-	bool live = false;
+	uint32_t i, id, c, off = m->states[sid].off, n = m->states[sid].n;
+	bool exact = false;
 
 	m->set.n = 0;
 	for (i = 0; i < n; i++) {
 		id = m->spool.a[off + i];
 		if (id == ACCEPT)
 			continue;
-		if (gclass_meets(m->g, m->g->elems[m->nodes[id].pos].arg,
-		    min, max))
-			live = true;
+		c = m->g->elems[m->nodes[id].pos].arg;
+		if (!gclass_meets(m->g, c, min, max))
+			continue;
+		exact |= !gclass_covers(m->g, c, min, max);
 		if (u32v_push(m, &m->set, id) < 0)
 			return T_ERR;
 	}
-	if (!live)
-		return T_DEAD;
-	return state_get(m, acc, need, lo, hi);
+	return state_get(m, exact ? acc : ACC_ANY, need, lo, hi);
 }
 
-/* State sid after code point cp. */
+/* State sid after code point cp (any: each top matches, see partial()). */
 static int32_t
-advance_cp(struct gmatch *m, int32_t sid, uint32_t cp)
+advance_cp(struct gmatch *m, int32_t sid, uint32_t cp, bool any)
 {
 	const uint32_t *s;
 	uint32_t i, j, k, id, n;
@@ -551,8 +558,8 @@ advance_cp(struct gmatch *m, int32_t sid, uint32_t cp)
 	m->set.n = 0;
 	for (i = 0; i < n; i++) {
 		id = m->spool.a[m->states[sid].off + i];
-		if (id == ACCEPT ||
-		    !gclass_has(m->g, m->g->elems[m->nodes[id].pos].arg, cp))
+		if (id == ACCEPT || (!any &&
+		    !gclass_has(m->g, m->g->elems[m->nodes[id].pos].arg, cp)))
 			continue;
 		/* node_succ keeps m->set */
 		if (node_succ(m, (int32_t)id, &s, &k) < 0)
@@ -576,14 +583,26 @@ step_byte(struct gmatch *m, int32_t sid, uint8_t b)
 	if (st.need > 0) {
 		if (b < st.lo || b > st.hi)
 			return T_DEAD;
+		if (st.acc == ACC_ANY) {
+			if (st.need == 1)
+				return advance_cp(m, sid, 0, true);
+			/* every top still holds every completion */
+			m->set.n = 0;
+			for (acc = 0; acc < st.n; acc++)
+				if (u32v_push(m, &m->set,
+				    m->spool.a[st.off + acc]) < 0)
+					return T_ERR;
+			return state_get(m, ACC_ANY, (uint8_t)(st.need - 1),
+			    0x80, 0xbf);
+		}
 		acc = st.acc << 6 | (b & 0x3fu);
 		if (st.need == 1)
-			return advance_cp(m, sid, acc);
+			return advance_cp(m, sid, acc, false);
 		return partial(m, sid, acc, (uint8_t)(st.need - 1), 0x80,
 		    0xbf);
 	}
 	if (b < 0x80)
-		return advance_cp(m, sid, b);
+		return advance_cp(m, sid, b, false);
 	if (b >= 0xc2 && b <= 0xdf)
 		return partial(m, sid, b & 0x1fu, 1, 0x80, 0xbf);
 	if (b >= 0xe0 && b <= 0xef)
@@ -945,34 +964,40 @@ mask_walk(struct gmatch *m, int32_t sid, uint8_t *bits)
 {
 	const struct gvocab *v = m->v;
 	const uint8_t *b;
-	int32_t *walk = m->walk, id, to;
-	uint32_t have = 0, len, d, lcp;
+	const int32_t *nx;
+	int32_t *walk = m->walk, id, to = T_DEAD;
+	uint32_t len, d, lcp;
 	int k, j;
 
+	/*
+	 * At each token, walk[0..lcp] holds the states of its prefix shared
+	 * with the previous token: the previous one either got past lcp, or
+	 * died at depth <= lcp and every token sharing its dead prefix was
+	 * skipped.  So only the token's own tail is walked.
+	 */
 	walk[0] = sid;
 	for (k = 0; k < v->n_sorted; k++) {
-		id = v->sorted[k];
 		lcp = v->lcp[k];
-		if (lcp < have)
-			have = lcp;
-		b = (const uint8_t *)v->bytes + v->off[id];
-		len = v->off[id + 1] - v->off[id];
-		for (d = have; d < len; d++) {
-			to = next_state(m, walk[d], b[d]);
-			if (to == T_ERR)
-				return m->err;
+		len = v->len[k];
+		b = v->tails + v->tail_off[k] - lcp;
+		for (d = lcp; d < len; d++) {
+			/* the cached transition inline; next_state() else */
+			nx = m->states[walk[d]].next;
+			if (nx == NULL || (to = nx[b[d]]) == T_UNKNOWN)
+				to = next_state(m, walk[d], b[d]);
 			if (to < 0)
 				break;
 			walk[d + 1] = to;
 		}
 		if (d == len) {
+			id = v->sorted[k];
 			bits[id >> 3] |= (uint8_t)(1u << (id & 7));
-			have = len;
 			continue;
 		}
+		if (to == T_ERR)
+			return m->err;
 		/* the first d + 1 bytes are dead: skip every token sharing
 		 * them */
-		have = d;
 		for (j = k + 1; j < v->n_sorted && v->lcp[j] > d; j++)
 			;
 		k = j - 1;

@@ -1071,3 +1071,18 @@ gclass_meets(const struct grammar *g, uint32_t c, uint32_t lo, uint32_t hi)
 	}
 	return k->neg;
 }
+
+bool
+gclass_covers(const struct grammar *g, uint32_t c, uint32_t lo, uint32_t hi)
+{
+	const struct gclass *k = &g->classes[c];
+	const struct grange *r = g->ranges + k->first;
+	uint32_t i;
+
+	for (i = 0; i < k->n && r[i].lo <= hi; i++) {
+		if (r[i].hi < lo)
+			continue;
+		return !k->neg && r[i].lo <= lo && r[i].hi >= hi;
+	}
+	return k->neg;
+}

@@ -42,6 +42,9 @@ gvocab_free(struct gvocab *v)
 	free(v->off);
 	free(v->sorted);
 	free(v->lcp);
+	free(v->len);
+	free(v->tails);
+	free(v->tail_off);
 	free(v->eog_bits);
 	free(v->eog);
 	free(v);
@@ -58,7 +61,7 @@ gvocab_new_pieces(const char *const *pieces, const size_t *lens, int n,
     const int32_t *eog, int n_eog, struct gvocab **out, struct cp_err *e)
 {
 	struct gvocab *v;
-	size_t total = 0;
+	size_t total = 0, nt;
 	uint32_t l, lx, ly;
 	int32_t i, k, x, y;
 
@@ -117,6 +120,20 @@ gvocab_new_pieces(const char *const *pieces, const size_t *lens, int n,
 		    v->bytes[v->off[x] + l] == v->bytes[v->off[y] + l]; l++)
 			;
 		v->lcp[k] = l;
+	}
+	v->len = calloc((size_t)v->n_sorted + 1, sizeof(*v->len));
+	v->tail_off = calloc((size_t)v->n_sorted + 1, sizeof(*v->tail_off));
+	v->tails = malloc(total + 1);
+	if (v->len == NULL || v->tail_off == NULL || v->tails == NULL)
+		goto nomem;
+	for (k = 0, nt = 0; k < v->n_sorted; k++) {
+		y = v->sorted[k];
+		ly = v->off[y + 1] - v->off[y];
+		v->len[k] = ly;
+		v->tail_off[k] = (uint32_t)nt;
+		memcpy(v->tails + nt, v->bytes + v->off[y] + v->lcp[k],
+		    ly - v->lcp[k]);
+		nt += ly - v->lcp[k];
 	}
 	*out = v;
 	return 0;
