@@ -96,12 +96,13 @@ struct gvocab {
 /* Whether class c holds code point cp. */
 bool gclass_has(const struct grammar *g, uint32_t c, uint32_t cp);
 
-/* Whether class c holds some code point in [lo, hi]. */
-bool gclass_meets(const struct grammar *g, uint32_t c, uint32_t lo,
-    uint32_t hi);
-
-/* Whether class c holds every code point in [lo, hi]. */
-bool gclass_covers(const struct grammar *g, uint32_t c, uint32_t lo,
+/* How much of [lo, hi] class c holds. */
+enum gspan {
+	GSPAN_NONE,
+	GSPAN_SOME,
+	GSPAN_ALL,
+};
+enum gspan gclass_span(const struct grammar *g, uint32_t c, uint32_t lo,
     uint32_t hi);
 
 #endif

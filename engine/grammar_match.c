@@ -529,7 +529,8 @@ partial(struct gmatch *m, int32_t sid, uint32_t acc, uint8_t need,
 	uint32_t rest = 6u * (need - 1u);
 	uint32_t min = (acc << 6 | (lo & 0x3fu)) << rest;
 	uint32_t max = (acc << 6 | (hi & 0x3fu)) << rest | ((1u << rest) - 1);
-	uint32_t i, id, c, off = m->states[sid].off, n = m->states[sid].n;
+	uint32_t i, id, off = m->states[sid].off, n = m->states[sid].n;
+	enum gspan span;
 	bool exact = false;
 
 	m->set.n = 0;
@@ -537,10 +538,11 @@ partial(struct gmatch *m, int32_t sid, uint32_t acc, uint8_t need,
 		id = m->spool.a[off + i];
 		if (id == ACCEPT)
 			continue;
-		c = m->g->elems[m->nodes[id].pos].arg;
-		if (!gclass_meets(m->g, c, min, max))
+		span = gclass_span(m->g, m->g->elems[m->nodes[id].pos].arg,
+		    min, max);
+		if (span == GSPAN_NONE)
 			continue;
-		exact |= !gclass_covers(m->g, c, min, max);
+		exact |= span == GSPAN_SOME;
 		if (u32v_push(m, &m->set, id) < 0)
 			return T_ERR;
 	}

@@ -1054,8 +1054,8 @@ gclass_has(const struct grammar *g, uint32_t c, uint32_t cp)
 	return k->neg;
 }
 
-bool
-gclass_meets(const struct grammar *g, uint32_t c, uint32_t lo, uint32_t hi)
+enum gspan
+gclass_span(const struct grammar *g, uint32_t c, uint32_t lo, uint32_t hi)
 {
 	const struct gclass *k = &g->classes[c];
 	const struct grange *r = g->ranges + k->first;
@@ -1064,25 +1064,10 @@ gclass_meets(const struct grammar *g, uint32_t c, uint32_t lo, uint32_t hi)
 	for (i = 0; i < k->n && r[i].lo <= hi; i++) {
 		if (r[i].hi < lo)
 			continue;
-		/* r[i] meets [lo, hi]; negated, it must cover all of it */
-		if (!k->neg)
-			return true;
-		return !(r[i].lo <= lo && r[i].hi >= hi);
+		/* r[i] meets [lo, hi]: does it cover it? */
+		if (r[i].lo <= lo && r[i].hi >= hi)
+			return k->neg ? GSPAN_NONE : GSPAN_ALL;
+		return GSPAN_SOME;
 	}
-	return k->neg;
-}
-
-bool
-gclass_covers(const struct grammar *g, uint32_t c, uint32_t lo, uint32_t hi)
-{
-	const struct gclass *k = &g->classes[c];
-	const struct grange *r = g->ranges + k->first;
-	uint32_t i;
-
-	for (i = 0; i < k->n && r[i].lo <= hi; i++) {
-		if (r[i].hi < lo)
-			continue;
-		return !k->neg && r[i].lo <= lo && r[i].hi >= hi;
-	}
-	return k->neg;
+	return k->neg ? GSPAN_ALL : GSPAN_NONE;
 }
