@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "grammar.h"
@@ -50,6 +51,7 @@ struct gen_opts {
 	const char *grammar;	/* GBNF file, or NULL */
 	const char *schema;	/* JSON schema file, or NULL */
 	bool json;		/* any JSON value */
+	bool timings;		/* decode speed on stderr */
 	struct sampler_params sp;
 };
 
@@ -75,7 +77,8 @@ gen_usage(void)
 	    "[--ignore-eos] [--ids]\n"
 	    "           [--chunk N] [--threads N] [--kv-f32] "
 	    "[--backend NAME]\n"
-	    "           [--grammar FILE | --json-schema FILE | --json]\n",
+	    "           [--grammar FILE | --json-schema FILE | --json] "
+	    "[--timings]\n",
 	    stderr);
 }
 
@@ -136,7 +139,7 @@ gen_seed(const char *s, uint64_t *out)
 enum {
 	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT, OPT_SEED,
 	OPT_IDS, OPT_CHUNK, OPT_THREADS, OPT_IGNORE_EOS, OPT_KV_F32,
-	OPT_BACKEND, OPT_GRAMMAR, OPT_SCHEMA, OPT_JSON,
+	OPT_BACKEND, OPT_GRAMMAR, OPT_SCHEMA, OPT_JSON, OPT_TIMINGS,
 };
 
 static int
@@ -158,6 +161,7 @@ gen_parse(int argc, char **argv, struct gen_opts *o)
 		{ "grammar", required_argument, NULL, OPT_GRAMMAR },
 		{ "json-schema", required_argument, NULL, OPT_SCHEMA },
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "timings", no_argument, NULL, OPT_TIMINGS },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c, rc = 0;
@@ -221,6 +225,9 @@ gen_parse(int argc, char **argv, struct gen_opts *o)
 			break;
 		case OPT_JSON:
 			o->json = true;
+			break;
+		case OPT_TIMINGS:
+			o->timings = true;
 			break;
 		default:
 			fprintf(stderr, "cpmodel generate: option '%s' unknown "
@@ -435,6 +442,15 @@ gen_emit(struct gen *g, const struct gen_opts *o, struct detok *d,
 	return fflush(stdout) == 0 ? 0 : -1;
 }
 
+static double
+gen_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int
 gen_run(struct gen *g, const struct gen_opts *o)
 {
@@ -443,7 +459,8 @@ gen_run(struct gen *g, const struct gen_opts *o)
 	struct sampler_out so;
 	struct detok d;
 	const float *logits = NULL;
-	int n_prompt, n_ctx, seq, done, take, rc, i, n;
+	double t0, t1;
+	int n_prompt, n_ctx, seq, done, take, rc, i, n, n_gen = 0;
 
 	if (model_load(o->path, &g->m, &e) < 0) {
 		fprintf(stderr, "cpmodel generate: %s\n", e.msg);
@@ -501,6 +518,7 @@ gen_run(struct gen *g, const struct gen_opts *o)
 		if (gen_step(g, seq, g->toks, done, take, &logits) != 0)
 			return -1;
 	}
+	t0 = gen_now();
 	for (i = 0; i < o->n_predict; i++) {
 		if ((rc = sampler_sample(g->smp, logits, &so)) < 0) {
 			fprintf(stderr, "cpmodel generate: token %d: %s\n", i,
@@ -521,6 +539,7 @@ gen_run(struct gen *g, const struct gen_opts *o)
 			return -1;
 		}
 		g->toks[n_prompt + i] = so.id;
+		n_gen++;
 		if (gen_emit(g, o, &d, so.id, i) < 0) {
 			fprintf(stderr, "cpmodel generate: cannot write the "
 			    "output\n");
@@ -537,10 +556,16 @@ gen_run(struct gen *g, const struct gen_opts *o)
 			break;
 		}
 	}
+	t1 = gen_now();
+	if (o->timings)
+		fprintf(stderr, "cpmodel generate: %d tokens in %.1f ms after "
+		    "the prompt: %.2f t/s (sampling, grammar and %d steps)\n",
+		    n_gen, (t1 - t0) * 1e3, n_gen / (t1 - t0),
+		    n_gen > 0 ? n_gen - 1 : 0);
 	if (sampler_grammar(g->smp) != NULL &&
 	    !gmatch_accepting(sampler_grammar(g->smp)))
 		fprintf(stderr, "cpmodel generate: the output is not complete "
-		    "in the grammar (stopped after %d tokens)\n", i);
+		    "in the grammar (stopped after %d tokens)\n", n_gen);
 	if (!o->ids && (n = detok_flush(&d, g->out, g->out_cap)) > 0)
 		fwrite(g->out, 1, (size_t)n, stdout);
 	if (putchar('\n') == EOF || fflush(stdout) != 0) {
