@@ -51,6 +51,8 @@ usage(FILE *f)
 	    "[--question-len Q]\n"
 	    "           [--turns T] [--turn-len U] [--gen-len G] "
 	    "[-o md|json]\n"
+	    "       cpbench grammar -m FILE (-g GBNF | -s SCHEMA | -j) "
+	    "-i IDS [-r N]\n"
 	    "       cpbench --help | --version\n", f);
 }
 
@@ -81,6 +83,8 @@ main(int argc, char **argv)
 		return bench_ipc(argc - 1, argv + 1);
 	if (argc >= 2 && strcmp(argv[1], "prefix") == 0)
 		return bench_prefix(argc - 1, argv + 1);
+	if (argc >= 2 && strcmp(argv[1], "grammar") == 0)
+		return bench_grammar(argc - 1, argv + 1);
 	usage(stderr);
 	return 2;
 }

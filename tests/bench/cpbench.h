@@ -51,6 +51,9 @@ int bench_prefix(int argc, char **argv);
 /* `cpbench ipc ...`: ring round trip and token delivery (bench_ipc.c). */
 int bench_ipc(int argc, char **argv);
 
+/* cpbench grammar: a grammar's mask and accept cost per token. */
+int bench_grammar(int argc, char **argv);
+
 /* Parses s as an integer in min..max into *out; 0, or -EINVAL (printed). */
 int bench_int_arg(const char *cmd, const char *opt, const char *s, int min,
     int max, int *out);
