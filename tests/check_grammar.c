@@ -17,6 +17,7 @@
 #include "grammar.h"
 #include "json_read.h"
 #include "lib/suite.h"
+#include "sampler.h"
 
 /* ---- helpers ---------------------------------------------------------- */
 
@@ -541,6 +542,60 @@ START_TEST(test_match_limits)
 }
 END_TEST
 SUITE_TEST("match", test_match_limits);
+
+/* The sampler draws only what the grammar allows, whatever the logits;
+ * end of generation only at the end. */
+START_TEST(test_sampler_grammar)
+{
+	struct sampler_params p = sampler_params_default();
+	struct grammar *g = compile("root ::= \"yes\" | \"no\"\n");
+	struct gvocab *v = byte_vocab();
+	struct sampler_out so;
+	struct sampler *s;
+	struct gmatch *m;
+	float logits[256];
+	int32_t eog = 0;
+	char out[8];
+	int i, n = 0;
+
+	for (i = 0; i < 256; i++)
+		logits[i] = i == 'x' || i == 0 ? 10.0f : (float)(i % 7);
+	logits['n'] = 5.0f;
+	p.temp = 0;
+	ck_assert_ptr_nonnull(s = sampler_new(&p, 256, NULL));
+	ck_assert_int_eq(sampler_set_eog(s, &eog, 1), 0);
+	ck_assert_ptr_nonnull(m = gmatch_new(g, v, NULL));
+	ck_assert_int_eq(sampler_set_grammar(s, m), 0);
+	ck_assert_ptr_eq(sampler_grammar(s), m);
+	for (;;) {
+		ck_assert_int_eq(sampler_sample(s, logits, &so), 0);
+		if (so.finish == SAMPLER_FINISH_EOG)
+			break;
+		ck_assert_int_lt(n, 4);
+		out[n++] = (char)so.id;
+		ck_assert_int_eq(sampler_accept(s, so.id), 0);
+	}
+	out[n] = '\0';
+	ck_assert_str_eq(out, "no");
+	/* a refused token is not recorded; reset restarts the grammar */
+	ck_assert_int_eq(sampler_accept(s, 'x'), -EINVAL);
+	sampler_reset(s);
+	ck_assert_int_eq(sampler_sample(s, logits, &so), 0);
+	ck_assert_int_eq(so.id, 'n');
+	/* a matcher of another vocabulary size is refused, not taken */
+	sampler_free(s);
+	ck_assert_ptr_nonnull(s = sampler_new(&p, 100, NULL));
+	ck_assert_ptr_nonnull(m = gmatch_new(g, v, NULL));
+	ck_assert_int_eq(sampler_set_grammar(s, m), -EINVAL);
+	ck_assert_ptr_null(sampler_grammar(s));
+	gmatch_free(m);
+	ck_assert_int_eq(sampler_set_grammar(s, NULL), 0);
+	sampler_free(s);
+	gvocab_free(v);
+	grammar_free(g);
+}
+END_TEST
+SUITE_TEST("match", test_sampler_grammar);
 
 /* ---- the JSON reader -------------------------------------------------- */
 
