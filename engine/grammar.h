@@ -17,8 +17,9 @@
  *
  * The dialect is llama.cpp's GBNF: `name ::= alternatives`, `|`, `( )`,
  * `*` `+` `?` `{m}` `{m,}` `{m,n}`, "literals", [classes] with ranges and
- * negation, `.` (any character), escapes \n \r \t \\ \" \' \[ \] \xHH
- * \uHHHH \UHHHHHHHH, `#` comments; `root` is the start rule.  Inside a
+ * negation, `.` (any character), escapes \n \r \t \\ \" \' \[ \] \- \^
+ * \/ \xHH \uHHHH \UHHHHHHHH, `#` comments; `root` is the start rule.
+ * (Not supported: llama.cpp's token references <[id]> and !<...>.)  Inside a
  * rule a newline ends the rule except after `::=`, after `|` and inside
  * parentheses.  Characters are Unicode code points; the text a matcher
  * accepts is UTF-8.
@@ -31,8 +32,20 @@
  * refused.  A matcher holds at most GMATCH_MAX_STACKS stacks at once
  * (more: the grammar is too ambiguous, -E2BIG), stacks at most
  * GMATCH_MAX_DEPTH deep (deeper nesting is not allowed: those paths are
- * dropped) and at most GMATCH_MAX_STATES cached states before its caches
- * are dropped and rebuilt.
+ * dropped).  Its caches are dropped and rebuilt at the start of a call
+ * once they pass half their bounds (GMATCH_MAX_STATES states, 1M stack
+ * nodes, 4M stack entries, 32 MiB of masks); one call that needs more
+ * than the bounds fails with -E2BIG.  So a matcher never holds more than
+ * about 100 MiB, whatever the grammar; a JSON schema's holds kilobytes to
+ * a few megabytes.
+ *
+ * Use, in a server: gvocab_new() once per tokenizer; per request, a
+ * grammar (grammar_from_gbnf(), grammar_from_schema(), grammar_any_json())
+ * and gmatch_new() given to sampler_set_grammar() (sampler.h), which
+ * masks each draw with gmatch_mask() and advances with
+ * gmatch_accept_token() in sampler_accept(); gmatch_accepting() says
+ * whether the text so far is complete, gmatch_done() whether nothing but
+ * the end may follow.
  */
 #ifndef CP_GRAMMAR_H
 #define CP_GRAMMAR_H

@@ -58,9 +58,9 @@
 #define T_DEAD		(-1)
 #define T_ERR		(-3)
 #define ACC_ANY		UINT32_MAX	/* gstate.acc: see partial() */
-#define MASK_BUDGET	(64u << 20)	/* bytes of cached masks */
-#define MAX_NODES	(1u << 22)
-#define MAX_POOL	(1u << 26)	/* node ids in succ and state lists */
+#define MASK_BUDGET	(32u << 20)	/* bytes of cached masks */
+#define MAX_NODES	(1u << 20)
+#define MAX_POOL	(1u << 22)	/* node ids in succ and state lists */
 #define EXPAND_MAX_RECURSION 20000
 
 struct gnode {
