@@ -288,6 +288,14 @@ build/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c engine/gguf.c kernels/cpu/ttype.c e
 build/fuzz/fuzz_config: tests/fuzz/fuzz_config.c daemon/config.c engine/error.c
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -lyaml
+GRAMMAR_FUZZ_SRCS := engine/grammar_parse.c engine/grammar_match.c \
+	engine/grammar_vocab.c engine/grammar_schema.c engine/json_read.c \
+	engine/tokenizer.c $(wildcard engine/tok_*.c engine/unicode*.c) \
+	engine/gguf.c kernels/cpu/ttype.c engine/error.c
+build/fuzz/fuzz_grammar build/fuzz/fuzz_schema: build/fuzz/%: tests/fuzz/%.c \
+    $(GRAMMAR_FUZZ_SRCS)
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $^ -o $@ -lm
 .PHONY: fuzz fuzz-run
 fuzz: $(FUZZ_HARNESSES)
 # Runs each harness for FUZZ_TIME seconds over a corpus seeded from the fixtures.
@@ -296,7 +304,11 @@ fuzz-run: fuzz
 		c=build/fuzz/corpus/$$(basename $$h); mkdir -p $$c; \
 		case $$h in *gguf) [ -d "$(CP_FIXTURES)" ] && find "$(CP_FIXTURES)" \
 			-name '*.gguf' -size -2M -exec cp -n {} $$c/ \; ;; \
-		*config) cp -n etc/cpd.yaml $$c/ ;; esac; \
+		*config) cp -n etc/cpd.yaml $$c/ ;; \
+		*grammar) printf 'root ::= "a" [b-z]* ("x" | "y"){1,3}\\n\\0abcxy' \
+			>$$c/seed ;; \
+		*schema) printf '{"type":"object","properties":{"a":{"type":"integer","minimum":3}}}' \
+			>$$c/seed ;; esac; \
 		$$h -max_total_time=$(FUZZ_TIME) -max_len=65536 $$c || exit 1; \
 	done
 

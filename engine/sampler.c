@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "grammar.h"
+
 struct cand {
 	int32_t id;
 	float logit;
@@ -49,6 +51,8 @@ struct sampler {
 
 	const struct eog_set *eog;	/* &own_eog, or the workspace's */
 	struct eog_set own_eog;		/* sampler_set_eog()'s */
+
+	struct gmatch *gm;		/* grammar constraint (owned) or NULL */
 
 	struct sampler_ws *own_ws;	/* scratch of its own, or NULL */
 	struct cand *cand;	/* ws->cand: (n_vocab) scratch, see above */
@@ -428,6 +432,7 @@ sampler_free(struct sampler *s)
 {
 	if (s == NULL)
 		return;
+	gmatch_free(s->gm);
 	sampler_ws_free(s->own_ws);
 	eog_set_free(&s->own_eog);
 	free(s->hist);
@@ -455,6 +460,24 @@ sampler_reset(struct sampler *s)
 	s->hist_pos = 0;
 	s->n_cand = 0;
 	s->w_sum = 0;
+	if (s->gm != NULL)
+		gmatch_reset(s->gm);
+}
+
+int
+sampler_set_grammar(struct sampler *s, struct gmatch *m)
+{
+	if (m != NULL && gmatch_n_vocab(m) != s->n_vocab)
+		return -EINVAL;
+	gmatch_free(s->gm);
+	s->gm = m;
+	return 0;
+}
+
+struct gmatch *
+sampler_grammar(const struct sampler *s)
+{
+	return s->gm;
 }
 
 int
@@ -503,8 +526,12 @@ hist_push(struct sampler *s, int32_t id)
 int
 sampler_accept(struct sampler *s, int32_t id)
 {
+	int rc;
+
 	if (id < 0 || id >= s->n_vocab)
 		return -EINVAL;
+	if (s->gm != NULL && (rc = gmatch_accept_token(s->gm, id)) < 0)
+		return rc;
 	hist_push(s, id);
 	return 0;
 }
@@ -611,6 +638,33 @@ log_softmax_stats(struct sampler *s, float m, struct sampler_out *out,
 		top[j].logprob = (float)((double)(top[j].logprob - m) -
 		    *lse_off);
 	out->n_top = k;
+	return 0;
+}
+
+/*
+ * The grammar's mask over cand (in id order): refused tokens get -inf.
+ * Whole bytes of allowed tokens are skipped, so the cost is one pass over
+ * n_vocab / 8 bytes plus one store per refused token.
+ */
+static int
+apply_grammar(struct sampler *s)
+{
+	struct cand *c = s->cand;
+	const uint8_t *bits;
+	int32_t i, b, nb = (s->n_vocab + 7) / 8, base;
+	uint8_t m;
+	int rc;
+
+	if ((rc = gmatch_mask(s->gm, &bits)) < 0)
+		return rc;
+	for (b = 0; b < nb; b++) {
+		if ((m = bits[b]) == 0xff)
+			continue;
+		base = b * 8;
+		for (i = 0; i < 8 && base + i < s->n_vocab; i++)
+			if (!(m >> i & 1))
+				c[base + i].logit = -INFINITY;
+	}
 	return 0;
 }
 
@@ -785,6 +839,11 @@ sampler_sample(struct sampler *s, const float *logits,
 			remax |= c[s->eog->ids[i]].logit == m;
 			c[s->eog->ids[i]].logit = -INFINITY;
 		}
+	}
+	if (s->gm != NULL) {
+		if ((rc = apply_grammar(s)) < 0)
+			goto err;
+		remax = true;
 	}
 	if (remax) {
 		m = -INFINITY;

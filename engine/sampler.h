@@ -12,6 +12,10 @@
  *      multiplied by it otherwise (once per token, however often it recurs);
  *   2. log-probabilities for reporting (see below);
  *   3. ignore_eos: the end-of-generation ids (sampler_set_eog) get -inf;
+ *      with a grammar (sampler_set_grammar), every token its matcher does
+ *      not allow next gets -inf too (an end-of-generation id is allowed
+ *      only where the grammar accepts); a sampler without one pays one
+ *      pointer test;
  *   4. temp <= 0: greedy, the largest logit wins, ties to the lowest id;
  *      steps 5-8 are skipped and no random number is drawn;
  *   5. top-k: keep the k largest logits (ties to the lower id);
@@ -26,8 +30,8 @@
  * Reported log-probabilities (sampler_out.logprob and .top) are the
  * log-softmax of the logits after the repetition penalty and before
  * anything else: the model's distribution as the penalty left it, not the
- * truncated, tempered one the draw used.  Masked end-of-generation ids keep
- * their model log-probability there.
+ * truncated, tempered one the draw used.  Masked end-of-generation ids and
+ * tokens a grammar refuses keep their model log-probability there.
  *
  * Non-finite logits: -inf is a legitimate "impossible" token and is never
  * chosen.  A NaN or +inf logit anywhere in the row means the forward pass
@@ -158,8 +162,26 @@ int sampler_set_eog(struct sampler *s, const int32_t *ids, int n);
 /* True when id is one of the end-of-generation ids. */
 bool sampler_is_eog(const struct sampler *s, int32_t id);
 
+struct gmatch;
+
+/*
+ * Constrain s's draws with the grammar matcher m (grammar.h), taken: s
+ * frees it (sampler_free) and resets it (sampler_reset); NULL removes and
+ * frees the one set.  m's vocabulary must have n_vocab tokens.  From then
+ * on sampler_sample() draws only tokens m allows and sampler_accept()
+ * advances m.  Other samplers sharing s's workspace are not affected.
+ * 0, or -EINVAL when the vocabularies differ (m not taken).
+ */
+int sampler_set_grammar(struct sampler *s, struct gmatch *m);
+
+/* s's grammar matcher, or NULL; borrowed, valid until sampler_free or
+ * sampler_set_grammar. */
+struct gmatch *sampler_grammar(const struct sampler *s);
+
 /* Record one token of the sequence (sampled or prompt) for the repetition
- * penalty; 0, or -EINVAL when id is outside [0, n_vocab). */
+ * penalty and, with a grammar, advance its matcher over the token; 0, or
+ * -EINVAL when id is outside [0, n_vocab) or the grammar does not allow it
+ * (then nothing is recorded), or the matcher's -E2BIG or -ENOMEM. */
 int sampler_accept(struct sampler *s, int32_t id);
 
 /* Record the prompt ids[0..n) (only the last repeat_last_n matter); does not
@@ -170,7 +192,9 @@ int sampler_accept_prompt(struct sampler *s, const int32_t *ids, int n);
 /* Choose the next token from logits[0..n_vocab) (borrowed, not modified)
  * into out.  Does not record the token: call sampler_accept() for each
  * token kept.  0; -EDOM when a logit is NaN or +inf or no token is left
- * with a finite logit; -ERANGE when max_tokens tokens were already sampled.
+ * with a finite logit (with a grammar: none it allows); -ERANGE when
+ * max_tokens tokens were already sampled; the grammar matcher's -E2BIG or
+ * -ENOMEM.
  * On error out->id is -1, n_top 0, and nothing changes but the candidate
  * list, which is then empty. */
 int sampler_sample(struct sampler *s, const float *logits,

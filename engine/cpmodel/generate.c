@@ -11,6 +11,9 @@
  * llama-cli), streamed through the detokenizer and flushed per token, with
  * a newline at the end; an end-of-generation token is not printed.  --ids
  * prints the generated ids instead, space-separated on one line.
+ * --grammar FILE (GBNF), --json-schema FILE or --json (any JSON value)
+ * constrain the output (grammar.h): the sampler draws only tokens the
+ * grammar allows, and end of generation only where it is complete.
  * Diagnostics go to stderr; the exit status is 0, or 1 on any error.
  */
 #include "cpmodel.h"
@@ -24,8 +27,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
+#include "grammar.h"
 #include "kvcache.h"
 #include "model.h"
 #include "sampler.h"
@@ -43,6 +48,10 @@ struct gen_opts {
 	bool ids;
 	bool kv_f32;
 	const char *backend;	/* be_open() name: auto, cpu, cuda */
+	const char *grammar;	/* GBNF file, or NULL */
+	const char *schema;	/* JSON schema file, or NULL */
+	bool json;		/* any JSON value */
+	bool timings;		/* decode speed on stderr */
 	struct sampler_params sp;
 };
 
@@ -52,6 +61,8 @@ struct gen {
 	struct tokenizer *tok;
 	struct backend *be;
 	struct sampler *smp;
+	struct grammar *gram;	/* constraint, or NULL */
+	struct gvocab *gvocab;
 	int32_t *toks;		/* prompt then generated ids */
 	char *out;		/* detokenizer output buffer */
 	size_t out_cap;
@@ -65,7 +76,9 @@ gen_usage(FILE *fp)
 	    "           [--min-p M] [--repeat-penalty R] [--seed S] "
 	    "[--ignore-eos] [--ids]\n"
 	    "           [--chunk N] [--threads N] [--kv-f32] "
-	    "[--backend NAME]\n", fp);
+	    "[--backend NAME]\n"
+	    "           [--grammar FILE | --json-schema FILE | --json] "
+	    "[--timings]\n", fp);
 }
 
 static int
@@ -125,7 +138,7 @@ gen_seed(const char *s, uint64_t *out)
 enum {
 	OPT_TEMP = 256, OPT_TOP_K, OPT_TOP_P, OPT_MIN_P, OPT_REPEAT, OPT_SEED,
 	OPT_IDS, OPT_CHUNK, OPT_THREADS, OPT_IGNORE_EOS, OPT_KV_F32,
-	OPT_BACKEND,
+	OPT_BACKEND, OPT_GRAMMAR, OPT_SCHEMA, OPT_JSON, OPT_TIMINGS,
 };
 
 static int
@@ -144,6 +157,10 @@ gen_parse(int argc, char **argv, struct gen_opts *o)
 		{ "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
 		{ "kv-f32", no_argument, NULL, OPT_KV_F32 },
 		{ "backend", required_argument, NULL, OPT_BACKEND },
+		{ "grammar", required_argument, NULL, OPT_GRAMMAR },
+		{ "json-schema", required_argument, NULL, OPT_SCHEMA },
+		{ "json", no_argument, NULL, OPT_JSON },
+		{ "timings", no_argument, NULL, OPT_TIMINGS },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c, rc = 0;
@@ -199,6 +216,18 @@ gen_parse(int argc, char **argv, struct gen_opts *o)
 		case OPT_BACKEND:
 			o->backend = optarg;	/* be_open() names what is wrong */
 			break;
+		case OPT_GRAMMAR:
+			o->grammar = optarg;
+			break;
+		case OPT_SCHEMA:
+			o->schema = optarg;
+			break;
+		case OPT_JSON:
+			o->json = true;
+			break;
+		case OPT_TIMINGS:
+			o->timings = true;
+			break;
 		default:
 			fprintf(stderr, "cpmodel generate: option '%s' unknown "
 			    "or missing its value\n", argv[optind - 1]);
@@ -208,6 +237,11 @@ gen_parse(int argc, char **argv, struct gen_opts *o)
 	}
 	if (rc != 0)
 		return rc;
+	if ((o->grammar != NULL) + (o->schema != NULL) + o->json > 1) {
+		fprintf(stderr, "cpmodel generate: --grammar, --json-schema "
+		    "and --json exclude each other\n");
+		return -EINVAL;
+	}
 	if (argc - optind != 2) {
 		fprintf(stderr, "cpmodel generate: expected FILE and PROMPT, "
 		    "got %d argument%s\n", argc - optind,
@@ -226,6 +260,8 @@ gen_free(struct gen *g)
 	free(g->out);
 	free(g->toks);
 	sampler_free(g->smp);
+	gvocab_free(g->gvocab);
+	grammar_free(g->gram);
 	be_close(g->be);
 	tok_free(g->tok);
 	model_free(g->m);
@@ -265,6 +301,78 @@ gen_tokenize(struct gen *g, const struct gen_opts *o, int n_more,
 	return 0;
 }
 
+/* The whole of file path (at most GRAMMAR_MAX_TEXT bytes), malloc'd. */
+static char *
+gen_read(const char *path, size_t *len)
+{
+	FILE *f;
+	char *buf;
+	size_t n;
+
+	if ((f = fopen(path, "rb")) == NULL) {
+		fprintf(stderr, "cpmodel generate: %s: %s\n", path,
+		    strerror(errno));
+		return NULL;
+	}
+	if ((buf = malloc(GRAMMAR_MAX_TEXT + 1)) == NULL) {
+		fclose(f);
+		fprintf(stderr, "cpmodel generate: out of memory\n");
+		return NULL;
+	}
+	n = fread(buf, 1, GRAMMAR_MAX_TEXT + 1, f);
+	if (ferror(f) || n > GRAMMAR_MAX_TEXT) {
+		fprintf(stderr, "cpmodel generate: %s: %s\n", path,
+		    ferror(f) ? "read error" : "larger than the grammar limit");
+		fclose(f);
+		free(buf);
+		return NULL;
+	}
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
+/* The constraint the options ask for on g->smp, if any. */
+static int
+gen_grammar(struct gen *g, const struct gen_opts *o)
+{
+	struct cp_err e = { 0 };
+	struct gmatch *m;
+	const char *path = o->grammar != NULL ? o->grammar : o->schema;
+	char *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	if (path == NULL && !o->json)
+		return 0;
+	if (path != NULL && (text = gen_read(path, &len)) == NULL)
+		return -1;
+	if (o->grammar != NULL)
+		rc = grammar_from_gbnf(text, len, &g->gram, &e);
+	else if (o->schema != NULL)
+		rc = grammar_from_schema(text, len, &g->gram, &e);
+	else
+		rc = grammar_any_json(&g->gram, &e);
+	free(text);
+	if (rc < 0) {
+		fprintf(stderr, "cpmodel generate: %s%s%s\n", path ? path : "",
+		    path ? ": " : "", e.msg);
+		return -1;
+	}
+	if (gvocab_new(g->tok, &g->gvocab, &e) < 0 ||
+	    (m = gmatch_new(g->gram, g->gvocab, &e)) == NULL) {
+		fprintf(stderr, "cpmodel generate: %s\n", e.msg);
+		return -1;
+	}
+	if (sampler_set_grammar(g->smp, m) < 0) {
+		gmatch_free(m);
+		fprintf(stderr, "cpmodel generate: the grammar's vocabulary "
+		    "differs from the model's\n");
+		return -1;
+	}
+	return 0;
+}
+
 static int
 gen_sampler(struct gen *g, const struct gen_opts *o, int n_vocab)
 {
@@ -281,7 +389,7 @@ gen_sampler(struct gen *g, const struct gen_opts *o, int n_vocab)
 		fprintf(stderr, "cpmodel generate: out of memory\n");
 		return -1;
 	}
-	return 0;
+	return gen_grammar(g, o);
 }
 
 /*
@@ -333,6 +441,15 @@ gen_emit(struct gen *g, const struct gen_opts *o, struct detok *d,
 	return fflush(stdout) == 0 ? 0 : -1;
 }
 
+static double
+gen_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static int
 gen_run(struct gen *g, const struct gen_opts *o)
 {
@@ -341,7 +458,8 @@ gen_run(struct gen *g, const struct gen_opts *o)
 	struct sampler_out so;
 	struct detok d;
 	const float *logits = NULL;
-	int n_prompt, n_ctx, seq, done, take, rc, i, n;
+	double t0, t1;
+	int n_prompt, n_ctx, seq, done, take, rc, i, n, n_gen = 0;
 
 	if (model_load(o->path, &g->m, &e) < 0) {
 		fprintf(stderr, "cpmodel generate: %s\n", e.msg);
@@ -399,18 +517,28 @@ gen_run(struct gen *g, const struct gen_opts *o)
 		if (gen_step(g, seq, g->toks, done, take, &logits) != 0)
 			return -1;
 	}
+	t0 = gen_now();
 	for (i = 0; i < o->n_predict; i++) {
 		if ((rc = sampler_sample(g->smp, logits, &so)) < 0) {
 			fprintf(stderr, "cpmodel generate: token %d: %s\n", i,
+			    sampler_grammar(g->smp) != NULL ? (rc == -EDOM ?
+			    "no token the grammar allows has a finite logit" :
+			    gmatch_error(sampler_grammar(g->smp))) :
 			    rc == -EDOM ? "the model produced NaN or infinite "
 			    "logits" : strerror(-rc));
 			return -1;
 		}
 		if (so.finish == SAMPLER_FINISH_EOG)
 			break;
-		if (sampler_accept(g->smp, so.id) < 0)
+		if ((rc = sampler_accept(g->smp, so.id)) < 0) {
+			fprintf(stderr, "cpmodel generate: token %d: %s\n", i,
+			    sampler_grammar(g->smp) != NULL ?
+			    gmatch_error(sampler_grammar(g->smp)) :
+			    strerror(-rc));
 			return -1;
+		}
 		g->toks[n_prompt + i] = so.id;
+		n_gen++;
 		if (gen_emit(g, o, &d, so.id, i) < 0) {
 			fprintf(stderr, "cpmodel generate: cannot write the "
 			    "output\n");
@@ -427,6 +555,16 @@ gen_run(struct gen *g, const struct gen_opts *o)
 			break;
 		}
 	}
+	t1 = gen_now();
+	if (o->timings)
+		fprintf(stderr, "cpmodel generate: %d tokens in %.1f ms after "
+		    "the prompt: %.2f t/s (sampling, grammar and %d steps)\n",
+		    n_gen, (t1 - t0) * 1e3, n_gen / (t1 - t0),
+		    n_gen > 0 ? n_gen - 1 : 0);
+	if (sampler_grammar(g->smp) != NULL &&
+	    !gmatch_accepting(sampler_grammar(g->smp)))
+		fprintf(stderr, "cpmodel generate: the output is not complete "
+		    "in the grammar (stopped after %d tokens)\n", n_gen);
 	if (!o->ids && (n = detok_flush(&d, g->out, g->out_cap)) > 0)
 		fwrite(g->out, 1, (size_t)n, stdout);
 	if (putchar('\n') == EOF || fflush(stdout) != 0) {

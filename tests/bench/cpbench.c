@@ -56,6 +56,9 @@ const char bench_prefix_usage[] =
     "usage: cpbench prefix [--socket S] [-c N] [--system-len L] "
     "[--question-len Q]\n"
     "           [--turns T] [--turn-len U] [--gen-len G] [-o md|json]\n";
+const char bench_grammar_usage[] =
+    "usage: cpbench grammar -m FILE (-g GBNF | -s SCHEMA | -j) -i IDS "
+    "[-r N]\n";
 
 static const struct {
 	const char *name;
@@ -69,6 +72,7 @@ static const struct {
 	{ "serve", bench_serve, bench_serve_usage },
 	{ "ipc", bench_ipc, bench_ipc_usage },
 	{ "prefix", bench_prefix, bench_prefix_usage },
+	{ "grammar", bench_grammar, bench_grammar_usage },
 };
 
 /* Every subcommand's usage, "usage: " only on the first. */

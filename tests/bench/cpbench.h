@@ -57,7 +57,10 @@ int bench_ipc(int argc, char **argv);
  */
 extern const char bench_engine_usage[], bench_mixed_usage[],
     bench_split_usage[], bench_kernels_usage[], bench_serve_usage[],
-    bench_ipc_usage[], bench_prefix_usage[];
+    bench_ipc_usage[], bench_prefix_usage[], bench_grammar_usage[];
+
+/* cpbench grammar: a grammar's mask and accept cost per token. */
+int bench_grammar(int argc, char **argv);
 
 /* Parses s as an integer in min..max into *out; 0, or -EINVAL (printed). */
 int bench_int_arg(const char *cmd, const char *opt, const char *s, int min,
