@@ -13,6 +13,7 @@
 struct reg_test {
 	const char	*tcase;
 	const TTest	*test;
+	bool		 loop;
 	int		 lo, hi, line;
 };
 
@@ -70,8 +71,8 @@ get_case(const char *name, int line)
 }
 
 void
-suite_register_test(const char *tcase, const TTest *test, int lo, int hi,
-    int line)
+suite_register_test(const char *tcase, const TTest *test, bool loop,
+    int lo, int hi, int line)
 {
 	struct reg_test *t;
 
@@ -80,6 +81,7 @@ suite_register_test(const char *tcase, const TTest *test, int lo, int hi,
 	t = &reg_tests[n_tests++];
 	t->tcase = tcase;
 	t->test = test;
+	t->loop = loop;
 	t->lo = lo;
 	t->hi = hi;
 	t->line = line;
@@ -138,12 +140,19 @@ add_case(TCase *tc, const struct suite_fixture *fixture, int timeout)
 }
 
 static void
-add_test(TCase *tc, const TTest *test, int lo, int hi)
+add_test(TCase *tc, const struct reg_test *t, const char *suite)
 {
-	if (lo == 0 && hi == 0)
-		tcase_add_test(tc, test);
-	else
-		tcase_add_loop_test(tc, test, lo, hi);
+	if (!t->loop) {
+		tcase_add_test(tc, t->test);
+		return;
+	}
+	if (t->hi <= t->lo) {
+		fprintf(stderr, "suite %s: loop test %s (line %d) has the empty "
+		    "range [%d, %d)\n", suite, t->test->name, t->line, t->lo,
+		    t->hi);
+		exit(1);
+	}
+	tcase_add_loop_test(tc, t->test, t->lo, t->hi);
 }
 
 Suite *
@@ -175,8 +184,7 @@ suite_registered(const char *name)
 		add_case(tc, c->fixture, c->timeout);
 		for (j = 0; j < n_tests; j++)
 			if (strcmp(reg_tests[j].tcase, c->name) == 0)
-				add_test(tc, reg_tests[j].test, reg_tests[j].lo,
-				    reg_tests[j].hi);
+				add_test(tc, &reg_tests[j], name);
 		suite_add_tcase(s, tc);
 	}
 	return s;

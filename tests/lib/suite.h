@@ -30,26 +30,32 @@ struct suite_fixture {
 };
 
 /* Registration, for the macros below; line orders cases and tests. */
-void suite_register_test(const char *tcase, const TTest *test, int lo, int hi,
-    int line);
+void suite_register_test(const char *tcase, const TTest *test, bool loop,
+    int lo, int hi, int line);
 void suite_register_case(const char *tcase, int timeout,
     const struct suite_fixture *fixture, int line);
 
 #define SUITE_CAT_(a, b)	a ## b
 #define SUITE_CAT(a, b)		SUITE_CAT_(a, b)
 
-/* Test t (a START_TEST name) in case tc (a string), run once. */
-#define SUITE_TEST(tc, t)	SUITE_LOOP(tc, t, 0, 0)
-
-/* Test t in case tc, run once for each _i in [lo, hi) (evaluated before
- * main()). */
-#define SUITE_LOOP(tc, t, lo, hi)					\
+#define SUITE_REG_(tc, t, loop, lo, hi)					\
 	__attribute__((constructor)) static void			\
 	suite_reg_ ## t(void)						\
 	{								\
-		suite_register_test((tc), t, (lo), (hi), __LINE__);	\
+		suite_register_test((tc), t, (loop), (lo), (hi),	\
+		    __LINE__);						\
 	}								\
 	_Static_assert(1, "")
+
+/* Test t (a START_TEST name) in case tc (a string), run once. */
+#define SUITE_TEST(tc, t)	SUITE_REG_(tc, t, false, 0, 0)
+
+/*
+ * Test t in case tc, run once for each _i in [lo, hi).  The bounds are
+ * evaluated before main(), so a count main() fills in comes too late: an
+ * empty range stops the program (unless its case is skipped).
+ */
+#define SUITE_LOOP(tc, t, lo, hi)	SUITE_REG_(tc, t, true, lo, hi)
 
 /* Case tc's timeout in seconds (0 keeps Check's). */
 #define SUITE_CASE(tc, timeout)						\
