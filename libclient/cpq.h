@@ -39,6 +39,7 @@ struct opts {
 	int info, stats, prometheus;
 	const char *tokenize;		/* --tokenize TEXT */
 	int count;			/* --count */
+	int detokenize;			/* --detokenize: args are ids */
 	int progress;			/* --progress */
 	int top_n;			/* --logprobs N; -1: not given */
 	int no_newline;			/* --no-newline */
