@@ -30,12 +30,20 @@ static char cpd_bin[512], cpmodel_bin[512], cpq_bin[512];
 
 /*
  * Every vocabulary of the fixtures with test vectors: "vocab/X.gguf" for
- * each X.gguf.inp found (main() fills it; sorted, the llama-spm one, which
- * the request tests use, among them).
+ * each X.gguf.inp found (sorted, the llama-spm one, which the request
+ * tests use, among them).  Found before the tests register (a constructor
+ * of higher priority), since SUITE_LOOP reads n_vocabs then: found in
+ * main(), the loop ran once, on the first vocabulary only.
  */
 #define MAX_VOCABS	64
 static char *vocabs[MAX_VOCABS];
 static int n_vocabs;
+
+__attribute__((constructor(101))) static void
+find_vocabs(void)
+{
+	n_vocabs = served_find_vocabs(vocabs, MAX_VOCABS);
+}
 static const char spm_rel[] = "vocab/ggml-vocab-llama-spm.gguf";
 
 /* Parses space-separated ids; their number. */
@@ -360,7 +368,7 @@ main(void)
 	if ((model = cpd_need("check_tokenize", cpd_bin, cpmodel_bin,
 	    sizeof(cpd_bin), spm_rel)) == NULL)
 		return 77;
-	if ((n_vocabs = served_find_vocabs(vocabs, MAX_VOCABS)) == 0) {
+	if (n_vocabs == 0) {
 		fprintf(stderr, "check_tokenize: no vectors in %s/vocab\n",
 		    fx_dir());
 		free(model);
