@@ -41,7 +41,8 @@
  * entry).  Without logprobs, nothing is computed and n_top is 0.  A
  * daemon that does not offer the lists sends none (n_top 0) but still
  * fills logprob.  Programs built against a header whose cp_event ends at
- * n_total never see the lists.
+ * n_total never see the lists.  cp_detokenize() gives the bytes each
+ * listed id stands for, to show the alternatives as text.
  *
  * ERRORS.  Functions return 0 (or a request id, or a descriptor) on
  * success and a negative number on failure: a negative errno value, or one
