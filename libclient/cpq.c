@@ -973,6 +973,14 @@ print_text(struct cp_client *c, char *const *args, int n)
 		r = cp_detokenize(c, ids, (size_t)n, buf, sizeof(buf), lens, 0);
 	free(ids);
 	free(lens);
+	if (r == -ERANGE) {
+		struct cp_model_info mi;
+
+		cp_model_info(c, &mi);
+		fprintf(stderr, "cpq: detokenize: an id is outside the "
+		    "vocabulary (0 to %u)\n", mi.n_vocab - 1);
+		return EXIT_DAEMON;
+	}
 	if (r < 0) {
 		fprintf(stderr, "cpq: detokenize: %s\n", cp_strerror(r));
 		return EXIT_DAEMON;

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "cp_proto.h"
 #include "cpclient.h"
@@ -35,6 +36,7 @@
 #include "lib/prog.h"
 #include "lib/served.h"
 #include "lib/suite.h"
+#include "lib/tmpdir.h"
 #include "lib/vocab_vecs.h"
 #include "session.h"
 
@@ -568,7 +570,10 @@ START_TEST(test_cpq_logprobs_names)
 END_TEST
 SUITE_TEST("cpq", test_cpq_logprobs_names);
 
-/* cpq --detokenize prints the text of llama.cpp's ids for "Hello world". */
+/*
+ * cpq --detokenize prints the text of llama.cpp's ids for "Hello world";
+ * an id past the vocabulary names its range.
+ */
 START_TEST(test_cpq_detokenize)
 {
 	const char *argv[] = { cpq_bin, "--socket", NULL, "--detokenize",
@@ -578,13 +583,16 @@ START_TEST(test_cpq_detokenize)
 	const char *junk[] = { cpq_bin, "--socket", NULL, "--detokenize",
 	    "15043x", NULL };
 	struct served s;
-	char out[256];
+	char out[256], err[512];
 
 	ck_assert(serve_rel(&s, spm_rel));
 	argv[2] = bad[2] = junk[2] = s.d.sock;
 	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 0);
 	ck_assert_str_eq(out, " Hello world\n");
-	ck_assert_int_eq(prog_capture(bad, out, sizeof(out)), 1);
+	snprintf(err, sizeof(err), "%s/cpq-%d.err", tmp_dir(), (int)getpid());
+	ck_assert_int_eq(prog_runv(bad, err), 1);
+	ck_assert(cpd_file_has(err, "outside the vocabulary (0 to 31999)"));
+	unlink(err);
 	ck_assert_int_eq(prog_capture(junk, out, sizeof(out)), 2);
 	served_stop(&s);
 }
