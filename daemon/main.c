@@ -393,6 +393,13 @@ tokenize_hook(const void *arg, const char *text, size_t len, uint32_t flags,
 	    max_ids > INT_MAX ? INT_MAX : (int)max_ids);
 }
 
+/* srv_config.piece: the piece of one token, arg being the tokenizer. */
+static const char *
+piece_hook(const void *arg, int32_t id, uint32_t flags, size_t *len)
+{
+	return tok_piece(arg, id, (flags & CP_DETOKF_SPECIAL) != 0, len);
+}
+
 /*
  * The server's limits that a reload may change: the allow lists, the
  * per-uid limits and the timeouts.  0, or -EINVAL (logged) for a user or
@@ -487,6 +494,7 @@ server_config(const struct cpd_config *c, const struct model *m,
 	sc->model.eos = tok_eos(tok);
 	sc->tokenize = tokenize_hook;
 	sc->tokenize_arg = tok;
+	sc->piece = piece_hook;
 	for (size_t i = 0; i < gguf_n_tensors(m->gf); i++)
 		params += gguf_tensor_at(m->gf, i)->n_elems;
 	sc->model.n_params = params;

@@ -143,13 +143,20 @@ struct server {
 	uint64_t disconnects[CP_END_REASONS];	/* invariant 6 */
 
 	unsigned char *rbuf;		/* (RBUF_BYTES) a socket record */
-	unsigned char *tbuf;		/* (TBUF_BYTES) a TOKENS reply */
+	unsigned char *tbuf;		/* (TBUF_BYTES) a TOKENS or PIECES
+					   reply */
 };
 
-/* The longest record an active session may send, and TOKENS's. */
+/* The longest record an active session may send, and the longest reply. */
 #define RBUF_BYTES	(sizeof(struct cp_tokenize_req) + CP_TOKENIZE_TEXT_MAX)
-#define TBUF_BYTES	(sizeof(struct cp_tokens_msg) + \
+#define TOKENS_BYTES	(sizeof(struct cp_tokens_msg) + \
 	sizeof(int32_t) * CP_TOKENIZE_IDS_MAX)
+#define PIECES_BYTES	(sizeof(struct cp_pieces_msg) + \
+	sizeof(uint32_t) * CP_DETOKENIZE_IDS_MAX + CP_DETOKENIZE_BYTES_MAX)
+#define TBUF_BYTES	(TOKENS_BYTES > PIECES_BYTES ? TOKENS_BYTES : \
+	PIECES_BYTES)
+_Static_assert(sizeof(struct cp_detokenize_req) + sizeof(int32_t) *
+    CP_DETOKENIZE_IDS_MAX <= RBUF_BYTES, "a full DETOKENIZE fits rbuf");
 
 static uint64_t
 now_ms(void)
@@ -701,9 +708,7 @@ send_status(int fd, int status)
 	struct cp_welcome w;
 
 	memset(&w, 0, sizeof(w));
-	w.hdr.magic = CP_PROTO_MAGIC;
-	w.hdr.type = CP_MSG_WELCOME;
-	w.hdr.version = CP_PROTO_VERSION;
+	cp_msg_hdr_set(&w.hdr, CP_MSG_WELCOME);
 	w.status = status;
 	sess_send(fd, &w, sizeof(w), NULL, 0);
 }
@@ -872,6 +877,8 @@ handshake(struct server *srv, struct session *s)
 	w.model = srv->cfg.model;
 	if (srv->cfg.tokenize != NULL)
 		w.features |= CP_FEAT_TOKENIZE;
+	if (srv->cfg.piece != NULL)
+		w.features |= CP_FEAT_DETOKENIZE;
 	r = sess_send(s->fd, &w, sizeof(w), fds, nfds);
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
@@ -926,9 +933,7 @@ on_tokenize(struct server *srv, struct session *s, size_t len)
 	else
 		sent = (uint32_t)n < req.max_ids ? (uint32_t)n : req.max_ids;
 	memset(msg, 0, sizeof(*msg));
-	msg->hdr.magic = CP_PROTO_MAGIC;
-	msg->hdr.type = CP_MSG_TOKENS;
-	msg->hdr.version = CP_PROTO_VERSION;
+	cp_msg_hdr_set(&msg->hdr, CP_MSG_TOKENS);
 	msg->status = n < 0 ? n : 0;
 	msg->n_ids = n < 0 ? 0 : (uint32_t)n;
 	msg->n_sent = sent;
@@ -940,7 +945,104 @@ on_tokenize(struct server *srv, struct session *s, size_t len)
 	return 0;
 }
 
-/* A record on an active session's socket: stats and tokenize requests. */
+/*
+ * The pieces of the n ids in srv->rbuf after the request into lens[] and
+ * out (cp_proto.h, DETOKENIZE rules 1-3): their total length, or -ERANGE
+ * for an id outside the vocabulary, -E2BIG past CP_DETOKENIZE_BYTES_MAX.
+ * Writes the bytes only when the total is at most max_bytes.
+ */
+static long
+detok_pieces(struct server *srv, uint32_t n, uint32_t flags,
+    uint32_t max_bytes, uint32_t *lens, unsigned char *out)
+{
+	const unsigned char *p = srv->rbuf + sizeof(struct cp_detokenize_req);
+	uint64_t total = 0;
+	size_t len, pos = 0;
+	int32_t id;
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		memcpy(&id, p + sizeof(id) * i, sizeof(id));
+		if (srv->cfg.piece(srv->cfg.tokenize_arg, id, flags, &len) ==
+		    NULL)
+			return -ERANGE;
+		total += len;
+		if (total > CP_DETOKENIZE_BYTES_MAX)
+			return -E2BIG;
+		lens[i] = (uint32_t)len;
+	}
+	if (total > max_bytes)
+		return (long)total;
+	for (i = 0; i < n; i++) {
+		const char *s;
+
+		memcpy(&id, p + sizeof(id) * i, sizeof(id));
+		s = srv->cfg.piece(srv->cfg.tokenize_arg, id, flags, &len);
+		memcpy(out + pos, s, len);
+		pos += len;
+	}
+	return (long)total;
+}
+
+/* A DETOKENIZE request of a len-byte record: 0, -EINVAL or -E2BIG (rule 1). */
+static int
+detok_req_check(const struct cp_detokenize_req *q, size_t len)
+{
+	if (len < sizeof(*q))
+		return -EINVAL;
+	if (q->n_ids > CP_DETOKENIZE_IDS_MAX)
+		return -E2BIG;
+	if ((q->flags & ~CP_DETOKF_MASK) != 0 || q->reserved != 0 ||
+	    q->max_bytes > CP_DETOKENIZE_BYTES_MAX ||
+	    len != sizeof(*q) + sizeof(int32_t) * (size_t)q->n_ids)
+		return -EINVAL;
+	return 0;
+}
+
+/*
+ * Answers a DETOKENIZE record of len bytes in srv->rbuf (cp_proto.h,
+ * DETOKENIZE rules 1-3); 0, or -1 after dropping s because the reply could
+ * not be sent.
+ */
+static int
+on_detokenize(struct server *srv, struct session *s, size_t len)
+{
+	struct cp_detokenize_req req;
+	struct cp_pieces_msg *msg = (struct cp_pieces_msg *)srv->tbuf;
+	uint32_t *lens = (uint32_t *)(srv->tbuf + sizeof(*msg));
+	unsigned char *bytes;
+	size_t reply;
+	long n;
+
+	memset(&req, 0, sizeof(req));
+	memcpy(&req, srv->rbuf, len < sizeof(req) ? len : sizeof(req));
+	n = srv->cfg.piece == NULL ? -EOPNOTSUPP : detok_req_check(&req, len);
+	if (n == 0)
+		n = detok_pieces(srv, req.n_ids, req.flags, req.max_bytes,
+		    lens, srv->tbuf + sizeof(*msg) +
+		    sizeof(uint32_t) * req.n_ids);
+	memset(msg, 0, sizeof(*msg));
+	cp_msg_hdr_set(&msg->hdr, CP_MSG_PIECES);
+	if (n < 0) {
+		log_debug("client %u: detokenize: %s", s->client_id,
+		    strerror((int)-n));
+		msg->status = (int32_t)n;
+		reply = sizeof(*msg);
+	} else {
+		msg->n_ids = req.n_ids;
+		msg->n_bytes = (uint32_t)n;
+		msg->n_sent = (uint32_t)n <= req.max_bytes ? (uint32_t)n : 0;
+		bytes = srv->tbuf + sizeof(*msg) + sizeof(uint32_t) * req.n_ids;
+		reply = (size_t)(bytes - srv->tbuf) + msg->n_sent;
+	}
+	if (sess_send(s->fd, msg, reply, NULL, 0) < 0) {
+		srv_drop(srv, s, CP_END_ERROR, "pieces reply not sent");
+		return -1;
+	}
+	return 0;
+}
+
+/* A record on an active session's socket: stats, tokenize and detokenize. */
 static void
 on_message(struct server *srv, struct session *s)
 {
@@ -968,9 +1070,13 @@ on_message(struct server *srv, struct session *s)
 		memset(&hdr, 0, sizeof(hdr));
 		memcpy(&hdr, srv->rbuf, len < sizeof(hdr) ? len : sizeof(hdr));
 		if (len >= sizeof(hdr) && hdr.magic == CP_PROTO_MAGIC &&
-		    hdr.type == CP_MSG_TOKENIZE &&
-		    hdr.version == CP_PROTO_VERSION) {
-			if (on_tokenize(srv, s, len) < 0)
+		    hdr.version == CP_PROTO_VERSION &&
+		    (hdr.type == CP_MSG_TOKENIZE ||
+		    hdr.type == CP_MSG_DETOKENIZE)) {
+			r = hdr.type == CP_MSG_TOKENIZE ?
+			    on_tokenize(srv, s, len) :
+			    on_detokenize(srv, s, len);
+			if (r < 0)
 				return;
 			continue;
 		}
@@ -985,9 +1091,7 @@ on_message(struct server *srv, struct session *s)
 			return;
 		}
 		memset(&msg, 0, sizeof(msg));
-		msg.hdr.magic = CP_PROTO_MAGIC;
-		msg.hdr.type = CP_MSG_STATS;
-		msg.hdr.version = CP_PROTO_VERSION;
+		cp_msg_hdr_set(&msg.hdr, CP_MSG_STATS);
 		msg.stats_version = CP_STATS_VERSION;
 		msg.stats_bytes = sizeof(msg.stats);
 		srv_stats(srv, &msg.stats);

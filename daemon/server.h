@@ -81,6 +81,14 @@ struct srv_config {
 	int (*tokenize)(const void *arg, const char *text, size_t len,
 	    uint32_t flags, int32_t *ids, size_t max_ids);
 	const void *tokenize_arg;
+	/*
+	 * CP_MSG_DETOKENIZE (NULL: not offered).  Called on the io loop's
+	 * thread with tokenize_arg and flags within CP_DETOKF_MASK: the
+	 * bytes token id alone renders to, *len their length, borrowed for
+	 * the server's life; NULL when id is outside the vocabulary.
+	 */
+	const char *(*piece)(const void *arg, int32_t id, uint32_t flags,
+	    size_t *len);
 };
 
 /*

@@ -20,11 +20,13 @@
  * A refused client gets a welcome with a negative status and no
  * descriptors, then the socket closes.  After the handshake the socket
  * carries only CP_MSG_STATS_REQ / CP_MSG_STATS and, where the welcome
- * offers CP_FEAT_TOKENIZE, CP_MSG_TOKENIZE / CP_MSG_TOKENS; its hangup
+ * offers CP_FEAT_TOKENIZE, CP_MSG_TOKENIZE / CP_MSG_TOKENS and, where it
+ * offers CP_FEAT_DETOKENIZE, CP_MSG_DETOKENIZE / CP_MSG_PIECES; its hangup
  * means death of either side (the daemon also watches the client's
  * pidfd).  Any descriptor sent by a client, any message of the wrong
- * size, type, magic or version closes it, except a TOKENIZE whose fields
- * are wrong: that is answered with a TOKENS carrying the error (below).  The statistics inside CP_MSG_STATS carry a layout
+ * size, type, magic or version closes it, except a TOKENIZE or DETOKENIZE
+ * whose fields are wrong: that is answered with a TOKENS or PIECES
+ * carrying the error (below).  The statistics inside CP_MSG_STATS carry a layout
  * version and size of their own (CP_STATS_VERSION), so that they can grow
  * without a new protocol version: a client that meets another stats
  * version only loses cp_stats().
@@ -391,12 +393,23 @@ struct cp_cqe {
 #define CP_MSG_STATS		4u	/* daemon -> client */
 #define CP_MSG_TOKENIZE		5u	/* client -> daemon (CP_FEAT_TOKENIZE) */
 #define CP_MSG_TOKENS		6u	/* daemon -> client, answer to TOKENIZE */
+#define CP_MSG_DETOKENIZE	7u	/* client -> daemon (CP_FEAT_DETOKENIZE) */
+#define CP_MSG_PIECES		8u	/* daemon -> client, answer to DETOKENIZE */
 
 struct cp_msg_hdr {
 	uint32_t magic;		/* CP_PROTO_MAGIC */
 	uint16_t type;		/* CP_MSG_* */
 	uint16_t version;	/* CP_PROTO_VERSION */
 };
+
+/* A header of this protocol for a message of type t (CP_MSG_*). */
+static inline void
+cp_msg_hdr_set(struct cp_msg_hdr *h, uint16_t t)
+{
+	h->magic = CP_PROTO_MAGIC;
+	h->type = t;
+	h->version = CP_PROTO_VERSION;
+}
 
 struct cp_hello {
 	struct cp_msg_hdr hdr;
@@ -437,6 +450,7 @@ struct cp_wire_model {
 #define CP_FEAT_CHAT		0x4u	/* CP_SQF_CHAT */
 #define CP_FEAT_TOKENIZE	0x8u	/* CP_MSG_TOKENIZE */
 #define CP_FEAT_TOPN		0x10u	/* CP_PF_TOPN, CP_EV_TOP */
+#define CP_FEAT_DETOKENIZE	0x20u	/* CP_MSG_DETOKENIZE */
 
 struct cp_welcome {
 	struct cp_msg_hdr hdr;
@@ -501,6 +515,61 @@ struct cp_tokens_msg {
 	uint32_t n_ids;		/* ids the text needs */
 	uint32_t n_sent;	/* little-endian int32 ids after the struct */
 	uint32_t reserved;	/* zero */
+};
+
+/*
+ * DETOKENIZE: the daemon answers, for each of n_ids token ids (little-
+ * endian int32 after the struct in the same record), the bytes that token
+ * alone renders to (its piece: SPM's U+2581 as a space, a byte token
+ * <0xNN> as its byte, BPE's byte stand-ins as the bytes), in one PIECES
+ * record.  A piece may end or start inside a UTF-8 character: pieces are
+ * bytes, not text.  Control and unknown tokens render nothing, as in
+ * generated text, unless CP_DETOKF_SPECIAL asks for their text.  Rules:
+ *  1. A record is sizeof(struct cp_detokenize_req) + 4 * n_ids bytes; one
+ *     longer than the longest TOKENIZE record is a violation (closes the
+ *     session).  Every other fault is answered, the session stays: a
+ *     record shorter than the struct gives status -EINVAL; then n_ids
+ *     past CP_DETOKENIZE_IDS_MAX gives -E2BIG; then a record not matching
+ *     n_ids, flags outside CP_DETOKF_MASK, max_bytes past
+ *     CP_DETOKENIZE_BYTES_MAX or reserved not zero give -EINVAL; then an
+ *     id outside [0, n_vocab) gives -ERANGE.
+ *  2. The pieces needing more than CP_DETOKENIZE_BYTES_MAX bytes in all
+ *     give -E2BIG.
+ *  3. Otherwise status 0, n_ids as asked, n_bytes the sum of the pieces'
+ *     lengths, and after the struct n_ids little-endian uint32 lengths,
+ *     one per id in order, then n_sent bytes: the pieces concatenated when
+ *     n_bytes <= max_bytes (n_sent = n_bytes), none otherwise (n_sent =
+ *     0: the lengths say how much room the client needs).  The record is
+ *     sizeof(struct cp_pieces_msg) + 4 * n_ids + n_sent bytes.  With an
+ *     error, n_ids, n_bytes and n_sent are 0 and nothing follows.
+ *  4. Requests are answered in order, one reply each, in the same order
+ *     as TOKENIZE requests around them.
+ * A client checks all of it (the lengths sum to n_bytes, n_sent is 0 or
+ * n_bytes, the record's size) and treats a reply that breaks it as a
+ * broken daemon.  The bounds keep the longest reply (about 80 KiB) well
+ * inside a Unix socket's default send buffer, which caps a record.
+ */
+#define CP_DETOKENIZE_IDS_MAX	4096u	/* ids per request */
+#define CP_DETOKENIZE_BYTES_MAX	65536u	/* piece bytes per reply */
+
+#define CP_DETOKF_SPECIAL	0x1u	/* control/unknown tokens: their text */
+#define CP_DETOKF_MASK		0x1u
+
+struct cp_detokenize_req {
+	struct cp_msg_hdr hdr;
+	uint32_t flags;		/* CP_DETOKF_* */
+	uint32_t n_ids;		/* int32 ids after the struct */
+	uint32_t max_bytes;	/* piece bytes wanted back, <=
+				   CP_DETOKENIZE_BYTES_MAX */
+	uint32_t reserved;	/* zero */
+};
+
+struct cp_pieces_msg {
+	struct cp_msg_hdr hdr;
+	int32_t status;		/* 0 or a negative errno */
+	uint32_t n_ids;		/* uint32 lengths after the struct */
+	uint32_t n_bytes;	/* their sum */
+	uint32_t n_sent;	/* piece bytes after the lengths: n_bytes or 0 */
 };
 
 /*
@@ -679,6 +748,13 @@ _Static_assert(offsetof(struct cp_tokenize_req, text_len) == 12,
 _Static_assert(sizeof(struct cp_tokens_msg) == 24, "cp_tokens_msg size");
 _Static_assert(offsetof(struct cp_tokens_msg, n_sent) == 16,
     "tokens_msg.n_sent");
+_Static_assert(sizeof(struct cp_detokenize_req) == 24,
+    "cp_detokenize_req size");
+_Static_assert(offsetof(struct cp_detokenize_req, n_ids) == 12,
+    "detokenize_req.n_ids");
+_Static_assert(sizeof(struct cp_pieces_msg) == 24, "cp_pieces_msg size");
+_Static_assert(offsetof(struct cp_pieces_msg, n_sent) == 20,
+    "pieces_msg.n_sent");
 _Static_assert(sizeof(struct cp_wire_hist) == 32 + 16 * CP_STATS_BUCKETS,
     "cp_wire_hist size");
 _Static_assert(offsetof(struct cp_wire_stats, kv_blocks_free) == 104,

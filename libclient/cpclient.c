@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,9 +386,7 @@ cp_connect_v1(const struct cp_connect_opts *o, struct cp_client **out)
 		goto err;
 	c->sock = r;
 	memset(&h, 0, sizeof(h));
-	h.hdr.magic = CP_PROTO_MAGIC;
-	h.hdr.type = CP_MSG_HELLO;
-	h.hdr.version = CP_PROTO_VERSION;
+	cp_msg_hdr_set(&h.hdr, CP_MSG_HELLO);
 	h.sq_entries = o->sq_entries;
 	h.cq_entries = o->cq_entries;
 	h.arena_bytes = o->arena_bytes;
@@ -598,24 +597,30 @@ stats_copy(const struct cp_wire_stats *w, struct cp_stats *out)
 }
 
 /*
- * One request and its reply on the socket, under sock_lock: sends q (qlen
- * bytes), waits up to the connection's timeout and receives one record of
- * at most rcap bytes into r, *rlen its length.  0, -ETIMEDOUT, CP_EDEAD or
- * a negative errno.
+ * One request and its reply on the socket, under sock_lock: sends one
+ * record of q (qlen bytes) followed by tail (tail_len bytes, maybe none),
+ * waits up to the connection's timeout and receives one record of at most
+ * rcap bytes into r, *rlen its length.  0, -ETIMEDOUT, CP_EDEAD or a
+ * negative errno.
  */
 static int
-sock_call(struct cp_client *c, const void *q, size_t qlen, void *r,
-    size_t rcap, size_t *rlen)
+sock_call(struct cp_client *c, const void *q, size_t qlen, const void *tail,
+    size_t tail_len, void *r, size_t rcap, size_t *rlen)
 {
+	struct iovec iov[2] = {
+		{ .iov_base = (void *)(uintptr_t)q, .iov_len = qlen },
+		{ .iov_base = (void *)(uintptr_t)tail, .iov_len = tail_len },
+	};
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = 2 };
 	struct pollfd p;
 	uint64_t end;
 	ssize_t n;
 	int rc;
 
 	do
-		n = send(c->sock, q, qlen, MSG_NOSIGNAL);
+		n = sendmsg(c->sock, &mh, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
-	if (n != (ssize_t)qlen)
+	if (n != (ssize_t)(qlen + tail_len))
 		return (n < 0 && errno != EPIPE && errno != ECONNRESET) ?
 		    -errno : CP_EDEAD;
 	end = cpc_now_ms() + (uint64_t)c->timeout_ms;
@@ -659,11 +664,9 @@ cp_stats(struct cp_client *c, struct cp_stats *out)
 	if ((m = calloc(1, sizeof(*m))) == NULL)
 		return -ENOMEM;
 	memset(&q, 0, sizeof(q));
-	q.hdr.magic = CP_PROTO_MAGIC;
-	q.hdr.type = CP_MSG_STATS_REQ;
-	q.hdr.version = CP_PROTO_VERSION;
+	cp_msg_hdr_set(&q.hdr, CP_MSG_STATS_REQ);
 	pthread_mutex_lock(&c->sock_lock);
-	if ((r = sock_call(c, &q, sizeof(q), m, sizeof(*m), &n)) < 0)
+	if ((r = sock_call(c, &q, sizeof(q), NULL, 0, m, sizeof(*m), &n)) < 0)
 		goto out;
 	if (n < offsetof(struct cp_stats_msg, stats) ||
 	    m->hdr.magic != CP_PROTO_MAGIC || m->hdr.type != CP_MSG_STATS ||
@@ -698,8 +701,8 @@ int
 cp_tokenize(struct cp_client *c, const char *text, size_t len, int32_t *ids,
     size_t cap, uint32_t flags)
 {
-	struct cp_tokenize_req *q = NULL;
-	struct cp_tokens_msg *m = NULL;
+	struct cp_tokenize_req q;
+	struct cp_tokens_msg *m;
 	size_t n = 0, want;
 	int r;
 
@@ -713,24 +716,15 @@ cp_tokenize(struct cp_client *c, const char *text, size_t len, int32_t *ids,
 	if (len > CP_TOKENIZE_TEXT_MAX)
 		return -E2BIG;
 	want = cap < CP_TOKENIZE_IDS_MAX ? cap : CP_TOKENIZE_IDS_MAX;
-	q = malloc(sizeof(*q) + len);
-	m = malloc(sizeof(*m) + sizeof(int32_t) * want);
-	if (q == NULL || m == NULL) {
-		r = -ENOMEM;
-		goto out_free;
-	}
-	memset(q, 0, sizeof(*q));
-	q->hdr.magic = CP_PROTO_MAGIC;
-	q->hdr.type = CP_MSG_TOKENIZE;
-	q->hdr.version = CP_PROTO_VERSION;
-	q->flags = flags;
-	q->text_len = (uint32_t)len;
-	q->max_ids = (uint32_t)want;
-	if (len > 0)
-		memcpy(q + 1, text, len);
-	memset(m, 0, sizeof(*m));
+	if ((m = calloc(1, sizeof(*m) + sizeof(int32_t) * want)) == NULL)
+		return -ENOMEM;
+	memset(&q, 0, sizeof(q));
+	cp_msg_hdr_set(&q.hdr, CP_MSG_TOKENIZE);
+	q.flags = flags;
+	q.text_len = (uint32_t)len;
+	q.max_ids = (uint32_t)want;
 	pthread_mutex_lock(&c->sock_lock);
-	if ((r = sock_call(c, q, sizeof(*q) + len, m,
+	if ((r = sock_call(c, &q, sizeof(q), text, len, m,
 	    sizeof(*m) + sizeof(int32_t) * want, &n)) < 0)
 		goto out;
 	if (n < sizeof(*m) || m->hdr.magic != CP_PROTO_MAGIC ||
@@ -755,8 +749,99 @@ cp_tokenize(struct cp_client *c, const char *text, size_t len, int32_t *ids,
 	r = (int)m->n_ids;
 out:
 	pthread_mutex_unlock(&c->sock_lock);
-out_free:
-	free(q);
+	free(m);
+	return r;
+}
+
+_Static_assert(CP_DETOK_SPECIAL == CP_DETOKF_SPECIAL,
+    "cp_detokenize flags are the wire's");
+
+/*
+ * Checks a PIECES reply of rlen bytes to a request for n ids with room for
+ * max_bytes (cp_proto.h, DETOKENIZE rule 3): 0 or CP_EPROTO.
+ */
+static int
+pieces_check(const struct cp_pieces_msg *m, size_t rlen, size_t n,
+    uint32_t max_bytes)
+{
+	const unsigned char *p = (const unsigned char *)(m + 1);
+	uint64_t sum = 0;
+	uint32_t len;
+	size_t i;
+
+	if (m->status < 0)
+		return m->status > -4096 && m->n_ids == 0 &&
+		    m->n_bytes == 0 && m->n_sent == 0 &&
+		    rlen == sizeof(*m) ? 0 : CP_EPROTO;
+	if (m->status != 0 || m->n_ids != n ||
+	    m->n_bytes > CP_DETOKENIZE_BYTES_MAX ||
+	    m->n_sent != (m->n_bytes <= max_bytes ? m->n_bytes : 0) ||
+	    rlen != sizeof(*m) + sizeof(uint32_t) * n + m->n_sent)
+		return CP_EPROTO;
+	for (i = 0; i < n; i++) {
+		memcpy(&len, p + sizeof(len) * i, sizeof(len));
+		sum += len;
+	}
+	return sum == m->n_bytes ? 0 : CP_EPROTO;
+}
+
+int
+cp_detokenize(struct cp_client *c, const int32_t *ids, size_t n, char *buf,
+    size_t size, uint32_t *lens, uint32_t flags)
+{
+	struct cp_detokenize_req q;
+	struct cp_pieces_msg *m;
+	size_t rlen = 0, rcap;
+	uint32_t room;
+	int r;
+
+	if ((r = cpc_broken(c)) < 0)
+		return r;
+	if ((flags & ~(uint32_t)CP_DETOKF_MASK) != 0 ||
+	    (n > 0 && (ids == NULL || lens == NULL)) ||
+	    (buf == NULL && size > 0))
+		return -EINVAL;
+	if (!(c->features & CP_FEAT_DETOKENIZE))
+		return -EOPNOTSUPP;
+	if (n > CP_DETOKENIZE_IDS_MAX)
+		return -E2BIG;
+	room = size < CP_DETOKENIZE_BYTES_MAX ? (uint32_t)size :
+	    CP_DETOKENIZE_BYTES_MAX;
+	rcap = sizeof(*m) + sizeof(uint32_t) * n + room;
+	if ((m = calloc(1, rcap)) == NULL)
+		return -ENOMEM;
+	memset(&q, 0, sizeof(q));
+	cp_msg_hdr_set(&q.hdr, CP_MSG_DETOKENIZE);
+	q.n_ids = (uint32_t)n;
+	q.max_bytes = room;
+	q.flags = flags;
+	pthread_mutex_lock(&c->sock_lock);
+	if ((r = sock_call(c, &q, sizeof(q), ids, sizeof(int32_t) * n, m, rcap,
+	    &rlen)) < 0)
+		goto out;
+	if (rlen < sizeof(*m) || m->hdr.magic != CP_PROTO_MAGIC ||
+	    m->hdr.type != CP_MSG_PIECES ||
+	    m->hdr.version != CP_PROTO_VERSION ||
+	    pieces_check(m, rlen, n, room) < 0) {
+		r = cpc_fail(c, CP_EPROTO);
+		goto out;
+	}
+	if (m->status < 0) {
+		r = m->status;
+		goto out;
+	}
+	if (n > 0)
+		memcpy(lens, m + 1, sizeof(uint32_t) * n);
+	if (m->n_bytes > size) {
+		r = -ENOSPC;
+		goto out;
+	}
+	if (m->n_sent > 0)
+		memcpy(buf, (const unsigned char *)(m + 1) +
+		    sizeof(uint32_t) * n, m->n_sent);
+	r = (int)m->n_bytes;
+out:
+	pthread_mutex_unlock(&c->sock_lock);
 	free(m);
 	return r;
 }

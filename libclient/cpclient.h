@@ -41,7 +41,8 @@
  * entry).  Without logprobs, nothing is computed and n_top is 0.  A
  * daemon that does not offer the lists sends none (n_top 0) but still
  * fills logprob.  Programs built against a header whose cp_event ends at
- * n_total never see the lists.
+ * n_total never see the lists.  cp_detokenize() gives the bytes each
+ * listed id stands for, to show the alternatives as text.
  *
  * ERRORS.  Functions return 0 (or a request id, or a descriptor) on
  * success and a negative number on failure: a negative errno value, or one
@@ -471,6 +472,28 @@ CP_API int cp_stats(struct cp_client *c, struct cp_stats *out);
  */
 CP_API int cp_tokenize(struct cp_client *c, const char *text, size_t len,
     int32_t *ids, size_t cap, uint32_t flags);
+
+/* cp_detokenize() flags. */
+#define CP_DETOK_SPECIAL	0x1u	/* control and unknown tokens give their
+					   text (such as "</s>"), not nothing */
+
+/*
+ * Names tokens: the bytes each of ids[0..n) renders to alone, as the
+ * daemon's tokenizer decodes one token (SPM's U+2581 as a space, a byte
+ * token <0xNN> as its byte), concatenated into buf[0..size) (not
+ * NUL-terminated), lens[i] the length of ids[i]'s piece so that the caller
+ * can split them.  A piece may begin or end inside a UTF-8 character.
+ * Control tokens give nothing, as in generated text, unless
+ * CP_DETOK_SPECIAL.  Returns the total length, or -ENOSPC (size too small:
+ * lens is filled all the same, its sum the size needed, buf untouched),
+ * -ERANGE (an id outside the vocabulary), -E2BIG (n over 4096 or the
+ * pieces over 64 KiB: ask in parts), -EINVAL, -EOPNOTSUPP (the daemon
+ * cannot), -ETIMEDOUT, CP_EDEAD, CP_EPROTO (also a reply that breaks the
+ * rules: lengths not adding up, out of bounds).  The connection stays
+ * usable after an error but the last two.
+ */
+CP_API int cp_detokenize(struct cp_client *c, const int32_t *ids, size_t n,
+    char *buf, size_t size, uint32_t *lens, uint32_t flags);
 
 /* Static English message for err (negative errno or CP_E*); never NULL. */
 CP_API const char *cp_strerror(int err);

@@ -41,8 +41,9 @@
  * a shell prompt or the next line of a pipe starts on its own line.
  *
  * Logprobs: --json always asks for each token's logprob; --logprobs N
- * asks for N alternatives too and prints them as "top_logprobs" (ids and
- * logprobs only: the library has no call that names a token).
+ * asks for N alternatives too and prints them as "top_logprobs", each
+ * named by one cp_detokenize() call per TOKEN event (ids and logprobs
+ * only from a daemon that cannot name tokens).
  */
 #include "cpclient.h"
 
@@ -73,6 +74,8 @@ struct run {
 	uint32_t prog_done;	/* latest PROGRESS: prompt tokens done ... */
 	uint32_t prog_total;	/* ... of this many; 0 before any */
 	struct cpq_text *answer;	/* text output collected, or NULL */
+	struct cp_client *c;
+	int names_failed;	/* cp_detokenize() failed once: ids only */
 };
 
 volatile sig_atomic_t n_sigint;
@@ -138,6 +141,7 @@ usage(FILE *f)
 	    "usage: cpq [options] [prompt ...]\n"
 	    "       cpq [--socket PATH] --info | --stats [--prometheus]\n"
 	    "       cpq [--socket PATH] --tokenize TEXT [--count]\n"
+	    "       cpq [--socket PATH] --detokenize ID ...\n"
 	    "Sends the prompt (the arguments joined by spaces, else standard "
 	    "input)\nto cpd and streams the answer to standard output.\n"
 	    "  -n, --max-tokens N       tokens to generate (default: the "
@@ -186,6 +190,8 @@ usage(FILE *f)
 	    "      --prometheus         with --stats: Prometheus text format\n"
 	    "      --tokenize TEXT      print TEXT's token ids, as a prompt's\n"
 	    "      --count              with --tokenize: only their number\n"
+	    "      --detokenize         print the text of the token ids given "
+	    "as arguments\n"
 	    "  -s, --socket PATH        the daemon's socket (default "
 	    "$CPD_SOCKET,\n"
 	    "                           $XDG_RUNTIME_DIR/cpd.sock, "
@@ -249,7 +255,7 @@ enum {
 	OPT_REPEAT_LAST_N, OPT_SEED, OPT_IDS, OPT_JSON, OPT_SYSTEM, OPT_CHAT,
 	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
 	OPT_PROGRESS, OPT_VERSION, OPT_STOP, OPT_TOKENIZE, OPT_COUNT,
-	OPT_LOGPROBS, OPT_NO_NEWLINE, OPT_RETRY,
+	OPT_LOGPROBS, OPT_NO_NEWLINE, OPT_RETRY, OPT_DETOKENIZE,
 };
 
 static const struct option longopts[] = {
@@ -276,6 +282,7 @@ static const struct option longopts[] = {
 	{ "stats", no_argument, NULL, OPT_STATS },
 	{ "tokenize", required_argument, NULL, OPT_TOKENIZE },
 	{ "count", no_argument, NULL, OPT_COUNT },
+	{ "detokenize", no_argument, NULL, OPT_DETOKENIZE },
 	{ "prometheus", no_argument, NULL, OPT_PROMETHEUS },
 	{ "socket", required_argument, NULL, OPT_SOCKET },
 	{ "help", no_argument, NULL, 'h' },
@@ -433,6 +440,9 @@ parse_args(int argc, char **argv, struct opts *o)
 		case OPT_COUNT:
 			o->count = 1;
 			break;
+		case OPT_DETOKENIZE:
+			o->detokenize = 1;
+			break;
 		case 's':	/* as cpd's -s */
 		case OPT_SOCKET:
 			o->socket = a;	/* "": as if not given (cp_socket_path) */
@@ -476,6 +486,12 @@ parse_args(int argc, char **argv, struct opts *o)
 	if (o->tokenize != NULL && (o->n_args > 0 || o->info || o->stats)) {
 		fprintf(stderr, "cpq: --tokenize takes no prompt, --info or "
 		    "--stats\n");
+		goto usage;
+	}
+	if (o->detokenize && (o->n_args == 0 || o->tokenize != NULL ||
+	    o->info || o->stats || o->chat || o->mode != MODE_TEXT)) {
+		fprintf(stderr, "cpq: --detokenize takes token ids and no "
+		    "other command or output mode\n");
 		goto usage;
 	}
 	if (o->prometheus && o->mode == MODE_JSON) {
@@ -926,6 +942,64 @@ print_stats(struct cp_client *c, enum mode mode, int prom)
 	return 0;
 }
 
+/*
+ * --detokenize: the bytes of the ids in args[0..n) as the daemon renders
+ * them one by one, concatenated (as generated text is, control tokens
+ * giving nothing), then a newline.
+ */
+static int
+print_text(struct cp_client *c, char *const *args, int n)
+{
+	static char buf[CP_DETOKENIZE_BYTES_MAX];
+	uint32_t *lens = NULL;
+	int32_t *ids = NULL;
+	int i, r = 0;
+
+	if (n > (int)CP_DETOKENIZE_IDS_MAX) {
+		fprintf(stderr, "cpq: --detokenize: at most %u ids\n",
+		    CP_DETOKENIZE_IDS_MAX);
+		return EXIT_USAGE;
+	}
+	ids = malloc(sizeof(*ids) * (size_t)n);
+	lens = malloc(sizeof(*lens) * (size_t)n);
+	if (ids == NULL || lens == NULL)
+		r = -ENOMEM;
+	for (i = 0; r == 0 && i < n; i++) {
+		char *end;
+		long v;
+
+		errno = 0;
+		v = strtol(args[i], &end, 10);
+		if (end == args[i] || *end != '\0' || errno != 0 ||
+		    v < INT32_MIN || v > INT32_MAX) {
+			bad_arg("--detokenize", "token ids", args[i]);
+			free(ids);
+			free(lens);
+			return EXIT_USAGE;
+		}
+		ids[i] = (int32_t)v;
+	}
+	if (r == 0)
+		r = cp_detokenize(c, ids, (size_t)n, buf, sizeof(buf), lens, 0);
+	free(ids);
+	free(lens);
+	if (r == -ERANGE) {
+		struct cp_model_info mi;
+
+		cp_model_info(c, &mi);
+		fprintf(stderr, "cpq: detokenize: an id is outside the "
+		    "vocabulary (0 to %u)\n", mi.n_vocab - 1);
+		return EXIT_DAEMON;
+	}
+	if (r < 0) {
+		fprintf(stderr, "cpq: detokenize: %s\n", cp_strerror(r));
+		return EXIT_DAEMON;
+	}
+	fwrite(buf, 1, (size_t)r, stdout);
+	putchar('\n');
+	return 0;
+}
+
 /* --tokenize: text's ids as the daemon tokenizes a prompt, or their count. */
 static int
 print_tokens(struct cp_client *c, const char *text, int count)
@@ -1095,6 +1169,29 @@ on_progress(struct run *r, const struct opts *o, const struct cp_event *ev)
 	}
 }
 
+/*
+ * Names ev's top-n list and prints it (ids only where the daemon cannot
+ * name tokens; other failures are reported once).
+ */
+static void
+print_top(struct run *r, const struct cp_event *ev)
+{
+	static char pieces[CP_DETOKENIZE_BYTES_MAX];
+	uint32_t lens[CP_TOP_LOGPROBS_MAX];
+	int n = -EINVAL;
+
+	if (!r->names_failed && ev->n_top <= CP_TOP_LOGPROBS_MAX)
+		n = cp_detokenize(r->c, ev->top_ids, ev->n_top, pieces,
+		    sizeof(pieces), lens, 0);
+	if (n < 0 && !r->names_failed) {
+		if (n != -EOPNOTSUPP)
+			fprintf(stderr, "cpq: naming tokens: %s\n",
+			    cp_strerror(n));
+		r->names_failed = 1;
+	}
+	cpq_json_top(stdout, ev, n < 0 ? NULL : pieces, lens);
+}
+
 static void
 on_token(struct run *r, const struct opts *o, const struct cp_event *ev)
 {
@@ -1127,7 +1224,7 @@ on_token(struct run *r, const struct opts *o, const struct cp_event *ev)
 		cpq_json_string(stdout, ev->text, ev->text_len);
 		json_num(stdout, "logprob", ev->logprob, "%.9g");
 		if (o->top_n > 0 && ev->token >= 0)
-			cpq_json_top(stdout, ev);
+			print_top(r, ev);
 		printf(",\"t_ms\":%.3f}\n", ms_between(r->t_submit, t));
 		break;
 	}
@@ -1293,6 +1390,7 @@ generate(struct cp_client *c, const struct opts *o,
 
 	memset(&r, 0, sizeof(r));
 	r.answer = answer;
+	r.c = c;
 	r.last_byte = -1;
 	p.progress = show_prefill(o, len) || o->progress;
 	submitted = 1;
@@ -1416,6 +1514,10 @@ main(int argc, char **argv)
 	cp_model_info(c, &mi);
 	if (o.tokenize != NULL) {
 		rc = print_tokens(c, o.tokenize, o.count);
+		goto out;
+	}
+	if (o.detokenize) {
+		rc = print_text(c, o.args, o.n_args);
 		goto out;
 	}
 	if (o.info || o.stats) {

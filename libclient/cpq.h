@@ -42,6 +42,7 @@ struct opts {
 	int info, stats, prometheus;
 	const char *tokenize;		/* --tokenize TEXT */
 	int count;			/* --count */
+	int detokenize;			/* --detokenize: args are ids */
 	int progress;			/* --progress */
 	int retry_s;			/* --retry SECONDS: wait for a daemon */
 	int top_n;			/* --logprobs N; -1: not given */

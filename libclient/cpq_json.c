@@ -68,14 +68,29 @@ cpq_json_string(FILE *f, const char *str, size_t n)
 }
 
 void
-cpq_json_top(FILE *f, const struct cp_event *ev)
+cpq_json_top(FILE *f, const struct cp_event *ev, const char *pieces,
+    const uint32_t *lens)
 {
-	uint32_t i;
+	const unsigned char *p = (const unsigned char *)pieces;
+	uint32_t i, j;
 
 	fputs(",\"top_logprobs\":[", f);
-	for (i = 0; i < ev->n_top; i++)
-		fprintf(f, "%s{\"id\":%d,\"logprob\":%.9g}", i ? "," : "",
-		    (int)ev->top_ids[i], (double)ev->top_logprobs[i]);
+	for (i = 0; i < ev->n_top; i++) {
+		fprintf(f, "%s{\"id\":%d", i ? "," : "", (int)ev->top_ids[i]);
+		if (p != NULL) {
+			fputs(",\"token\":", f);
+			cpq_json_string(f, (const char *)p, lens[i]);
+		}
+		fprintf(f, ",\"logprob\":%.9g", (double)ev->top_logprobs[i]);
+		if (p != NULL) {
+			fputs(",\"bytes\":[", f);
+			for (j = 0; j < lens[i]; j++)
+				fprintf(f, "%s%u", j ? "," : "", p[j]);
+			putc(']', f);
+			p += lens[i];
+		}
+		putc('}', f);
+	}
 	putc(']', f);
 }
 

@@ -18,6 +18,7 @@
 #define CPQ_JSON_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "cpclient.h"
@@ -30,10 +31,14 @@ void cpq_json_string(FILE *f, const char *s, size_t n);
 
 /*
  * A TOKEN event's top-n list to f as a member, comma first:
- * ,"top_logprobs":[{"id":ID,"logprob":LP},...], most likely first ([]
- * when it has none).
+ * ,"top_logprobs":[{"id":ID,"token":"TEXT","logprob":LP,"bytes":[B,...]},
+ * ...], most likely first ([] when it has none).  pieces and lens are what
+ * cp_detokenize() gave for ev->top_ids (TEXT the piece as
+ * cpq_json_string() writes it, bytes its exact bytes); with pieces NULL
+ * each entry is only {"id":ID,"logprob":LP}.
  */
-void cpq_json_top(FILE *f, const struct cp_event *ev);
+void cpq_json_top(FILE *f, const struct cp_event *ev, const char *pieces,
+    const uint32_t *lens);
 
 /* Messages read from a history file; free with cpq_history_free(). */
 struct cpq_history {

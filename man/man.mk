@@ -8,6 +8,7 @@ MANLINKS3 := cp_connect.3:cp_connect_opts_init.3 cp_connect.3:cp_close.3 \
 	cp_submit.3:cp_params_init.3 cp_submit.3:cp_submit_tokens.3 \
 	cp_submit.3:cp_cancel.3 cp_next_event.3:cp_event_fd.3 \
 	cp_model_info.3:cp_stats.3 cp_model_info.3:cp_tokenize.3 \
+	cp_model_info.3:cp_detokenize.3 \
 	cp_connect.3:cp_connect_opts_init_v1.3 cp_connect.3:cp_connect_v1.3 \
 	cp_submit.3:cp_params_init_v1.3 cp_submit.3:cp_submit_v1.3 \
 	cp_submit.3:cp_submit_tokens_v1.3 cp_next_event.3:cp_next_event_v1.3 \

@@ -8,7 +8,6 @@
  * connection keeps working; and a daemon without the feature.
  */
 #include <check.h>
-#include <dirent.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
@@ -19,113 +18,33 @@
 
 #include "cp_proto.h"
 #include "cpclient.h"
-#include "gguf.h"
 #include "lib/cpd_harness.h"
 #include "lib/cpd_proc.h"
 #include "lib/fixtures.h"
 #include "lib/prog.h"
+#include "lib/served.h"
 #include "lib/suite.h"
-#include "lib/tmpdir.h"
 #include "lib/vocab_vecs.h"
-#include "tokenizer.h"
 
 static char cpd_bin[512], cpmodel_bin[512], cpq_bin[512];
 
 /*
  * Every vocabulary of the fixtures with test vectors: "vocab/X.gguf" for
- * each X.gguf.inp found (main() fills it; sorted, the llama-spm one, which
- * the request tests use, among them).
+ * each X.gguf.inp found (sorted, the llama-spm one, which the request
+ * tests use, among them).  Found before the tests register (a constructor
+ * of higher priority), since SUITE_LOOP reads n_vocabs then: found in
+ * main(), the loop ran once, on the first vocabulary only.
  */
 #define MAX_VOCABS	64
 static char *vocabs[MAX_VOCABS];
 static int n_vocabs;
-static const char spm_rel[] = "vocab/ggml-vocab-llama-spm.gguf";
 
-static int
-cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Lists the vectors' vocabularies into vocabs[]; their number. */
-static int
+__attribute__((constructor(101))) static void
 find_vocabs(void)
 {
-	char dir[1024];
-	struct dirent *de;
-	DIR *d;
-
-	snprintf(dir, sizeof(dir), "%s/vocab", fx_dir());
-	if ((d = opendir(dir)) == NULL)
-		return 0;
-	while ((de = readdir(d)) != NULL && n_vocabs < MAX_VOCABS) {
-		size_t len = strlen(de->d_name);
-
-		if (len > 9 && strcmp(de->d_name + len - 9, ".gguf.inp") == 0 &&
-		    asprintf(&vocabs[n_vocabs], "vocab/%.*s", (int)(len - 4),
-		    de->d_name) > 0)
-			n_vocabs++;
-	}
-	closedir(d);
-	qsort(vocabs, (size_t)n_vocabs, sizeof(vocabs[0]), cmp_str);
-	return n_vocabs;
+	n_vocabs = served_find_vocabs(vocabs, MAX_VOCABS);
 }
-
-/* A served model: cpd on a synth model with rel's vocabulary. */
-struct served {
-	struct cpd d;
-	char model[512];
-	struct cp_client *c;
-};
-
-/*
- * Whether this tokenizer loads rel; if not, why into why.  cpd loads it the
- * same way, so a vocabulary it cannot load cannot be served.
- */
-static int
-vocab_loads(const char *path, char *why, size_t size)
-{
-	struct gguf_file *f = NULL;
-	struct tokenizer *t = NULL;
-	struct cp_err e = { 0 };
-	int r;
-
-	if ((r = gguf_open(path, &f, &e)) == 0 &&
-	    (r = tok_load(f, &t, &e)) == 0)
-		tok_free(t);
-	if (r < 0)
-		snprintf(why, size, "%s", e.msg);
-	gguf_close(f);
-	return r == 0;
-}
-
-/* Starts cpd on a one-layer model with the vocabulary at path; connects. */
-static void
-serve(struct served *s, const char *path)
-{
-	static const char *const extra[] = { "--backend", "cpu", NULL };
-	struct cp_connect_opts o;
-
-	snprintf(s->model, sizeof(s->model), "%s/tok-%d.gguf", tmp_dir(),
-	    (int)getpid());
-	ck_assert_int_eq(prog_run(cpmodel_bin, NULL, "synth", "--vocab-from",
-	    path, "-o", s->model, "--layers", "1", "--embd", "32", "--heads",
-	    "1", "--kv-heads", "1", "--ff", "32", "--ctx", "64",
-	    (char *)NULL), 0);
-	cpd_start_bin(&s->d, cpd_bin, s->model, extra);
-	cp_connect_opts_init(&o);
-	o.socket_path = s->d.sock;
-	ck_assert_int_eq(cp_connect(&o, &s->c), 0);
-}
-
-static void
-unserve(struct served *s)
-{
-	cp_close(s->c);
-	cpd_stop(&s->d);
-	cpd_cleanup(&s->d);
-	unlink(s->model);
-}
+static const char spm_rel[] = "vocab/ggml-vocab-llama-spm.gguf";
 
 /* Parses space-separated ids; their number. */
 static int
@@ -174,14 +93,14 @@ START_TEST(test_vocab_matches_llama_cpp)
 		    "the fixtures, not the vocabulary\n", rel);
 		return;
 	}
-	if (!vocab_loads(path, why, sizeof(why))) {
+	if (!served_vocab_loads(path, why, sizeof(why))) {
 		printf("check_tokenize: %s skipped: cpd cannot load its "
 		    "tokenizer (%s)\n", rel, why);
 		free(path);
 		return;
 	}
 	memset(&s, 0, sizeof(s));
-	serve(&s, path);
+	served_start(&s, cpd_bin, cpmodel_bin, path);
 	vv_read(rel, &vs);
 	ck_assert_int_gt(vs.n, 0);
 	for (i = 0; i < vs.n; i++) {
@@ -204,7 +123,7 @@ START_TEST(test_vocab_matches_llama_cpp)
 	n = cp_tokenize(s.c, prompt, strlen(prompt), ids, 300,
 	    CP_TOK_BOS | CP_TOK_PARSE_SPECIAL);
 	assert_ids(ids, n, want, n_want, "cpmodel tokenize", 0);
-	unserve(&s);
+	served_stop(&s);
 	free(path);
 }
 END_TEST
@@ -221,7 +140,7 @@ START_TEST(test_client_limits)
 
 	ck_assert_ptr_nonnull(path = fx_path(spm_rel));
 	memset(&s, 0, sizeof(s));
-	serve(&s, path);
+	served_start(&s, cpd_bin, cpmodel_bin, path);
 	n = cp_tokenize(s.c, text, strlen(text), ids, 64, CP_TOK_BOS);
 	ck_assert_int_gt(n, 3);
 	ck_assert_int_eq(ids[0], 1);	/* llama-spm's BOS */
@@ -250,7 +169,7 @@ START_TEST(test_client_limits)
 	/* The connection still works. */
 	ck_assert_int_eq(cp_tokenize(s.c, text, strlen(text), NULL, 0,
 	    CP_TOK_BOS), n);
-	unserve(&s);
+	served_stop(&s);
 	free(path);
 }
 END_TEST
@@ -271,7 +190,7 @@ START_TEST(test_cpq_tokenize)
 	ck_assert_int_eq(prog_find(cpq_bin, sizeof(cpq_bin), "cpq", NULL), 0);
 	ck_assert_ptr_nonnull(path = fx_path(spm_rel));
 	memset(&s, 0, sizeof(s));
-	serve(&s, path);
+	served_start(&s, cpd_bin, cpmodel_bin, path);
 	argv[2] = s.d.sock;
 	n = cp_tokenize(s.c, text, strlen(text), want, 64,
 	    CP_TOK_BOS | CP_TOK_PARSE_SPECIAL);
@@ -283,7 +202,7 @@ START_TEST(test_cpq_tokenize)
 	ck_assert_int_eq(prog_capture(argv, out, sizeof(out)), 0);
 	snprintf(num, sizeof(num), "%d\n", n);
 	ck_assert_str_eq(out, num);
-	unserve(&s);
+	served_stop(&s);
 	free(path);
 }
 END_TEST
@@ -346,7 +265,7 @@ START_TEST(test_hostile_request)
 
 	ck_assert_ptr_nonnull(path = fx_path(spm_rel));
 	memset(&s, 0, sizeof(s));
-	serve(&s, path);
+	served_start(&s, cpd_bin, cpmodel_bin, path);
 	memset(&rc, 0, sizeof(rc));
 	ck_assert_int_eq(raw_connect(s.d.sock, &rc, 0, 0, 0), 0);
 	ck_assert_uint_ne(rc.w.features & CP_FEAT_TOKENIZE, 0);
@@ -411,7 +330,7 @@ START_TEST(test_hostile_request)
 	ck_assert_uint_eq(sm->stats.protocol_errors, 0);
 	free(sm);
 	raw_close(&rc);
-	unserve(&s);
+	served_stop(&s);
 	free(path);
 }
 END_TEST
@@ -449,7 +368,7 @@ main(void)
 	if ((model = cpd_need("check_tokenize", cpd_bin, cpmodel_bin,
 	    sizeof(cpd_bin), spm_rel)) == NULL)
 		return 77;
-	if (find_vocabs() == 0) {
+	if (n_vocabs == 0) {
 		fprintf(stderr, "check_tokenize: no vectors in %s/vocab\n",
 		    fx_dir());
 		free(model);

@@ -4,9 +4,11 @@ TEST_SRCS := $(wildcard tests/check_*.c)
 ifneq ($(HAVE_CUDA),1)
 TEST_SRCS := $(filter-out tests/check_cuda%.c,$(TEST_SRCS))
 endif
-# fake_cpd.c calls libcpclient: only the tests that link it take it.
+# fake_cpd.c and served.c call libcpclient: only the tests that link it
+# take them.
 FAKE_CPD_OBJ := $(BUILD)/tests/lib/fake_cpd.o
-TESTLIB_OBJS := $(filter-out $(FAKE_CPD_OBJ), \
+SERVED_OBJ := $(BUILD)/tests/lib/served.o
+TESTLIB_OBJS := $(filter-out $(FAKE_CPD_OBJ) $(SERVED_OBJ), \
 	$(patsubst %.c,$(BUILD)/%.o,$(wildcard tests/lib/*.c)))
 $(BUILD)/tests/check_client: $(FAKE_CPD_OBJ)
 TESTS += $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
@@ -32,6 +34,13 @@ $(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon \
 $(BUILD)/tests/check_cpd $(BUILD)/tests/check_daemon \
     $(BUILD)/tests/check_prefix $(BUILD)/tests/check_tokenize: \
     override LDLIBS += $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_tokenize: $(SERVED_OBJ)
+
+# check_detokenize serves the vocabularies through build/bin/cpd as
+# check_tokenize does, runs cpq, and answers as a lying daemon.
+$(BUILD)/tests/check_detokenize: $(LIBCPCLIENT_A) $(SERVED_OBJ) \
+    $(FAKE_CPD_OBJ) | $(BUILD)/bin/cpd $(BUILD)/bin/cpmodel $(BUILD)/bin/cpq
+$(BUILD)/tests/check_detokenize: override LDLIBS += $(LIBCPCLIENT_A)
 
 # check_chat_daemon drives build/bin/cpd and cpq through the static client
 # library, and runs the libcpclient(3) example program built against it.

@@ -44,6 +44,7 @@ fake_daemon(void *arg)
 	lim.wake_mode = CP_WAKE_FD;
 	if (sess_setup(f->s, &h, &lim, &w, fds, &nfds) < 0)
 		return NULL;
+	w.features |= CP_FEAT_DETOKENIZE;	/* answered by the test */
 	switch (f->mode) {
 	case FAKE_NOSEAL:
 		close(fds[CP_FD_MEMFD]);

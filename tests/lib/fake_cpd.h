@@ -3,7 +3,9 @@
  * client's HELLO with a segment made by the daemon's own session code
  * (sess_setup()), spoiled as its mode says, and then leaves the rings to
  * the test, which writes CQ entries and control words by hand through
- * f->s to check that libcpclient validates what it reads.
+ * f->s to check that libcpclient validates what it reads.  Its welcome
+ * offers CP_FEAT_DETOKENIZE too (but in FAKE_NOFEAT): a test queues the
+ * PIECES answer on f->s->fd itself, before the client asks.
  */
 #ifndef CP_TEST_FAKE_CPD_H
 #define CP_TEST_FAKE_CPD_H
