@@ -271,7 +271,7 @@ LINT_SRCS = $(wildcard engine/*.c engine/cpmodel/*.c kernels/cpu/*.c daemon/*.c 
 # daemon/ or libclient/ header, and no libclient/ object (libcpclient's or
 # cpq's) uses an engine symbol; it reads the built objects.
 .PHONY: lint
-lint: $(ENGINE_LIB) $(LIBCPCLIENT_OBJS) $(CPQ_OBJS)
+lint: $(ENGINE_LIB) $(LIBCPCLIENT_OBJS) $(CPQ_OBJS) $(FRONT_OBJS)
 	tools/check_layers.sh $(BUILD) $(INCDIRS)
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
 		--inline-suppr --library=tests/cppcheck.cfg -D_GNU_SOURCE -D__GNUC__ $(addprefix -I,$(INCDIRS)) $(LINT_SRCS)

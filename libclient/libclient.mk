@@ -5,7 +5,12 @@
 LIBCPCLIENT_VERSION := $(CP_VERSION)
 CPQ_SRCS := $(wildcard libclient/cpq*.c)
 CPQ_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CPQ_SRCS))
-LIBCPCLIENT_SRCS := $(filter-out $(CPQ_SRCS),$(wildcard libclient/*.c))
+# The front-ends' shared helpers (statfmt.c: the daemon's counters as
+# text) are linked into the programs that use them, not into the library.
+FRONT_SRCS := libclient/statfmt.c
+FRONT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(FRONT_SRCS))
+LIBCPCLIENT_SRCS := $(filter-out $(CPQ_SRCS) $(FRONT_SRCS),\
+	$(wildcard libclient/*.c))
 LIBCPCLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.pic.o,$(LIBCPCLIENT_SRCS))
 LIBCPCLIENT_SO := $(BUILD)/lib/libcpclient.so.0
 LIBCPCLIENT_LINK := $(BUILD)/lib/libcpclient.so
@@ -38,10 +43,10 @@ $(LIBCPCLIENT_PC): libclient/cpclient.pc.in
 # cpq, the shell tool, once its source exists.
 ifneq ($(wildcard libclient/cpq.c),)
 PROGRAMS += $(BUILD)/bin/cpq
-$(BUILD)/bin/cpq: $(CPQ_OBJS) $(LIBCPCLIENT_A)
+$(BUILD)/bin/cpq: $(CPQ_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A)
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) $(CPQ_OBJS) $(LIBCPCLIENT_A) $(LDLIBS_BASE) $(LDLIBS) -o $@
+	$(Q)$(CC) $(ALL_LDFLAGS) $(CPQ_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A) $(LDLIBS_BASE) $(LDLIBS) -o $@
 endif
 
 # check_cpq runs build/bin/cpq; check_cpq_json tests its JSON reader.
