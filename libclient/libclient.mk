@@ -65,3 +65,21 @@ INSTALL_FILES += 644:$(LIBCPCLIENT_A):$(LIBDIR)
 INSTALL_FILES += 644:$(LIBCPCLIENT_PC):$(LIBDIR)/pkgconfig
 INSTALL_EXTRA += ln -sf libcpclient.so.0 "$(DESTDIR)$(LIBDIR)/libcpclient.so";
 UNINSTALL_EXTRA += rm -f "$(DESTDIR)$(LIBDIR)/libcpclient.so";
+
+# cpd-http, the OpenAI-compatible HTTP front (libclient/http/): a client
+# of the static library like cpq, with libmicrohttpd and jansson.
+HTTP_SRCS := $(wildcard libclient/http/*.c)
+HTTP_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(HTTP_SRCS))
+HTTP_PKGS := libmicrohttpd jansson
+HTTP_LDLIBS := $(or $(shell pkg-config --libs $(HTTP_PKGS) 2>/dev/null),\
+	-lmicrohttpd -ljansson)
+$(HTTP_OBJS): override XCFLAGS += \
+	$(shell pkg-config --cflags $(HTTP_PKGS) 2>/dev/null)
+ifneq ($(HTTP_SRCS),)
+PROGRAMS += $(BUILD)/bin/cpd-http
+$(BUILD)/bin/cpd-http: $(HTTP_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A)
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) $(HTTP_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A) \
+		$(HTTP_LDLIBS) $(LDLIBS_BASE) $(LDLIBS) -o $@
+endif
