@@ -71,3 +71,10 @@ $(BUILD)/tests/lib/tmpdir.o: override XCFLAGS += \
 # compares the CUDA kernels with them bit for bit: no fused multiply-adds,
 # whatever the compiler's default.
 $(BUILD)/tests/check_cuda_kernels.o: override XCFLAGS += -ffp-contract=off
+
+# check_http drives build/bin/cpd-http between build/bin/cpd and curl (and
+# Node's openai package when node is there); it reads stats through the
+# static client library.
+$(BUILD)/tests/check_http: $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd \
+    $(BUILD)/bin/cpq $(BUILD)/bin/cpd-http $(BUILD)/bin/cpmodel
+$(BUILD)/tests/check_http: override LDLIBS += $(LIBCPCLIENT_A)
