@@ -551,7 +551,34 @@ START_TEST(test_hangup_cancels)
 END_TEST
 SUITE_TEST("hangup", test_hangup_cancels);
 
+/* ---- the openai npm package ------------------------------------------ */
+
+static char node_bin[512];
+
+START_TEST(test_openai_node)
+{
+	char url[64], ref[4096], *out = malloc(OUT_CAP);
+	const char *argv[] = { node_bin, CP_HTTP_SCRIPT, url, NULL };
+	struct json *j;
+
+	ck_assert_ptr_nonnull(out);
+	cpq_answer(ref, sizeof(ref));
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", hp.port);
+	ck_assert_int_eq(prog_capture(argv, out, OUT_CAP), 0);
+	j = parse(out);
+	ck_assert_str_eq(DIG(j, "chat")->str, ref);
+	ck_assert_str_eq(DIG(j, "streamed")->str, ref);
+	ck_assert_uint_gt(DIG(j, "completion")->len, 0);
+	ck_assert(strncmp(DIG(j, "completion")->str, aid_ref_text,
+	    DIG(j, "completion")->len) == 0);
+	json_free(j);
+	free(out);
+}
+END_TEST
+SUITE_TEST("openai", test_openai_node);
+
 SUITE_FIXTURE("http", 120, up_chat, down, true);
+SUITE_FIXTURE("openai", 120, up_chat, down, true);
 SUITE_FIXTURE("limits", 120, up_small_body, down, true);
 SUITE_FIXTURE("hangup", 120, up_synth, down, true);
 
@@ -597,10 +624,51 @@ make_synth(void)
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
+/*
+ * node, and the openai package in CP_NODE_DIR (npm installs it there when
+ * missing): 0, or -1 after saying why not.
+ */
+static int
+node_ready(void)
+{
+	const char *argv[] = { NULL, "install", "--prefix", CP_NODE_DIR,
+	    "--no-audit", "--no-fund", "--loglevel=error", "openai", NULL };
+	char npm[512], mod[600];
+	pid_t pid;
+	int st;
+
+	if (in_path("node", node_bin, sizeof(node_bin)) != 0) {
+		printf("check_http: node is absent: the openai case skipped\n");
+		return -1;
+	}
+	snprintf(mod, sizeof(mod), "%s/node_modules", CP_NODE_DIR);
+	setenv("NODE_PATH", mod, 1);
+	snprintf(mod, sizeof(mod), "%s/node_modules/openai/package.json",
+	    CP_NODE_DIR);
+	if (access(mod, R_OK) == 0)
+		return 0;
+	if (in_path("npm", npm, sizeof(npm)) != 0) {
+		printf("check_http: npm is absent: the openai case skipped\n");
+		return -1;
+	}
+	argv[0] = npm;
+	if ((pid = fork()) == 0) {
+		execv(npm, (char *const *)(uintptr_t)argv);
+		_exit(127);
+	}
+	if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+	    WEXITSTATUS(st) != 0 || access(mod, R_OK) != 0) {
+		printf("check_http: npm install openai failed: the openai case "
+		    "skipped\n");
+		return -1;
+	}
+	return 0;
+}
+
 int
 main(void)
 {
-	int nfail;
+	int nfail, node;
 
 	if ((model = cpd_need("check_http", cpd_bin, cpmodel_bin,
 	    sizeof(cpd_bin), "aidreams260K.gguf")) == NULL)
@@ -619,7 +687,10 @@ main(void)
 		printf("check_http: cpmodel synth failed\n");
 		return 1;
 	}
-	nfail = suite_main(suite_registered("http"));
+	if ((node = node_ready()) != 0)
+		suite_case_skip("openai");
+	nfail = suite_main_some(suite_registered("http"), node == 0,
+	    "check_http: passed without the openai case\n");
 	unlink(synth);
 	free(model);
 	return nfail;

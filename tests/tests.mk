@@ -78,3 +78,6 @@ $(BUILD)/tests/check_cuda_kernels.o: override XCFLAGS += -ffp-contract=off
 $(BUILD)/tests/check_http: $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd \
     $(BUILD)/bin/cpq $(BUILD)/bin/cpd-http $(BUILD)/bin/cpmodel
 $(BUILD)/tests/check_http: override LDLIBS += $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_http.o: override XCFLAGS += \
+	-DCP_HTTP_SCRIPT='"$(abspath tests/http/openai_client.cjs)"' \
+	-DCP_NODE_DIR='"$(abspath build/node)"'
