@@ -128,6 +128,23 @@ up_small_body(void)
 	http_up(h);
 }
 
+#define KEY "sk-cpd-test-0123456789"
+
+static void
+up_key(void)
+{
+	char path[400];
+	const char *h[] = { "--api-key-file", path, NULL };
+	FILE *f;
+
+	cpd_start_bin(&dp, cpd_bin, model, NULL);
+	snprintf(path, sizeof(path), "%s/key", dp.dir);
+	ck_assert_ptr_nonnull(f = fopen(path, "w"));
+	fputs(KEY "\n", f);
+	fclose(f);
+	http_up(h);
+}
+
 static void
 up_synth(void)
 {
@@ -484,6 +501,38 @@ START_TEST(test_daemon_gone)
 END_TEST
 SUITE_TEST("limits", test_daemon_gone);
 
+/* --api-key-file: 401 without the key or with another, 200 with it. */
+START_TEST(test_api_key)
+{
+	static const char *const wrong[] = { NULL, "Authorization: Bearer x",
+	    "Authorization: Bearer " KEY "0", "Authorization: Basic " KEY,
+	    "Authorization: Bearer sk-cpd-test-012345678" };
+	char *out = malloc(OUT_CAP);
+	struct json *j;
+	size_t i;
+
+	ck_assert_ptr_nonnull(out);
+	for (i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
+		ck_assert_int_eq(curl(out, "GET", "/v1/models", NULL,
+		    wrong[i]), 401);
+		j = parse(out);
+		ck_assert_str_eq(DIG(j, "error", "code")->str,
+		    "invalid_api_key");
+		json_free(j);
+	}
+	ck_assert_int_eq(curl(out, "POST", "/v1/completions",
+	    "{\"prompt\":\"x\",\"max_tokens\":1}", NULL), 401);
+	ck_assert_int_eq(curl(out, "GET", "/v1/models", NULL,
+	    "Authorization: Bearer " KEY), 200);
+	ck_assert_int_eq(curl(out, "POST", "/v1/completions",
+	    "{\"prompt\":\"x\",\"max_tokens\":1}",
+	    "Authorization: Bearer " KEY), 200);
+	ck_assert_int_eq(curl(out, "GET", "/health", NULL, NULL), 200);
+	free(out);
+}
+END_TEST
+SUITE_TEST("key", test_api_key);
+
 /* ---- a client that hangs up mid-stream -------------------------------- */
 
 static int
@@ -580,6 +629,7 @@ SUITE_TEST("openai", test_openai_node);
 SUITE_FIXTURE("http", 120, up_chat, down, true);
 SUITE_FIXTURE("openai", 120, up_chat, down, true);
 SUITE_FIXTURE("limits", 120, up_small_body, down, true);
+SUITE_FIXTURE("key", 120, up_key, down, true);
 SUITE_FIXTURE("hangup", 120, up_synth, down, true);
 
 /* The program name on $PATH into path; 0, or -1 when none. */

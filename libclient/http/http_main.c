@@ -4,7 +4,8 @@
  * and the routes.
  *
  * A request's life (struct hreq, libmicrohttpd's per-request pointer):
- *  1. First call: the key is checked (401) and a Content-Length over
+ *  1. First call: the key is checked (401; /health needs none, so that a
+ *     supervisor can probe it without the secret) and a Content-Length over
  *     --max-body answered 413 before any byte of the body is read.
  *  2. Upload calls: the body is kept up to --max-body; past it (a chunked
  *     body without a length) it is dropped and answered 413 at its end.
@@ -146,15 +147,15 @@ answer_error(struct MHD_Connection *conn, struct hreq *hr, unsigned status,
 	return http_error_send(conn, &e);
 }
 
-/* First call: the key and the announced length. */
+/* First call: the key (/health needs none) and the announced length. */
 static enum MHD_Result
 first_call(struct MHD_Connection *conn, const struct http_cfg *cfg,
-    struct hreq *hr)
+    struct hreq *hr, const char *url)
 {
 	const char *cl;
 	char msg[128];
 
-	if (!key_ok(cfg, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+	if (strcmp(url, "/health") != 0 && !key_ok(cfg, MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
 	    MHD_HTTP_HEADER_AUTHORIZATION)))
 		return answer_error(conn, hr, 401, "invalid_api_key",
 		    "a valid API key is needed: Authorization: Bearer KEY");
@@ -280,7 +281,7 @@ on_request(void *cls, struct MHD_Connection *conn, const char *url,
 		if ((hr = calloc(1, sizeof(*hr))) == NULL)
 			return MHD_NO;
 		*ctx = hr;
-		return first_call(conn, cfg, hr);
+		return first_call(conn, cfg, hr, url);
 	}
 	if (*upload_size > 0) {
 		if (!hr->answered)
