@@ -440,6 +440,8 @@ main(int argc, char **argv)
 
 	if (parse_args(argc, argv, &cfg, &a) != 0)
 		return 2;
+	/* jansson's hash seed, made once before the connection threads. */
+	json_object_seed(0);
 	signal(SIGPIPE, SIG_IGN);
 	/* Every thread inherits the mask; main takes the signals. */
 	sigemptyset(&set);
