@@ -195,7 +195,8 @@ $(shell mkdir -p $(BUILD))
 $(file >$(DIRS_STAMP),$(DIRS_NOW))
 endif
 endif
-$(LIBCPCLIENT_PC) $(ETC_BUILT) $(BUILD)/daemon/main.o: $(DIRS_STAMP)
+$(LIBCPCLIENT_PC) $(PY_MODULE_INST) $(ETC_BUILT) $(BUILD)/daemon/main.o: \
+	$(DIRS_STAMP)
 
 $(ENGINE_LIB): $(ENGINE_OBJS)
 $(DAEMON_LIB): $(DAEMON_OBJS)

@@ -83,3 +83,21 @@ $(BUILD)/bin/cpd-http: $(HTTP_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A)
 	$(Q)$(CC) $(ALL_LDFLAGS) $(HTTP_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A) \
 		$(HTTP_LDLIBS) $(LDLIBS_BASE) $(LDLIBS) -o $@
 endif
+
+# The cpclient Python module (libclient/python: ctypes over
+# libcpclient.so.0, nothing to compile): a copy for the build tree that
+# names this build's library (PYTHONPATH=$(BUILD)/python), and one for the
+# install that names $(LIBDIR)'s, installed in PYTHON_SITEDIR.
+PYTHON_SITEDIR ?= $(PREFIX)/lib/python3/dist-packages
+PY_MODULE := $(BUILD)/python/cpclient.py
+PY_MODULE_INST := $(BUILD)/python-install/cpclient.py
+$(PY_MODULE): libclient/python/cpclient.py | $(LIBCPCLIENT_SO)
+	$(call msg,GEN,$@)
+	@mkdir -p $(@D)
+	$(Q)sed 's|@LIBCPCLIENT@|$(abspath $(LIBCPCLIENT_SO))|' $< > $@
+$(PY_MODULE_INST): libclient/python/cpclient.py
+	$(call msg,GEN,$@)
+	@mkdir -p $(@D)
+	$(Q)sed 's|@LIBCPCLIENT@|$(LIBDIR)/libcpclient.so.0|' $< > $@
+LIBCLIENT_ALL += $(PY_MODULE) $(PY_MODULE_INST)
+INSTALL_FILES += 644:$(PY_MODULE_INST):$(PYTHON_SITEDIR)

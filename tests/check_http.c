@@ -632,21 +632,6 @@ SUITE_FIXTURE("limits", 120, up_small_body, down, true);
 SUITE_FIXTURE("key", 120, up_key, down, true);
 SUITE_FIXTURE("hangup", 120, up_synth, down, true);
 
-/* The program name on $PATH into path; 0, or -1 when none. */
-static int
-in_path(const char *name, char *path, size_t size)
-{
-	const char *p = getenv("PATH"), *end;
-
-	for (; p != NULL && *p != '\0'; p = *end ? end + 1 : end) {
-		end = strchrnul(p, ':');
-		snprintf(path, size, "%.*s/%s", (int)(end - p), p, name);
-		if (access(path, X_OK) == 0)
-			return 0;
-	}
-	return -1;
-}
-
 /* A synthetic model with a long context, for the hang-up case. */
 static int
 make_synth(void)
@@ -687,7 +672,7 @@ node_ready(void)
 	pid_t pid;
 	int st;
 
-	if (in_path("node", node_bin, sizeof(node_bin)) != 0) {
+	if (prog_in_path(node_bin, sizeof(node_bin), "node") != 0) {
 		printf("check_http: node is absent: the openai case skipped\n");
 		return -1;
 	}
@@ -697,7 +682,7 @@ node_ready(void)
 	    CP_NODE_DIR);
 	if (access(mod, R_OK) == 0)
 		return 0;
-	if (in_path("npm", npm, sizeof(npm)) != 0) {
+	if (prog_in_path(npm, sizeof(npm), "npm") != 0) {
 		printf("check_http: npm is absent: the openai case skipped\n");
 		return -1;
 	}
@@ -728,7 +713,7 @@ main(void)
 		printf("check_http: skipped, cpd-http or cpq is not built\n");
 		return 77;
 	}
-	if (in_path("curl", curl_bin, sizeof(curl_bin)) != 0) {
+	if (prog_in_path(curl_bin, sizeof(curl_bin), "curl") != 0) {
 		printf("check_http: skipped, no curl\n");
 		return 77;
 	}
