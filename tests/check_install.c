@@ -1013,6 +1013,24 @@ out:
 END_TEST
 SUITE_TEST("install", test_etc_http);
 
+/* The Python module, naming the installed library. */
+START_TEST(test_python_module)
+{
+	char *mod = dest(PREFIX "/lib/python3/dist-packages/cpclient.py");
+	char *text;
+
+	need_install();
+	assert_file(mod, 0644);
+	text = slurp(mod, NULL);
+	ck_assert_ptr_nonnull(text);
+	ck_assert_ptr_nonnull(strstr(text, "\n_LIBRARY = \"" PREFIX
+	    "/lib/libcpclient.so.0\"\n"));
+	free(text);
+	free(mod);
+}
+END_TEST
+SUITE_TEST("install", test_python_module);
+
 /* ---- the example program, built against the install ------------------ */
 
 /*
