@@ -152,6 +152,16 @@ up_synth(void)
 	http_up(NULL);
 }
 
+/* One connection per user: a second HTTP request meets cpd's limit. */
+static void
+up_quota(void)
+{
+	const char *args[] = { "--per-uid-max-clients", "1", NULL };
+
+	cpd_start_bin(&dp, cpd_bin, synth, args);
+	http_up(NULL);
+}
+
 static void
 down(void)
 {
@@ -600,6 +610,47 @@ START_TEST(test_hangup_cancels)
 END_TEST
 SUITE_TEST("hangup", test_hangup_cancels);
 
+/*
+ * While a stream holds cpd-http's one allowed connection, another request
+ * is answered 429; once the stream's client hangs up, requests pass again.
+ */
+START_TEST(test_user_limit_429)
+{
+	char req[512], body[256], buf[4096], *out = malloc(OUT_CAP);
+	const char *small = "{\"prompt\":\"Once\",\"max_tokens\":2}";
+	struct json *j;
+	size_t got = 0;
+	ssize_t n;
+	int fd, i, st = 0;
+
+	ck_assert_ptr_nonnull(out);
+	snprintf(body, sizeof(body), "{\"prompt\":\"Once upon a time\","
+	    "\"max_tokens\":%d,\"stream\":true}", MAX_TOK_CANCEL);
+	snprintf(req, sizeof(req), "POST /v1/completions HTTP/1.1\r\n"
+	    "Host: x\r\nContent-Type: application/json\r\n"
+	    "Content-Length: %zu\r\n\r\n%s", strlen(body), body);
+	fd = tcp_connect(hp.port);
+	ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+	while (got < 500 && (n = read(fd, buf, sizeof(buf))) > 0)
+		got += (size_t)n;
+	ck_assert_uint_ge(got, 500);
+	ck_assert_int_eq(curl(out, "POST", "/v1/completions", small, NULL),
+	    429);
+	j = parse(out);
+	ck_assert_str_eq(DIG(j, "error", "code")->str, "rate_limit_exceeded");
+	ck_assert_str_eq(DIG(j, "error", "type")->str, "rate_limit_error");
+	json_free(j);
+	close(fd);
+	for (i = 0; i < 100 && st != 200; i++) {
+		usleep(20000);
+		st = curl(out, "POST", "/v1/completions", small, NULL);
+	}
+	ck_assert_int_eq(st, 200);
+	free(out);
+}
+END_TEST
+SUITE_TEST("quota", test_user_limit_429);
+
 /* ---- the openai npm package ------------------------------------------ */
 
 static char node_bin[512];
@@ -631,6 +682,7 @@ SUITE_FIXTURE("openai", 120, up_chat, down, true);
 SUITE_FIXTURE("limits", 120, up_small_body, down, true);
 SUITE_FIXTURE("key", 120, up_key, down, true);
 SUITE_FIXTURE("hangup", 120, up_synth, down, true);
+SUITE_FIXTURE("quota", 120, up_quota, down, true);
 
 /* A synthetic model with a long context, for the hang-up case. */
 static int

@@ -137,8 +137,8 @@ struct http_gen {
 	int sse_done;			/* [DONE] is in out */
 };
 
-/* Set when cpd-http stops: waits end with -ESHUTDOWN. */
-extern volatile int http_stopping;
+/* Set (atomically) when cpd-http stops: waits end with -ESHUTDOWN. */
+extern int http_stopping;
 
 /*
  * Connects to cpd and submits g->rq (parsed, taken by g); 0, or -1 with

@@ -27,7 +27,7 @@
 #define MAX_ANSWER	(16u << 20)
 #define POLL_MS		500
 
-volatile int http_stopping;
+int http_stopping;
 
 static void
 make_id(struct http_gen *g)
@@ -87,7 +87,7 @@ http_gen_next(struct http_gen *g, struct cp_event *ev)
 			g->ended = 1;
 		if (r != -EAGAIN)
 			return r;
-		if (http_stopping)
+		if (__atomic_load_n(&http_stopping, __ATOMIC_RELAXED))
 			return -ESHUTDOWN;
 		pf[0].fd = cp_event_fd(g->c);
 		pf[0].events = POLLIN;

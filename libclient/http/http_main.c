@@ -462,7 +462,7 @@ main(int argc, char **argv)
 	while (sigwait(&set, &sig) != 0)
 		;
 	fprintf(stderr, "cpd-http: stopping (signal %d)\n", sig);
-	http_stopping = 1;
+	__atomic_store_n(&http_stopping, 1, __ATOMIC_RELAXED);
 	MHD_stop_daemon(d);
 	free(cfg.api_key);
 	return 0;
