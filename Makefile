@@ -195,7 +195,8 @@ $(shell mkdir -p $(BUILD))
 $(file >$(DIRS_STAMP),$(DIRS_NOW))
 endif
 endif
-$(LIBCPCLIENT_PC) $(ETC_BUILT) $(BUILD)/daemon/main.o: $(DIRS_STAMP)
+$(LIBCPCLIENT_PC) $(PY_MODULE_INST) $(ETC_BUILT) $(BUILD)/daemon/main.o: \
+	$(DIRS_STAMP)
 
 $(ENGINE_LIB): $(ENGINE_OBJS)
 $(DAEMON_LIB): $(DAEMON_OBJS)
@@ -213,8 +214,8 @@ lib: $(ENGINE_LIB) $(DAEMON_LIB) $(CUDA_LIB)
 # `make check` and `make run` need these; as root they are installed,
 # otherwise the exact command is printed.
 DEB_PACKAGES := build-essential pkg-config liburing-dev libyaml-dev check \
-	cppcheck mandoc clang
-PKGCONFIG_NEEDED := liburing yaml-0.1 check
+	cppcheck mandoc clang libmicrohttpd-dev libjansson-dev
+PKGCONFIG_NEEDED := liburing yaml-0.1 check libmicrohttpd jansson
 .PHONY: deps
 deps:
 	@missing=; for p in $(PKGCONFIG_NEEDED); do \
@@ -266,12 +267,13 @@ check: deps
 
 # ---- lint ----------------------------------------------------------------
 LINT_SRCS = $(wildcard engine/*.c engine/cpmodel/*.c kernels/cpu/*.c daemon/*.c \
-	libclient/*.c tests/*.c tests/lib/*.c tests/bench/*.c)
+	libclient/*.c libclient/http/*.c tests/*.c tests/lib/*.c tests/bench/*.c)
 # tools/check_layers.sh: kernels/ includes nothing above it, engine/ no
 # daemon/ or libclient/ header, and no libclient/ object (libcpclient's or
 # cpq's) uses an engine symbol; it reads the built objects.
 .PHONY: lint
-lint: $(ENGINE_LIB) $(LIBCPCLIENT_OBJS) $(CPQ_OBJS)
+lint: $(ENGINE_LIB) $(DAEMON_LIB) $(LIBCPCLIENT_OBJS) $(CPQ_OBJS) $(FRONT_OBJS) \
+	$(HTTP_OBJS)
 	tools/check_layers.sh $(BUILD) $(INCDIRS)
 	cppcheck --quiet --error-exitcode=1 --std=c11 --enable=warning,portability \
 		--inline-suppr --library=tests/cppcheck.cfg -D_GNU_SOURCE -D__GNUC__ $(addprefix -I,$(INCDIRS)) $(LINT_SRCS)

@@ -32,3 +32,9 @@ $(BUILD)/etc/sysusers/cpd.conf: etc/cpd.sysusers.conf
 	$(Q)cp $< $@
 all: $(BUILD)/etc/sysusers/cpd.conf
 INSTALL_FILES += 644:$(BUILD)/etc/sysusers/cpd.conf:$(SYSUSERSDIR)
+# cpd-http's unit, ordered after cpd.service, when cpd-http is built.
+ifneq ($(HTTP_SRCS),)
+all: $(BUILD)/etc/cpd-http.service
+INSTALL_FILES += 644:$(BUILD)/etc/cpd-http.service:$(SYSTEMD_UNITDIR)
+ETC_BUILT += $(BUILD)/etc/cpd-http.service
+endif

@@ -5,7 +5,12 @@
 LIBCPCLIENT_VERSION := $(CP_VERSION)
 CPQ_SRCS := $(wildcard libclient/cpq*.c)
 CPQ_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CPQ_SRCS))
-LIBCPCLIENT_SRCS := $(filter-out $(CPQ_SRCS),$(wildcard libclient/*.c))
+# The front-ends' shared helpers (statfmt.c: the daemon's counters as
+# text) are linked into the programs that use them, not into the library.
+FRONT_SRCS := libclient/statfmt.c
+FRONT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(FRONT_SRCS))
+LIBCPCLIENT_SRCS := $(filter-out $(CPQ_SRCS) $(FRONT_SRCS),\
+	$(wildcard libclient/*.c))
 LIBCPCLIENT_OBJS := $(patsubst %.c,$(BUILD)/%.pic.o,$(LIBCPCLIENT_SRCS))
 LIBCPCLIENT_SO := $(BUILD)/lib/libcpclient.so.0
 LIBCPCLIENT_LINK := $(BUILD)/lib/libcpclient.so
@@ -38,10 +43,10 @@ $(LIBCPCLIENT_PC): libclient/cpclient.pc.in
 # cpq, the shell tool, once its source exists.
 ifneq ($(wildcard libclient/cpq.c),)
 PROGRAMS += $(BUILD)/bin/cpq
-$(BUILD)/bin/cpq: $(CPQ_OBJS) $(LIBCPCLIENT_A)
+$(BUILD)/bin/cpq: $(CPQ_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A)
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
-	$(Q)$(CC) $(ALL_LDFLAGS) $(CPQ_OBJS) $(LIBCPCLIENT_A) $(LDLIBS_BASE) $(LDLIBS) -o $@
+	$(Q)$(CC) $(ALL_LDFLAGS) $(CPQ_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A) $(LDLIBS_BASE) $(LDLIBS) -o $@
 endif
 
 # check_cpq runs build/bin/cpq; check_cpq_json tests its JSON reader.
@@ -60,3 +65,39 @@ INSTALL_FILES += 644:$(LIBCPCLIENT_A):$(LIBDIR)
 INSTALL_FILES += 644:$(LIBCPCLIENT_PC):$(LIBDIR)/pkgconfig
 INSTALL_EXTRA += ln -sf libcpclient.so.0 "$(DESTDIR)$(LIBDIR)/libcpclient.so";
 UNINSTALL_EXTRA += rm -f "$(DESTDIR)$(LIBDIR)/libcpclient.so";
+
+# cpd-http, the OpenAI-compatible HTTP front (libclient/http/): a client
+# of the static library like cpq, with libmicrohttpd and jansson.
+HTTP_SRCS := $(wildcard libclient/http/*.c)
+HTTP_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(HTTP_SRCS))
+HTTP_PKGS := libmicrohttpd jansson
+HTTP_LDLIBS := $(or $(shell pkg-config --libs $(HTTP_PKGS) 2>/dev/null),\
+	-lmicrohttpd -ljansson)
+$(HTTP_OBJS): override XCFLAGS += \
+	$(shell pkg-config --cflags $(HTTP_PKGS) 2>/dev/null)
+ifneq ($(HTTP_SRCS),)
+PROGRAMS += $(BUILD)/bin/cpd-http
+$(BUILD)/bin/cpd-http: $(HTTP_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A)
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(ALL_LDFLAGS) $(HTTP_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A) \
+		$(HTTP_LDLIBS) $(LDLIBS_BASE) $(LDLIBS) -o $@
+endif
+
+# The cpclient Python module (libclient/python: ctypes over
+# libcpclient.so.0, nothing to compile): a copy for the build tree that
+# names this build's library (PYTHONPATH=$(BUILD)/python), and one for the
+# install that names $(LIBDIR)'s, installed in PYTHON_SITEDIR.
+PYTHON_SITEDIR ?= $(PREFIX)/lib/python3/dist-packages
+PY_MODULE := $(BUILD)/python/cpclient.py
+PY_MODULE_INST := $(BUILD)/python-install/cpclient.py
+$(PY_MODULE): libclient/python/cpclient.py | $(LIBCPCLIENT_SO)
+	$(call msg,GEN,$@)
+	@mkdir -p $(@D)
+	$(Q)sed 's|@LIBCPCLIENT@|$(abspath $(LIBCPCLIENT_SO))|' $< > $@
+$(PY_MODULE_INST): libclient/python/cpclient.py
+	$(call msg,GEN,$@)
+	@mkdir -p $(@D)
+	$(Q)sed 's|@LIBCPCLIENT@|$(LIBDIR)/libcpclient.so.0|' $< > $@
+LIBCLIENT_ALL += $(PY_MODULE) $(PY_MODULE_INST)
+INSTALL_FILES += 644:$(PY_MODULE_INST):$(PYTHON_SITEDIR)

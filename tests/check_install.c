@@ -697,7 +697,7 @@ install_teardown(void)
 START_TEST(test_programs)
 {
 	static const char *const progs[] = {
-		"cpmodel", "cpbench", "cpd", "cpq", NULL
+		"cpmodel", "cpbench", "cpd", "cpq", "cpd-http", NULL
 	};
 	struct stat a, b;
 	size_t i, n = 0;
@@ -983,6 +983,53 @@ START_TEST(test_etc)
 }
 END_TEST
 SUITE_TEST("install", test_etc);
+
+/* cpd-http's unit: installed when cpd-http is, ordered after cpd. */
+START_TEST(test_etc_http)
+{
+	char *unit = dest(PREFIX "/lib/systemd/system/cpd-http.service");
+	char *prog = dest(PREFIX "/bin/cpd-http");
+	char *text;
+
+	need_install();
+	if (access(prog, X_OK) != 0) {
+		ck_assert_msg(access(unit, F_OK) != 0, "%s without cpd-http",
+		    unit);
+		goto out;
+	}
+	assert_file(unit, 0644);
+	text = slurp(unit, NULL);
+	ck_assert_ptr_nonnull(text);
+	ck_assert_msg(strstr(text, "@BINDIR@") == NULL, "cpd-http unit: "
+	    "@BINDIR@ left");
+	ck_assert_str_eq(exec_start(text, NULL, 0), PREFIX "/bin/cpd-http");
+	ck_assert_ptr_nonnull(strstr(text, "\nAfter=cpd.service"));
+	ck_assert_ptr_nonnull(strstr(text, "--listen 127.0.0.1"));
+	free(text);
+out:
+	free(prog);
+	free(unit);
+}
+END_TEST
+SUITE_TEST("install", test_etc_http);
+
+/* The Python module, naming the installed library. */
+START_TEST(test_python_module)
+{
+	char *mod = dest(PREFIX "/lib/python3/dist-packages/cpclient.py");
+	char *text;
+
+	need_install();
+	assert_file(mod, 0644);
+	text = slurp(mod, NULL);
+	ck_assert_ptr_nonnull(text);
+	ck_assert_ptr_nonnull(strstr(text, "\n_LIBRARY = \"" PREFIX
+	    "/lib/libcpclient.so.0\"\n"));
+	free(text);
+	free(mod);
+}
+END_TEST
+SUITE_TEST("install", test_python_module);
 
 /* ---- the example program, built against the install ------------------ */
 

@@ -153,3 +153,21 @@ check-faults: deps
 # check_restart drives build/bin/cpd through the static client library.
 $(BUILD)/tests/check_restart: $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd
 $(BUILD)/tests/check_restart: override LDLIBS += $(LIBCPCLIENT_A)
+
+# check_http drives build/bin/cpd-http between build/bin/cpd and curl (and
+# Node's openai package when node is there); it reads stats through the
+# static client library.
+$(BUILD)/tests/check_http: $(LIBCPCLIENT_A) | $(BUILD)/bin/cpd \
+    $(BUILD)/bin/cpq $(BUILD)/bin/cpd-http $(BUILD)/bin/cpmodel
+$(BUILD)/tests/check_http: override LDLIBS += $(LIBCPCLIENT_A)
+$(BUILD)/tests/check_http.o: override XCFLAGS += \
+	-DCP_HTTP_SCRIPT='"$(abspath tests/http/openai_client.cjs)"' \
+	-DCP_NODE_DIR='"$(abspath build/node)"'
+
+# check_python runs tests/python/test_cpclient.py on the build tree's
+# cpclient module (skipped in sanitizer builds).
+$(BUILD)/tests/check_python: | $(BUILD)/bin/cpd $(BUILD)/bin/cpq \
+    $(PY_MODULE) $(LIBCPCLIENT_SO)
+$(BUILD)/tests/check_python.o: override XCFLAGS += \
+	-DCP_PY_TEST='"$(abspath tests/python/test_cpclient.py)"' \
+	-DCP_PY_PATH='"$(abspath $(BUILD)/python)"' -DCP_SAN='"$(SAN)"'

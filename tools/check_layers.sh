@@ -12,9 +12,11 @@
 #     including file's folder, then INCDIRS in order) and the folder it
 #     lands in is checked.
 #  2. Symbols.  No object built from libclient/ (libcpclient's
-#     BUILD/libclient/*.pic.o, cpq's BUILD/libclient/cpq*.o) refers to or
-#     defines a symbol that libcpengine.a (engine/ and kernels/) defines.
-#     cpq renders no chat template: the daemon does.
+#     BUILD/libclient/*.pic.o, cpq's BUILD/libclient/cpq*.o, the
+#     front-ends' BUILD/libclient/statfmt.o and cpd-http's
+#     BUILD/libclient/http/*.o) refers to or defines a symbol that
+#     libcpengine.a (engine/ and kernels/) or libcpdaemon.a (daemon/)
+#     defines.  cpq and cpd-http render no chat template: the daemon does.
 #
 # Usage: tools/check_layers.sh BUILD [INCDIRS...]; run by `make lint`,
 # after the objects are built.  Prints each violation; exits 1 if any.
@@ -91,10 +93,17 @@ if [ ! -f "$eng" ]; then
 	echo "check_layers.sh: $eng missing: build first" >&2
 	exit 2
 fi
-# libcpclient's objects, then cpq's (every other object of libclient/).
+dmn=$build/lib/libcpdaemon.a
+if [ ! -f "$dmn" ]; then
+	echo "check_layers.sh: $dmn missing: build first" >&2
+	exit 2
+fi
+# libcpclient's objects, then cpq's and the other front-ends' (every other
+# object of libclient/ and its subfolders).
 set -- "$build"/libclient/*.pic.o
 nlib=$#
-for f in "$build"/libclient/*.o; do
+for f in "$build"/libclient/*.o "$build"/libclient/*/*.o; do
+	[ -f "$f" ] || continue
 	case $f in *.pic.o) ;; *) set -- "$@" "$f" ;; esac
 done
 if [ "$nlib" -eq 0 ] || [ ! -f "$1" ] || [ $# -eq "$nlib" ]; then
@@ -103,12 +112,17 @@ if [ "$nlib" -eq 0 ] || [ ! -f "$1" ] || [ $# -eq "$nlib" ]; then
 	exit 2
 fi
 syms -d "$eng" >"$tmp/eng"
+syms -d "$dmn" >"$tmp/dmn"
 for f in "$@"; do
 	obj=${f#"$build"/}
-	syms -u "$f" | comm -12 - "$tmp/eng" |
-	    sed "s|^|$obj refers to the engine symbol |"
-	syms -d "$f" | comm -12 - "$tmp/eng" |
-	    sed "s|^|$obj defines the engine symbol |"
+	for lib in eng dmn; do
+		what=engine
+		[ $lib = dmn ] && what=daemon
+		syms -u "$f" | comm -12 - "$tmp/$lib" |
+		    sed "s|^|$obj refers to the $what symbol |"
+		syms -d "$f" | comm -12 - "$tmp/$lib" |
+		    sed "s|^|$obj defines the $what symbol |"
+	done
 done >>"$tmp/out"
 if [ -s "$tmp/out" ]; then
 	cat "$tmp/out"

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -103,4 +104,18 @@ prog_capture(const char *const *argv, char *out, size_t cap)
 	ck_assert_msg(WIFEXITED(st), "%s died (signal %d)", argv[0],
 	    WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 	return WEXITSTATUS(st);
+}
+
+int
+prog_in_path(char *path, size_t size, const char *name)
+{
+	const char *p = getenv("PATH"), *end;
+
+	for (; p != NULL && *p != '\0'; p = *end ? end + 1 : end) {
+		end = strchrnul(p, ':');
+		snprintf(path, size, "%.*s/%s", (int)(end - p), p, name);
+		if (access(path, X_OK) == 0)
+			return 0;
+	}
+	return -1;
 }

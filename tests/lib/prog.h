@@ -15,6 +15,12 @@
 int prog_find(char *path, size_t size, const char *name, const char *env);
 
 /*
+ * The first executable name in a folder of $PATH, into path (size bytes);
+ * 0, or -1 when there is none.
+ */
+int prog_in_path(char *path, size_t size, const char *name);
+
+/*
  * Run argv[0] with argv (NULL-terminated), its stdout and stderr into the
  * file out (created or truncated; NULL for /dev/null); returns its exit
  * status.  Asserts (Check) that it started and exited rather than died.

@@ -1,0 +1,271 @@
+/*
+ * http_gen.c - one generation of cpd-http: its own libcpclient connection,
+ * the submission, the wait for events, and the non-streamed answer.
+ *
+ * Invariants:
+ *  1. A struct http_gen owns one connection and at most one request on it;
+ *     http_gen_free() is the only place that closes it, after cancelling
+ *     a request not yet ended (cp_close() alone would cancel it too, when
+ *     the daemon sees the hang-up; cp_cancel() reaches it in the next SQ
+ *     drain).
+ *  2. A wait never blocks on the daemon alone: it polls the client's event
+ *     descriptor and the HTTP socket (POLLRDHUP) together, so a hang-up of
+ *     the HTTP client is seen within one poll and cancels the request.
+ *  3. The text collected for one answer is bounded (MAX_ANSWER); the
+ *     daemon bounds it anyway by the context.
+ */
+#include "http.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#define MAX_ANSWER	(16u << 20)
+#define POLL_MS		500
+
+int http_stopping;
+
+static void
+make_id(struct http_gen *g)
+{
+	unsigned char b[12];
+	size_t i, at;
+
+	if (getrandom(b, sizeof(b), 0) != (ssize_t)sizeof(b))
+		memset(b, 0, sizeof(b));
+	at = (size_t)snprintf(g->cid, sizeof(g->cid), "%s",
+	    g->rq.kind == HTTP_CHAT ? "chatcmpl-" : "cmpl-");
+	for (i = 0; i < sizeof(b); i++)
+		at += (size_t)snprintf(g->cid + at, sizeof(g->cid) - at,
+		    "%02x", b[i]);
+}
+
+int
+http_gen_start(struct http_gen *g, const struct http_cfg *cfg, int conn_fd,
+    struct http_error *e)
+{
+	struct cp_model_info mi;
+	struct http_req *r = &g->rq;
+	int id;
+
+	g->conn_fd = conn_fd;
+	g->created = (long long)time(NULL);
+	make_id(g);
+	if (http_info_connect(cfg, &g->c, e) < 0)
+		return -1;
+	if (cp_model_info(g->c, &mi) == 0)
+		snprintf(g->model, sizeof(g->model), "%s", mi.name);
+	r->p.logprobs = r->logprobs;
+	if (r->kind == HTTP_CHAT)
+		id = cp_submit_chat(g->c, r->msgs, r->n_msgs, &r->p);
+	else if (r->ids != NULL)
+		id = cp_submit_tokens(g->c, r->ids, r->n_ids, &r->p);
+	else
+		id = cp_submit(g->c, r->prompt, r->prompt_len, &r->p);
+	if (id < 0)
+		return http_error_cp(e, id, "submit");
+	g->id = id;
+	return 0;
+}
+
+int
+http_gen_next(struct http_gen *g, struct cp_event *ev)
+{
+	struct pollfd pf[2];
+	int r;
+
+	for (;;) {
+		r = cp_next_event(g->c, ev, 0);
+		if (r == 0 && ev->type == CP_EVENT_PROGRESS)
+			continue;
+		if (r == 0 && ev->req_id == g->id &&
+		    (ev->type == CP_EVENT_DONE || ev->type == CP_EVENT_ERROR))
+			g->ended = 1;
+		if (r != -EAGAIN)
+			return r;
+		if (__atomic_load_n(&http_stopping, __ATOMIC_RELAXED))
+			return -ESHUTDOWN;
+		pf[0].fd = cp_event_fd(g->c);
+		pf[0].events = POLLIN;
+		pf[1].fd = g->conn_fd;
+		pf[1].events = POLLRDHUP;
+		pf[0].revents = pf[1].revents = 0;
+		if (poll(pf, g->conn_fd >= 0 ? 2 : 1, POLL_MS) < 0 &&
+		    errno != EINTR)
+			return -errno;
+		if (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR))
+			return -ECONNRESET;
+	}
+}
+
+void
+http_gen_cancel(struct http_gen *g)
+{
+	if (g->c != NULL && g->id > 0 && !g->ended)
+		(void)cp_cancel(g->c, g->id);
+}
+
+void
+http_gen_free(struct http_gen *g)
+{
+	if (g == NULL)
+		return;
+	http_gen_cancel(g);
+	cp_close(g->c);
+	http_req_fini(&g->rq);
+	free(g->out.p);
+	free(g);
+}
+
+const char *
+http_finish_reason(int finish)
+{
+	switch (finish) {
+	case CP_DONE_STOP:
+		return "stop";
+	case CP_DONE_LENGTH:
+	case CP_DONE_CONTEXT:
+		return "length";
+	default:
+		return "cancelled";
+	}
+}
+
+json_t *
+http_usage(const struct cp_event *ev)
+{
+	uint32_t cached = ev->type == CP_EVENT_DONE ? ev->n_cached : 0;
+
+	return json_pack("{s:I, s:I, s:I, s:{s:I}}",
+	    "prompt_tokens", (json_int_t)ev->n_prompt,
+	    "completion_tokens", (json_int_t)ev->n_gen,
+	    "total_tokens", (json_int_t)ev->n_prompt + (json_int_t)ev->n_gen,
+	    "prompt_tokens_details", "cached_tokens", (json_int_t)cached);
+}
+
+json_t *
+http_logprob_entry(const struct cp_event *ev)
+{
+	json_t *bytes = json_array();
+	size_t i;
+
+	for (i = 0; bytes != NULL && i < ev->text_len; i++)
+		json_array_append_new(bytes,
+		    json_integer((unsigned char)ev->text[i]));
+	return json_pack("{s:s%, s:f, s:o, s:[]}", "token", ev->text,
+	    ev->text_len, "logprob", (double)ev->logprob, "bytes", bytes,
+	    "top_logprobs");
+}
+
+int
+http_buf_add(struct http_buf *b, const char *s, size_t n, size_t max)
+{
+	char *p;
+	size_t cap;
+
+	if (n == 0)
+		return 0;
+	if (b->len > max || n > max - b->len)
+		return -E2BIG;
+	if (b->len + n + 1 > b->cap) {
+		cap = b->cap ? b->cap : 256;
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		if ((p = realloc(b->p, cap)) == NULL)
+			return -ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+	return 0;
+}
+
+/* The answer collected so far. */
+struct answer {
+	struct http_buf text;
+	json_t *lp;		/* logprobs.content entries, or NULL */
+};
+
+static json_t *
+answer_json(const struct http_gen *g, const struct answer *a,
+    const struct cp_event *end)
+{
+	const char *finish = http_finish_reason(end->finish);
+	json_t *text = json_stringn(a->text.p != NULL ? a->text.p : "",
+	    a->text.len);
+	json_t *choice;
+
+	if (text == NULL)
+		return NULL;	/* not UTF-8: the daemon never sends that */
+	if (g->rq.kind == HTTP_CHAT)
+		choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0,
+		    "message", "role", "assistant", "content", text,
+		    "logprobs", a->lp != NULL ?
+		    json_pack("{s:O}", "content", a->lp) : json_null(),
+		    "finish_reason", finish);
+	else
+		choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text",
+		    text, "logprobs", "finish_reason", finish);
+	return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", g->cid,
+	    "object", g->rq.kind == HTTP_CHAT ? "chat.completion" :
+	    "text_completion", "created", (json_int_t)g->created, "model",
+	    g->model, "choices", choice, "usage", http_usage(end));
+}
+
+enum MHD_Result
+http_gen_answer(struct http_gen *g, struct MHD_Connection *conn)
+{
+	struct answer a = { { NULL, 0, 0 }, NULL };
+	struct http_error e;
+	struct cp_event ev;
+	enum MHD_Result ret;
+	json_t *body;
+	int r;
+
+	if (g->rq.logprobs && (a.lp = json_array()) == NULL)
+		return MHD_NO;
+	for (;;) {
+		if ((r = http_gen_next(g, &ev)) == -ECONNRESET) {
+			http_gen_cancel(g);
+			ret = MHD_NO;
+			goto out;
+		}
+		if (r < 0) {
+			http_error_cp(&e, r, "generation");
+			ret = http_error_send(conn, &e);
+			goto out;
+		}
+		if (ev.type == CP_EVENT_ERROR) {
+			http_error_event(&e, &ev);
+			ret = http_error_send(conn, &e);
+			goto out;
+		}
+		if ((r = http_buf_add(&a.text, ev.text, ev.text_len,
+		    MAX_ANSWER)) < 0) {
+			http_gen_cancel(g);
+			http_error_set(&e, 500, NULL, NULL, "answer: %s",
+			    cp_strerror(r));
+			ret = http_error_send(conn, &e);
+			goto out;
+		}
+		if (a.lp != NULL && ev.type == CP_EVENT_TOKEN && ev.token >= 0)
+			json_array_append_new(a.lp, http_logprob_entry(&ev));
+		if (ev.type == CP_EVENT_DONE)
+			break;
+	}
+	if ((body = answer_json(g, &a, &ev)) == NULL) {
+		http_error_set(&e, 500, NULL, NULL, "cannot encode the answer");
+		ret = http_error_send(conn, &e);
+	} else
+		ret = http_json_send(conn, 200, body);
+out:
+	free(a.text.p);
+	json_decref(a.lp);
+	return ret;
+}

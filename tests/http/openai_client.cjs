@@ -1,0 +1,61 @@
+// openai_client.cjs - cpd-http driven by the official openai package, as
+// an application would: node openai_client.cjs BASE_URL (NODE_PATH naming
+// the node_modules that hold openai).  Lists the models, asks one chat
+// question whole and streamed, checks that n: 2 is a BadRequestError
+// naming "n", asks for a completion, and prints what it got as one JSON
+// line for check_http to compare with cpq.  Exits 1 on any mismatch.
+'use strict';
+const OpenAI = require('openai');
+
+function check(ok, what) {
+	if (!ok)
+		throw new Error('check failed: ' + what);
+}
+
+async function main() {
+	const client = new OpenAI({ baseURL: process.argv[2] + '/v1',
+	    apiKey: 'none', maxRetries: 0, timeout: 60000 });
+	const ids = [];
+	for await (const m of client.models.list())
+		ids.push(m.id);
+	check(ids.length === 1, 'one model: ' + JSON.stringify(ids));
+	const messages = [
+		{ role: 'system', content: 'Tell a story.' },
+		{ role: 'user', content: 'Once upon a time' },
+	];
+	const ask = { model: ids[0], messages, temperature: 0,
+	    max_tokens: 24 };
+	const whole = await client.chat.completions.create(ask);
+	check(whole.object === 'chat.completion', 'object');
+	check(whole.usage.completion_tokens === 24, 'usage');
+	const stream = await client.chat.completions.create({ ...ask,
+	    stream: true, stream_options: { include_usage: true } });
+	let streamed = '', usage = null, finish = null;
+	for await (const chunk of stream) {
+		if (chunk.choices.length > 0) {
+			streamed += chunk.choices[0].delta.content ?? '';
+			finish = chunk.choices[0].finish_reason ?? finish;
+		}
+		if (chunk.usage)
+			usage = chunk.usage;
+	}
+	check(finish === 'length', 'finish_reason ' + finish);
+	check(usage !== null && usage.completion_tokens === 24, 'stream usage');
+	let refused = null;
+	try {
+		await client.chat.completions.create({ ...ask, n: 2 });
+	} catch (e) {
+		refused = e;
+	}
+	check(refused instanceof OpenAI.BadRequestError, 'n: 2 refused');
+	check(refused.status === 400 && refused.param === 'n', 'error shape');
+	const text = await client.completions.create({ model: ids[0],
+	    prompt: 'Once upon a time', temperature: 0, max_tokens: 16 });
+	console.log(JSON.stringify({ chat: whole.choices[0].message.content,
+	    streamed, completion: text.choices[0].text }));
+}
+
+main().catch((e) => {
+	console.error(e.stack || String(e));
+	process.exit(1);
+});
