@@ -6,8 +6,8 @@ LIBCPCLIENT_VERSION := $(CP_VERSION)
 CPQ_SRCS := $(wildcard libclient/cpq*.c)
 CPQ_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CPQ_SRCS))
 # The front-ends' shared helpers (statfmt.c: the daemon's counters as
-# text) are linked into the programs that use them, not into the library.
-FRONT_SRCS := libclient/statfmt.c
+# text; tokfmt.c: a token's bytes as text) are linked into the programs that use them, not into the library.
+FRONT_SRCS := libclient/statfmt.c libclient/tokfmt.c
 FRONT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(FRONT_SRCS))
 LIBCPCLIENT_SRCS := $(filter-out $(CPQ_SRCS) $(FRONT_SRCS),\
 	$(wildcard libclient/*.c))
