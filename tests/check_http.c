@@ -258,13 +258,14 @@ static const char chat_body[] =
     "story.\"},{\"role\":\"user\",\"content\":\"Once upon a time\"}],"
     "\"temperature\":0,\"max_tokens\":24%s}";
 
-/* cpq --chat's greedy answer to chat_body's messages (stdout not a tty:
- * the text alone). */
+/* cpq --chat's greedy answer to chat_body's messages (the text alone:
+ * --no-newline). */
 static void
 cpq_answer(char *out, size_t cap)
 {
 	const char *argv[] = { cpq_bin, "--socket", dp.sock, "--temp", "0",
-	    "-n", "24", "--system", "Tell a story.", "Once upon a time", NULL };
+	    "-n", "24", "--no-newline", "--system", "Tell a story.",
+	    "Once upon a time", NULL };
 
 	ck_assert_int_eq(prog_capture(argv, out, cap), 0);
 	ck_assert_uint_gt(strlen(out), 0);
