@@ -41,7 +41,8 @@ down(void)
 START_TEST(test_python_module)
 {
 	const char *cpq[] = { cpq_bin, "--socket", dp.sock, "--temp", "0",
-	    "-n", "24", "--system", "Tell a story.", "Once upon a time", NULL };
+	    "-n", "24", "--no-newline", "--system", "Tell a story.",
+	    "Once upon a time", NULL };
 	const char *py[] = { py_bin, CP_PY_TEST, NULL };
 	char ref[4096], num[32], log[400], out[6000] = "";
 	size_t n;
