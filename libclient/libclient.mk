@@ -6,8 +6,8 @@ LIBCPCLIENT_VERSION := $(CP_VERSION)
 CPQ_SRCS := $(wildcard libclient/cpq*.c)
 CPQ_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(CPQ_SRCS))
 # The front-ends' shared helpers (statfmt.c: the daemon's counters as
-# text) are linked into the programs that use them, not into the library.
-FRONT_SRCS := libclient/statfmt.c
+# text; tokfmt.c: a token's bytes as text) are linked into the programs that use them, not into the library.
+FRONT_SRCS := libclient/statfmt.c libclient/tokfmt.c
 FRONT_OBJS := $(patsubst %.c,$(BUILD)/%.o,$(FRONT_SRCS))
 LIBCPCLIENT_SRCS := $(filter-out $(CPQ_SRCS) $(FRONT_SRCS),\
 	$(wildcard libclient/*.c))
@@ -49,9 +49,11 @@ $(BUILD)/bin/cpq: $(CPQ_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A)
 	$(Q)$(CC) $(ALL_LDFLAGS) $(CPQ_OBJS) $(FRONT_OBJS) $(LIBCPCLIENT_A) $(LDLIBS_BASE) $(LDLIBS) -o $@
 endif
 
-# check_cpq runs build/bin/cpq; check_cpq_json tests its JSON reader.
+# check_cpq runs build/bin/cpq; check_cpq_json tests its JSON reader
+# and writer, and tokfmt.c's text against the writer's.
 $(BUILD)/tests/check_cpq: | $(BUILD)/bin/cpq
-$(BUILD)/tests/check_cpq_json: $(BUILD)/libclient/cpq_json.o
+$(BUILD)/tests/check_cpq_json: $(BUILD)/libclient/cpq_json.o \
+	$(BUILD)/libclient/tokfmt.o
 
 # check_client links the static library and dlopen()s the shared one.
 $(BUILD)/tests/check_client: $(LIBCPCLIENT_A) $(LIBCPCLIENT_SO)

@@ -3,7 +3,7 @@
  * the one shape it takes, decoded as RFC 8259 says (escapes, surrogate
  * pairs worked out by hand from the RFC's examples), and every malformed
  * input refused with the line, column and rule; and its string writer
- * read back by the reader.
+ * read back by the reader, agreeing with tokfmt.c's token text.
  */
 #include <check.h>
 #include <errno.h>
@@ -13,6 +13,7 @@
 
 #include "cpq_json.h"
 #include "lib/suite.h"
+#include "tokfmt.h"
 
 static int
 parse(const char *text, size_t max, struct cpq_history *h, char *err)
@@ -195,6 +196,44 @@ START_TEST(test_string_round_trip)
 }
 END_TEST
 SUITE_TEST("reader", test_string_round_trip);
+
+#define R "\xef\xbf\xbd"	/* U+FFFD */
+
+/*
+ * tokfmt_utf8() (cpd-http's token text) keeps valid UTF-8 and gives each
+ * byte that starts no valid sequence (stray continuation, truncated,
+ * overlong, surrogate) U+FFFD, the same text cpq_json_string() writes.
+ */
+START_TEST(test_tokfmt_utf8)
+{
+	static const char s[] = "a\x80" "b\xe2\x82" "c\xc0\xaf\xed\xa0\x80"
+	    "\xc3\xa9\xf0\x9d\x84\x9e\xf0\x9d";
+	static const char want[] = "a" R "b" R R "c" R R R R R "\xc3\xa9"
+	    "\xf0\x9d\x84\x9e" R R;
+	char out[3 * sizeof(s)], err[256], *buf = NULL;
+	struct cpq_history h;
+	size_t n, len = 0;
+	FILE *f;
+
+	n = tokfmt_utf8(s, sizeof(s) - 1, out);
+	ck_assert_uint_eq(n, sizeof(want) - 1);
+	ck_assert(memcmp(out, want, n) == 0);
+	ck_assert_uint_eq(tokfmt_utf8("", 0, out), 0);
+	f = open_memstream(&buf, &len);
+	ck_assert_ptr_nonnull(f);
+	fputs("[{\"role\":\"user\",\"content\":", f);
+	cpq_json_string(f, s, sizeof(s) - 1);
+	fputs("}]", f);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_int_eq(cpq_history_parse(buf, len, 1, &h, err, sizeof(err)),
+	    0);
+	ck_assert_uint_eq(h.msgs[0].len, n);
+	ck_assert(memcmp(h.msgs[0].content, out, n) == 0);
+	cpq_history_free(&h);
+	free(buf);
+}
+END_TEST
+SUITE_TEST("reader", test_tokfmt_utf8);
 
 SUITE_CASE("reader", 10);
 

@@ -304,6 +304,58 @@ END_TEST
 SUITE_TEST("http", test_chat_equals_cpq);
 
 /*
+ * logprobs with top_logprobs 3, greedy: each sampled token has 3
+ * alternatives, most likely first, and the first is the token itself
+ * (greedy picks it): same text, bytes and logprob.
+ */
+START_TEST(test_chat_top_logprobs)
+{
+	char *out = malloc(OUT_CAP), body[512];
+	const struct json *c, *it, *top, *a, *b;
+	struct json *j;
+	size_t i, k;
+
+	ck_assert_ptr_nonnull(out);
+	snprintf(body, sizeof(body), chat_body,
+	    ",\"logprobs\":true,\"top_logprobs\":3");
+	ck_assert_int_eq(curl(out, "POST", "/v1/chat/completions", body, NULL),
+	    200);
+	j = parse(out);
+	c = DIG(j, "choices", "#", "logprobs", "content");
+	ck_assert_ptr_nonnull(c);
+	ck_assert_uint_gt(c->n, 0);
+	ck_assert_uint_le(c->n, 24);
+	for (i = 0; i < c->n; i++) {
+		it = json_at(c, i);
+		top = json_get(it, "top_logprobs");
+		ck_assert_ptr_nonnull(top);
+		ck_assert_uint_eq(top->n, 3);
+		a = json_at(top, 0);
+		ck_assert_str_eq(json_get(a, "token")->str,
+		    json_get(it, "token")->str);
+		ck_assert_double_eq_tol(json_get(a, "logprob")->num,
+		    json_get(it, "logprob")->num, 1e-6);
+		ck_assert_uint_eq(json_get(a, "bytes")->n,
+		    json_get(it, "bytes")->n);
+		for (k = 0; k < json_get(it, "bytes")->n; k++)
+			ck_assert_double_eq(json_at(json_get(a, "bytes"),
+			    k)->num, json_at(json_get(it, "bytes"), k)->num);
+		for (k = 1; k < top->n; k++) {
+			a = json_at(top, k - 1);
+			b = json_at(top, k);
+			ck_assert_double_le(json_get(b, "logprob")->num,
+			    json_get(a, "logprob")->num);
+			ck_assert_ptr_nonnull(json_get(b, "token"));
+			ck_assert_ptr_nonnull(json_get(b, "bytes"));
+		}
+	}
+	json_free(j);
+	free(out);
+}
+END_TEST
+SUITE_TEST("http", test_chat_top_logprobs);
+
+/*
  * The raw stream: every event "data: JSON\n\n", a first chunk with the
  * role, deltas that join to the non-streamed answer, a finish chunk, the
  * usage chunk asked for, and "data: [DONE]\n\n" last.
@@ -318,7 +370,8 @@ START_TEST(test_chat_stream_framing)
 	ck_assert_ptr_nonnull(out);
 	cpq_answer(ref, sizeof(ref));
 	snprintf(body, sizeof(body), chat_body, ",\"stream\":true,"
-	    "\"stream_options\":{\"include_usage\":true},\"logprobs\":true");
+	    "\"stream_options\":{\"include_usage\":true},\"logprobs\":true,"
+	    "\"top_logprobs\":2");
 	ck_assert_int_eq(curl(out, "POST", "/v1/chat/completions", body, NULL),
 	    200);
 	for (ev = out; *ev != '\0'; ev = end + 2, n++) {
@@ -339,9 +392,12 @@ START_TEST(test_chat_stream_framing)
 			    "role")->str, "assistant");
 		if ((d = DIG(j, "choices", "#", "delta", "content")) != NULL)
 			strncat(text, d->str, sizeof(text) - strlen(text) - 1);
-		if (d != NULL && d->len > 0)
+		if (d != NULL && d->len > 0) {
 			ck_assert_ptr_nonnull(DIG(j, "choices", "#", "logprobs",
 			    "content", "#", "logprob"));
+			ck_assert_uint_eq(DIG(j, "choices", "#", "logprobs",
+			    "content", "#", "top_logprobs")->n, 2);
+		}
 		if ((d = DIG(j, "choices", "#", "finish_reason")) != NULL &&
 		    d->type == JSON_STRING) {
 			ck_assert_str_eq(d->str, "length");
@@ -393,6 +449,52 @@ START_TEST(test_completion_golden)
 END_TEST
 SUITE_TEST("http", test_completion_golden);
 
+/*
+ * /v1/completions with logprobs 2, greedy: OpenAI's legacy shape, one
+ * entry per token in each array, the tokens joining to the text at their
+ * text_offset, each token the likeliest of its 2 alternatives.
+ */
+START_TEST(test_completion_logprobs)
+{
+	char *out = malloc(OUT_CAP), joined[4096] = "";
+	const char *body = "{\"prompt\":\"" AID_PROMPT "\",\"temperature\":0,"
+	    "\"max_tokens\":12,\"logprobs\":2}";
+	const struct json *lp, *toks, *lps, *tops, *offs, *alt;
+	struct json *j;
+	size_t i;
+
+	ck_assert_ptr_nonnull(out);
+	ck_assert_int_eq(curl(out, "POST", "/v1/completions", body, NULL), 200);
+	j = parse(out);
+	ck_assert_ptr_nonnull(lp = DIG(j, "choices", "#", "logprobs"));
+	toks = json_get(lp, "tokens");
+	lps = json_get(lp, "token_logprobs");
+	tops = json_get(lp, "top_logprobs");
+	offs = json_get(lp, "text_offset");
+	ck_assert_ptr_nonnull(toks);
+	ck_assert_uint_gt(toks->n, 0);
+	ck_assert_uint_eq(lps->n, toks->n);
+	ck_assert_uint_eq(tops->n, toks->n);
+	ck_assert_uint_eq(offs->n, toks->n);
+	for (i = 0; i < toks->n; i++) {
+		ck_assert_double_eq(json_at(offs, i)->num,
+		    (double)strlen(joined));
+		strncat(joined, json_at(toks, i)->str,
+		    sizeof(joined) - strlen(joined) - 1);
+		alt = json_at(tops, i);
+		ck_assert_uint_ge(alt->n, 1);
+		ck_assert_uint_le(alt->n, 2);
+		ck_assert_ptr_nonnull(json_get(alt, json_at(toks, i)->str));
+		ck_assert_double_eq_tol(json_get(alt,
+		    json_at(toks, i)->str)->num, json_at(lps, i)->num, 1e-6);
+	}
+	ck_assert_str_eq(joined, DIG(j, "choices", "#", "text")->str);
+	json_free(j);
+	free(out);
+}
+END_TEST
+SUITE_TEST("http", test_completion_logprobs);
+
 START_TEST(test_models_health_metrics)
 {
 	char *out = malloc(OUT_CAP);
@@ -426,7 +528,7 @@ static const struct {
 	{ "temperature", "\"hot\"" },
 	{ "max_tokens", "-3" },
 	{ "n", "2" },
-	{ "top_logprobs", "2" },
+	{ "top_logprobs", "2" },	/* without logprobs: true */
 	{ "stop", "[\"a\", 3]" },
 	{ "tools", "[]" },
 	{ "stream", "1" },
@@ -452,6 +554,11 @@ START_TEST(test_bad_requests)
 		    bad_fields[i].param, bad_fields[i].value);
 		expect_error(400, bad_fields[i].param, "POST", cc, body);
 	}
+	expect_error(400, "top_logprobs", "POST", cc, "{\"messages\": "
+	    "[{\"role\": \"user\", \"content\": \"x\"}], \"logprobs\": true, "
+	    "\"top_logprobs\": 21}");
+	expect_error(400, "logprobs", "POST", "/v1/completions",
+	    "{\"prompt\": \"x\", \"logprobs\": 21}");
 	expect_error(400, "prompt", "POST", "/v1/completions",
 	    "{\"prompt\": {\"a\": 1}}");
 	expect_error(404, NULL, "GET", "/v1/nothing", NULL);

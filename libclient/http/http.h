@@ -97,6 +97,8 @@ struct http_req {
 	int stream;
 	int include_usage;		/* stream_options.include_usage */
 	int logprobs;			/* sampled token's logprob wanted */
+	int top_logprobs;		/* and its n most likely alternatives
+					   (0..CP_TOP_LOGPROBS_MAX) */
 };
 
 /*
@@ -135,6 +137,7 @@ struct http_gen {
 	struct http_buf out;
 	size_t out_off;			/* of out, handed on */
 	int sse_done;			/* [DONE] is in out */
+	size_t text_off;		/* streamed completion bytes so far */
 };
 
 /* Set (atomically) when cpd-http stops: waits end with -ESHUTDOWN. */
@@ -176,9 +179,29 @@ json_t *http_usage(const struct cp_event *ev);
 
 /*
  * One sampled token's entry of a chat "logprobs.content" array: token,
- * logprob, bytes, top_logprobs (empty for now).
+ * logprob, bytes, and top_logprobs, g's rq.top_logprobs alternatives as
+ * {token, logprob, bytes}.  A token's text is its piece (cp_detokenize(),
+ * one call for the token and its alternatives) as UTF-8, invalid bytes as
+ * U+FFFD; bytes are the piece's exact bytes.  Where the daemon cannot
+ * name tokens, the token is ev's text and top_logprobs is empty.  NULL
+ * when out of memory.
  */
-json_t *http_logprob_entry(const struct cp_event *ev);
+json_t *http_logprob_entry(struct http_gen *g, const struct cp_event *ev);
+
+/*
+ * A completion's "logprobs" object, empty: tokens, token_logprobs,
+ * top_logprobs, text_offset (OpenAI's legacy shape).
+ */
+json_t *http_logprobs_text_new(void);
+
+/*
+ * Appends ev's token to lp (from http_logprobs_text_new()): its text (as
+ * above), logprob, an object alternative text -> logprob (the likelier of
+ * two that read the same), and offset, its text's byte offset in the
+ * completion.  0 or -ENOMEM.
+ */
+int http_logprobs_text_add(struct http_gen *g, json_t *lp,
+    const struct cp_event *ev, size_t offset);
 
 /* ---- http_sse.c ---- */
 

@@ -24,6 +24,8 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "tokfmt.h"
+
 #define MAX_ANSWER	(16u << 20)
 #define POLL_MS		500
 
@@ -59,7 +61,9 @@ http_gen_start(struct http_gen *g, const struct http_cfg *cfg, int conn_fd,
 		return -1;
 	if (cp_model_info(g->c, &mi) == 0)
 		snprintf(g->model, sizeof(g->model), "%s", mi.name);
-	r->p.logprobs = r->logprobs;
+	/* The library fills the list only for n > 0: ask for one at least. */
+	r->p.logprobs = !r->logprobs ? 0 :
+	    r->top_logprobs > 1 ? r->top_logprobs : 1;
 	if (r->kind == HTTP_CHAT)
 		id = cp_submit_chat(g->c, r->msgs, r->n_msgs, &r->p);
 	else if (r->ids != NULL)
@@ -147,18 +151,175 @@ http_usage(const struct cp_event *ev)
 	    "prompt_tokens_details", "cached_tokens", (json_int_t)cached);
 }
 
-json_t *
-http_logprob_entry(const struct cp_event *ev)
+/* A sampled token and its alternatives, named by one cp_detokenize(). */
+struct names {
+	int32_t ids[1 + CP_TOP_LOGPROBS_MAX];	/* the token, then the list */
+	uint32_t lens[1 + CP_TOP_LOGPROBS_MAX];
+	size_t n;			/* ids */
+	int ok;				/* buf and lens hold their pieces */
+	char *buf;			/* small or allocated */
+	char small[1024];
+};
+
+/*
+ * Names ev's token and the first rq.top_logprobs ids of its list (a
+ * daemon that cannot name tokens leaves nm->ok 0).
+ */
+static void
+names_get(struct http_gen *g, const struct cp_event *ev, struct names *nm)
 {
-	json_t *bytes = json_array();
+	size_t i, total = 0;
+	int r;
+
+	nm->n = 1;
+	nm->ids[0] = ev->token;
+	for (i = 0; i < ev->n_top && i < (size_t)g->rq.top_logprobs &&
+	    i < CP_TOP_LOGPROBS_MAX; i++)
+		nm->ids[nm->n++] = ev->top_ids[i];
+	nm->buf = nm->small;
+	r = cp_detokenize(g->c, nm->ids, nm->n, nm->buf, sizeof(nm->small),
+	    nm->lens, 0);
+	if (r == -ENOSPC) {
+		for (i = 0; i < nm->n; i++)
+			total += nm->lens[i];
+		if ((nm->buf = malloc(total)) == NULL) {
+			nm->buf = nm->small;
+			return;
+		}
+		r = cp_detokenize(g->c, nm->ids, nm->n, nm->buf, total,
+		    nm->lens, 0);
+	}
+	nm->ok = r >= 0;
+}
+
+static void
+names_free(struct names *nm)
+{
+	if (nm->buf != nm->small)
+		free(nm->buf);
+}
+
+/* Piece i of nm (0: the token itself; ev's text where nm has none). */
+static const char *
+names_piece(const struct names *nm, const struct cp_event *ev, size_t i,
+    size_t *len)
+{
+	const char *p = nm->buf;
+	size_t j;
+
+	if (!nm->ok) {
+		*len = ev->text_len;
+		return ev->text;
+	}
+	for (j = 0; j < i; j++)
+		p += nm->lens[j];
+	*len = nm->lens[i];
+	return p;
+}
+
+/* s[0..n) as a JSON string, invalid UTF-8 as U+FFFD (tokfmt_utf8()). */
+static json_t *
+token_text(const char *s, size_t n)
+{
+	char small[192], *buf = small;
+	json_t *j;
+
+	if (n > sizeof(small) / 3 && (buf = malloc(3 * n)) == NULL)
+		return NULL;
+	j = json_stringn(buf, tokfmt_utf8(s, n, buf));
+	if (buf != small)
+		free(buf);
+	return j;
+}
+
+/* s[0..n) as an array of byte values. */
+static json_t *
+token_bytes(const char *s, size_t n)
+{
+	json_t *a = json_array();
 	size_t i;
 
-	for (i = 0; bytes != NULL && i < ev->text_len; i++)
-		json_array_append_new(bytes,
-		    json_integer((unsigned char)ev->text[i]));
-	return json_pack("{s:s%, s:f, s:o, s:[]}", "token", ev->text,
-	    ev->text_len, "logprob", (double)ev->logprob, "bytes", bytes,
-	    "top_logprobs");
+	for (i = 0; a != NULL && i < n; i++)
+		json_array_append_new(a, json_integer((unsigned char)s[i]));
+	return a;
+}
+
+/* {"token", "logprob", "bytes"} of the piece s[0..n). */
+static json_t *
+token_json(const char *s, size_t n, float logprob)
+{
+	return json_pack("{s:o, s:f, s:o}", "token", token_text(s, n),
+	    "logprob", (double)logprob, "bytes", token_bytes(s, n));
+}
+
+json_t *
+http_logprob_entry(struct http_gen *g, const struct cp_event *ev)
+{
+	struct names nm = { .ok = 0 };
+	json_t *top = json_array(), *entry;
+	const char *p;
+	size_t i, len;
+
+	names_get(g, ev, &nm);
+	for (i = 1; nm.ok && top != NULL && i < nm.n; i++) {
+		p = names_piece(&nm, ev, i, &len);
+		json_array_append_new(top, token_json(p, len,
+		    ev->top_logprobs[i - 1]));
+	}
+	p = names_piece(&nm, ev, 0, &len);
+	entry = token_json(p, len, ev->logprob);
+	if (entry != NULL && top != NULL)
+		json_object_set_new(entry, "top_logprobs", top);
+	else {
+		json_decref(entry);
+		json_decref(top);
+		entry = NULL;
+	}
+	names_free(&nm);
+	return entry;
+}
+
+json_t *
+http_logprobs_text_new(void)
+{
+	return json_pack("{s:[], s:[], s:[], s:[]}", "tokens",
+	    "token_logprobs", "top_logprobs", "text_offset");
+}
+
+int
+http_logprobs_text_add(struct http_gen *g, json_t *lp,
+    const struct cp_event *ev, size_t offset)
+{
+	struct names nm = { .ok = 0 };
+	json_t *top = json_object(), *t;
+	const char *p;
+	size_t i, len;
+	int r = 0;
+
+	names_get(g, ev, &nm);
+	for (i = 1; nm.ok && top != NULL && i < nm.n; i++) {
+		p = names_piece(&nm, ev, i, &len);
+		if ((t = token_text(p, len)) == NULL)
+			continue;
+		/* Two ids may read the same: the likelier one stays. */
+		if (json_object_get(top, json_string_value(t)) == NULL)
+			json_object_set_new(top, json_string_value(t),
+			    json_real((double)ev->top_logprobs[i - 1]));
+		json_decref(t);
+	}
+	p = names_piece(&nm, ev, 0, &len);
+	if (top == NULL ||
+	    json_array_append_new(json_object_get(lp, "tokens"),
+	    token_text(p, len)) < 0 ||
+	    json_array_append_new(json_object_get(lp, "token_logprobs"),
+	    json_real((double)ev->logprob)) < 0 ||
+	    json_array_append_new(json_object_get(lp, "top_logprobs"),
+	    top) < 0 ||
+	    json_array_append_new(json_object_get(lp, "text_offset"),
+	    json_integer((json_int_t)offset)) < 0)
+		r = -ENOMEM;
+	names_free(&nm);
+	return r;
 }
 
 int
@@ -189,7 +350,8 @@ http_buf_add(struct http_buf *b, const char *s, size_t n, size_t max)
 /* The answer collected so far. */
 struct answer {
 	struct http_buf text;
-	json_t *lp;		/* logprobs.content entries, or NULL */
+	json_t *lp;		/* chat: logprobs.content entries; text: the
+				   logprobs object; NULL: none wanted */
 };
 
 static json_t *
@@ -210,8 +372,8 @@ answer_json(const struct http_gen *g, const struct answer *a,
 		    json_pack("{s:O}", "content", a->lp) : json_null(),
 		    "finish_reason", finish);
 	else
-		choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "text",
-		    text, "logprobs", "finish_reason", finish);
+		choice = json_pack("{s:i, s:o, s:O?, s:s}", "index", 0, "text",
+		    text, "logprobs", a->lp, "finish_reason", finish);
 	return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", g->cid,
 	    "object", g->rq.kind == HTTP_CHAT ? "chat.completion" :
 	    "text_completion", "created", (json_int_t)g->created, "model",
@@ -228,7 +390,10 @@ http_gen_answer(struct http_gen *g, struct MHD_Connection *conn)
 	json_t *body;
 	int r;
 
-	if (g->rq.logprobs && (a.lp = json_array()) == NULL)
+	size_t off;
+
+	if (g->rq.logprobs && (a.lp = g->rq.kind == HTTP_CHAT ? json_array() :
+	    http_logprobs_text_new()) == NULL)
 		return MHD_NO;
 	for (;;) {
 		if ((r = http_gen_next(g, &ev)) == -ECONNRESET) {
@@ -246,6 +411,7 @@ http_gen_answer(struct http_gen *g, struct MHD_Connection *conn)
 			ret = http_error_send(conn, &e);
 			goto out;
 		}
+		off = a.text.len;
 		if ((r = http_buf_add(&a.text, ev.text, ev.text_len,
 		    MAX_ANSWER)) < 0) {
 			http_gen_cancel(g);
@@ -254,8 +420,15 @@ http_gen_answer(struct http_gen *g, struct MHD_Connection *conn)
 			ret = http_error_send(conn, &e);
 			goto out;
 		}
-		if (a.lp != NULL && ev.type == CP_EVENT_TOKEN && ev.token >= 0)
-			json_array_append_new(a.lp, http_logprob_entry(&ev));
+		if (a.lp != NULL && ev.type == CP_EVENT_TOKEN &&
+		    ev.token >= 0 && (g->rq.kind == HTTP_CHAT ?
+		    json_array_append_new(a.lp, http_logprob_entry(g, &ev)) :
+		    http_logprobs_text_add(g, a.lp, &ev, off)) < 0) {
+			http_gen_cancel(g);
+			http_error_set(&e, 500, NULL, NULL, "out of memory");
+			ret = http_error_send(conn, &e);
+			goto out;
+		}
 		if (ev.type == CP_EVENT_DONE)
 			break;
 	}

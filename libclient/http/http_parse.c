@@ -7,9 +7,9 @@
  *     holds), at most --max-body bytes (http_main.c answers 413 before).
  *  2. Each field has OpenAI's type; null means absent.  A field that
  *     neither endpoint's list below names is refused, and so is a value
- *     cpd cannot honour (n other than 1, penalties, top_logprobs > 0,
- *     echo, suffix): a client never believes an option worked that was
- *     ignored.
+ *     cpd cannot honour (n other than 1, penalties, echo, suffix): a
+ *     client never believes an option worked that was ignored.
+ *     top_logprobs (chat) needs logprobs: true, as in OpenAI's API.
  *  3. Sampling starts from OpenAI's meaning of a request that names
  *     nothing: temperature 1, top_p 1, no top-k, no min-p.
  *  4. messages: 1 to --max-messages objects {role, content[, name]};
@@ -342,12 +342,13 @@ chat(struct http_req *r, const struct http_cfg *cfg, struct http_error *e)
 		return -1;
 	if ((r->logprobs = boolean(r->root, "logprobs", e)) < 0)
 		return -1;
-	if ((k = integer(r->root, "top_logprobs", 0, 20, &n, e)) < 0)
+	if ((k = integer(r->root, "top_logprobs", 0, CP_TOP_LOGPROBS_MAX, &n,
+	    e)) < 0)
 		return -1;
-	if (k && n > 0)
-		return http_error_set(e, 400, "unsupported_parameter",
-		    "top_logprobs", "top_logprobs: not supported yet (only the "
-		    "sampled token's logprob, with logprobs: true)");
+	if (k && n > 0 && !r->logprobs)
+		return http_error_set(e, 400, "invalid_value", "top_logprobs",
+		    "top_logprobs: needs logprobs: true");
+	r->top_logprobs = k ? (int)n : 0;
 	if (!json_is_array(msgs) || json_array_size(msgs) == 0)
 		return http_error_set(e, 400, "invalid_type", "messages",
 		    "messages: expected a non-empty array");
@@ -397,11 +398,12 @@ text(struct http_req *r, struct http_error *e)
 	if (known_keys(r->root, text_keys, e) < 0 || common(r, e) < 0 ||
 	    max_tokens(r, "max_tokens", e) < 0)
 		return -1;
-	if ((k = integer(r->root, "logprobs", 0, 5, &n, e)) < 0)
+	/* OpenAI's legacy API takes 0..5 alternatives; cpd has up to 20. */
+	if ((k = integer(r->root, "logprobs", 0, CP_TOP_LOGPROBS_MAX, &n,
+	    e)) < 0)
 		return -1;
-	if (k && n > 0)
-		return http_error_set(e, 400, "unsupported_parameter",
-		    "logprobs", "logprobs: not supported yet");
+	r->logprobs = k;
+	r->top_logprobs = k ? (int)n : 0;
 	if ((k = boolean(r->root, "echo", e)) != 0)
 		return k < 0 ? -1 : http_error_set(e, 400,
 		    "unsupported_parameter", "echo", "echo: not supported");

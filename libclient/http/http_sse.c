@@ -9,7 +9,8 @@
  *  2. Chat: a first chunk {"delta": {"role": "assistant", "content": ""}},
  *     then one chunk per event with text (and, with logprobs, one entry
  *     per sampled token), then a chunk with an empty delta and the
- *     finish_reason.  Completions: one chunk per text, then the
+ *     finish_reason.  Completions: one chunk per text (with logprobs,
+ *     one token of the logprobs object per sampled token), then the
  *     finish_reason.
  *  3. With stream_options.include_usage, a last chunk with "choices": []
  *     and "usage".
@@ -71,11 +72,9 @@ choice(const struct http_gen *g, const char *text, size_t n,
 {
 	json_t *delta;
 
-	if (g->rq.kind == HTTP_TEXT) {
-		json_decref(lp);
-		return json_pack("{s:i, s:s%, s:n, s:s?}", "index", 0, "text",
-		    text, n, "logprobs", "finish_reason", finish);
-	}
+	if (g->rq.kind == HTTP_TEXT)
+		return json_pack("{s:i, s:s%, s:o?, s:s?}", "index", 0, "text",
+		    text, n, "logprobs", lp, "finish_reason", finish);
 	delta = finish != NULL && n == 0 ? json_object() :
 	    json_pack("{s:s%}", "content", text, n);
 	return json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "delta", delta,
@@ -95,7 +94,14 @@ on_event(struct http_gen *g, const struct cp_event *ev)
 		return out_event(g, http_error_json(&e));
 	}
 	if (g->rq.logprobs && g->rq.kind == HTTP_CHAT && ev->token >= 0)
-		lp = json_pack("{s:[o]}", "content", http_logprob_entry(ev));
+		lp = json_pack("{s:[o]}", "content", http_logprob_entry(g, ev));
+	else if (g->rq.logprobs && ev->token >= 0 &&
+	    (lp = http_logprobs_text_new()) != NULL &&
+	    http_logprobs_text_add(g, lp, ev, g->text_off) < 0) {
+		json_decref(lp);
+		lp = NULL;
+	}
+	g->text_off += ev->text_len;
 	if (ev->text_len > 0 || lp != NULL)
 		r = out_event(g, chunk(g, choice(g, ev->text, ev->text_len,
 		    NULL, lp)));

@@ -1,9 +1,10 @@
 // openai_client.cjs - cpd-http driven by the official openai package, as
 // an application would: node openai_client.cjs BASE_URL (NODE_PATH naming
 // the node_modules that hold openai).  Lists the models, asks one chat
-// question whole and streamed, checks that n: 2 is a BadRequestError
-// naming "n", asks for a completion, and prints what it got as one JSON
-// line for check_http to compare with cpq.  Exits 1 on any mismatch.
+// question whole, with top_logprobs, and streamed, checks that n: 2 is a
+// BadRequestError naming "n", asks for a completion with logprobs, and
+// prints what it got as one JSON line for check_http to compare with cpq.
+// Exits 1 on any mismatch.
 'use strict';
 const OpenAI = require('openai');
 
@@ -28,6 +29,14 @@ async function main() {
 	const whole = await client.chat.completions.create(ask);
 	check(whole.object === 'chat.completion', 'object');
 	check(whole.usage.completion_tokens === 24, 'usage');
+	const lp = await client.chat.completions.create({ ...ask,
+	    logprobs: true, top_logprobs: 3 });
+	const content = lp.choices[0].logprobs.content;
+	check(content.length > 0 && content.every((t) =>
+	    t.top_logprobs.length === 3 &&
+	    t.top_logprobs[0].token === t.token &&
+	    t.bytes.length === t.top_logprobs[0].bytes.length),
+	    'top_logprobs');
 	const stream = await client.chat.completions.create({ ...ask,
 	    stream: true, stream_options: { include_usage: true } });
 	let streamed = '', usage = null, finish = null;
@@ -50,7 +59,12 @@ async function main() {
 	check(refused instanceof OpenAI.BadRequestError, 'n: 2 refused');
 	check(refused.status === 400 && refused.param === 'n', 'error shape');
 	const text = await client.completions.create({ model: ids[0],
-	    prompt: 'Once upon a time', temperature: 0, max_tokens: 16 });
+	    prompt: 'Once upon a time', temperature: 0, max_tokens: 16,
+	    logprobs: 2 });
+	const tl = text.choices[0].logprobs;
+	check(tl.tokens.join('') === text.choices[0].text &&
+	    tl.top_logprobs.length === tl.tokens.length &&
+	    tl.token_logprobs.length === tl.tokens.length, 'legacy logprobs');
 	console.log(JSON.stringify({ chat: whole.choices[0].message.content,
 	    streamed, completion: text.choices[0].text }));
 }
