@@ -171,28 +171,39 @@ START_TEST(test_short_error_buffer)
 END_TEST
 SUITE_TEST("reader", test_short_error_buffer);
 
+/*
+ * s[0..len) written by cpq_json_string() as a history message's content
+ * and read back by cpq_history_parse() into *h (free it).
+ */
+static void
+json_round_trip(const char *s, size_t len, struct cpq_history *h)
+{
+	char err[256], *buf = NULL;
+	size_t blen = 0;
+	FILE *f;
+
+	f = open_memstream(&buf, &blen);
+	ck_assert_ptr_nonnull(f);
+	fputs("[{\"role\":\"user\",\"content\":", f);
+	cpq_json_string(f, s, len);
+	fputs("}]", f);
+	ck_assert_int_eq(fclose(f), 0);
+	ck_assert_msg(cpq_history_parse(buf, blen, 1, h, err, sizeof(err)) ==
+	    0, "%s", err);
+	free(buf);
+}
+
 /* What cpq_json_string() writes reads back as the same valid UTF-8. */
 START_TEST(test_string_round_trip)
 {
 	static const char s[] = "q\"b\\s/\x01\x1f\x7f\n\r\t\xc3\xa9\xf0\x9d"
 	    "\x84\x9e\0end";
 	struct cpq_history h;
-	char err[256], *buf = NULL;
-	size_t len = 0;
-	FILE *f;
 
-	f = open_memstream(&buf, &len);
-	ck_assert_ptr_nonnull(f);
-	fputs("[{\"role\":\"user\",\"content\":", f);
-	cpq_json_string(f, s, sizeof(s) - 1);
-	fputs("}]", f);
-	ck_assert_int_eq(fclose(f), 0);
-	ck_assert_int_eq(cpq_history_parse(buf, len, 1, &h, err, sizeof(err)),
-	    0);
+	json_round_trip(s, sizeof(s) - 1, &h);
 	ck_assert_uint_eq(h.msgs[0].len, sizeof(s) - 1);
 	ck_assert(memcmp(h.msgs[0].content, s, sizeof(s) - 1) == 0);
 	cpq_history_free(&h);
-	free(buf);
 }
 END_TEST
 SUITE_TEST("reader", test_string_round_trip);
@@ -210,27 +221,18 @@ START_TEST(test_tokfmt_utf8)
 	    "\xc3\xa9\xf0\x9d\x84\x9e\xf0\x9d";
 	static const char want[] = "a" R "b" R R "c" R R R R R "\xc3\xa9"
 	    "\xf0\x9d\x84\x9e" R R;
-	char out[3 * sizeof(s)], err[256], *buf = NULL;
+	char out[3 * sizeof(s)];
 	struct cpq_history h;
-	size_t n, len = 0;
-	FILE *f;
+	size_t n;
 
 	n = tokfmt_utf8(s, sizeof(s) - 1, out);
 	ck_assert_uint_eq(n, sizeof(want) - 1);
 	ck_assert(memcmp(out, want, n) == 0);
 	ck_assert_uint_eq(tokfmt_utf8("", 0, out), 0);
-	f = open_memstream(&buf, &len);
-	ck_assert_ptr_nonnull(f);
-	fputs("[{\"role\":\"user\",\"content\":", f);
-	cpq_json_string(f, s, sizeof(s) - 1);
-	fputs("}]", f);
-	ck_assert_int_eq(fclose(f), 0);
-	ck_assert_int_eq(cpq_history_parse(buf, len, 1, &h, err, sizeof(err)),
-	    0);
+	json_round_trip(s, sizeof(s) - 1, &h);
 	ck_assert_uint_eq(h.msgs[0].len, n);
 	ck_assert(memcmp(h.msgs[0].content, out, n) == 0);
 	cpq_history_free(&h);
-	free(buf);
 }
 END_TEST
 SUITE_TEST("reader", test_tokfmt_utf8);

@@ -478,40 +478,18 @@ START_TEST(test_submit_oom_fails_the_request)
 END_TEST
 SUITE_TEST("count", test_submit_oom_fails_the_request);
 
-START_TEST(test_alloc)
-{
-	ck_assert_uint_eq(sweep_class(FAULT_ALLOC), 0);
-}
-END_TEST
-SUITE_TEST("sweep", test_alloc);
+/* The daemon's classes the workload sweeps, one loop test each. */
+static const int sweep_classes[] = {
+	FAULT_ALLOC, FAULT_SUBMIT, FAULT_CQE, FAULT_IO, FAULT_MEM,
+};
 
-START_TEST(test_submit)
+START_TEST(test_sweep)
 {
-	ck_assert_uint_eq(sweep_class(FAULT_SUBMIT), 0);
+	ck_assert_uint_eq(sweep_class(sweep_classes[_i]), 0);
 }
 END_TEST
-SUITE_TEST("sweep", test_submit);
-
-START_TEST(test_cqe)
-{
-	ck_assert_uint_eq(sweep_class(FAULT_CQE), 0);
-}
-END_TEST
-SUITE_TEST("sweep", test_cqe);
-
-START_TEST(test_io)
-{
-	ck_assert_uint_eq(sweep_class(FAULT_IO), 0);
-}
-END_TEST
-SUITE_TEST("sweep", test_io);
-
-START_TEST(test_mem)
-{
-	ck_assert_uint_eq(sweep_class(FAULT_MEM), 0);
-}
-END_TEST
-SUITE_TEST("sweep", test_mem);
+SUITE_LOOP("sweep", test_sweep, 0,
+    (int)(sizeof(sweep_classes) / sizeof(sweep_classes[0])));
 
 /* libcpclient's calls in client A fail: each call returns, nothing leaks. */
 START_TEST(test_client)
