@@ -103,6 +103,7 @@ struct ep_params {
 	uint32_t repeat_last_n;
 	uint64_t seed;		/* meaningful with EP_SUBMIT_SEED */
 	uint32_t top_n;		/* [0, CP_TOPN_MAX]: top-n list per token */
+	uint32_t grammar;	/* CP_GRAM_* constraining the output, 0 none */
 };
 
 /* A step's budgets (cpd.yaml's keys of the same names), range-checked. */
@@ -136,6 +137,9 @@ struct ep_cmd {
 	size_t n_tokens;
 	uint32_t n_stop;	/* <= CP_STOP_MAX */
 	const char *stop[CP_STOP_MAX];	/* NUL-terminated, non-empty */
+	const char *gram;	/* params.grammar GBNF or SCHEMA: its text
+				   (not NUL-terminated), else NULL */
+	size_t gram_len;
 	_Alignas(8) unsigned char data[];
 };
 

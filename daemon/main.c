@@ -495,6 +495,7 @@ server_config(const struct cpd_config *c, const struct model *m,
 	sc->tokenize = tokenize_hook;
 	sc->tokenize_arg = tok;
 	sc->piece = piece_hook;
+	sc->grammar = true;	/* the worker's samplers (worker.c) */
 	for (size_t i = 0; i < gguf_n_tensors(m->gf); i++)
 		params += gguf_tensor_at(m->gf, i)->n_elems;
 	sc->model.n_params = params;

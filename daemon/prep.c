@@ -1,11 +1,12 @@
 /*
  * prep.c - prompts tokenized off the engine thread (prep.h).
  *
- * Held commands wait in one FIFO in arrival order.  A text SUBMIT is also
- * queued for the tokenizer thread, which fills in its ids and marks it
- * ready under the lock.  prep_next() walks the FIFO from its head and
- * returns the first command that is ready (anything but a text SUBMIT
- * still being tokenized) and waits for no earlier held command: a SUBMIT
+ * Held commands wait in one FIFO in arrival order.  A text SUBMIT, or one
+ * with a grammar, is also queued for the tokenizer thread, which fills in
+ * its ids and grammar and marks it ready under the lock.  prep_next()
+ * walks the FIFO from its head and returns the first command that is
+ * ready (anything but a SUBMIT the thread still works on) and waits for
+ * no earlier held command: a SUBMIT
  * for none of its client's SUBMITs, a CANCEL, PAUSE or RESUME for none
  * naming its id.
  */
@@ -19,17 +20,17 @@
 
 #include "chatwire.h"
 #include "engine_port.h"
+#include "grammar.h"
 #include "tokenizer.h"
 
 struct pjob {
 	struct pjob *next;	/* the FIFO of held commands */
 	struct pjob *tnext;	/* the tokenizer thread's queue */
 	struct ep_cmd *c;
-	bool text;		/* a text SUBMIT */
-	bool ready;		/* text: tokenized (under lock) */
-	int32_t *ids;		/* text: (max_ids), NULL on failure */
-	int n;			/* text: prep_encode()'s result */
-	struct cp_err e;	/* text: why n < 0 */
+	bool work;		/* for the thread: a text SUBMIT or one
+				   with a grammar */
+	bool ready;		/* work: done (under lock) */
+	struct prep_out o;	/* work: its results */
 };
 
 struct prep {
@@ -46,6 +47,7 @@ struct prep {
 	bool stop;			/* lock */
 	bool started;
 	pthread_t th;
+	struct gvocab *gv;		/* the thread's, from the first grammar */
 };
 
 struct prep *
@@ -86,14 +88,47 @@ prep_encode(const struct prep *p, const struct ep_cmd *c, int32_t *ids,
 	return n;
 }
 
+/* The grammar of SUBMIT c and its matcher into o; the thread only. */
+static void
+prep_grammar(struct prep *p, const struct ep_cmd *c, struct prep_out *o)
+{
+	struct cp_err *e = &o->gram_e;
+	int rc;
+
+	if (p->gv == NULL && (rc = gvocab_new(p->tok, &p->gv, e)) < 0) {
+		o->gram_rc = rc;
+		return;
+	}
+	switch (c->params.grammar) {
+	case CP_GRAM_GBNF:
+		rc = grammar_from_gbnf(c->gram, c->gram_len, &o->gram, e);
+		break;
+	case CP_GRAM_SCHEMA:
+		rc = grammar_from_schema(c->gram, c->gram_len, &o->gram, e);
+		break;
+	case CP_GRAM_JSON:
+		rc = grammar_any_json(&o->gram, e);
+		break;
+	default:
+		rc = cp_err_set(e, -EINVAL, "unknown grammar kind %u",
+		    c->params.grammar);
+		break;
+	}
+	if (rc == 0 && (o->gm = gmatch_new(o->gram, p->gv, e)) == NULL)
+		rc = e->code < 0 ? e->code : -ENOMEM;
+	if (rc < 0) {
+		grammar_free(o->gram);
+		o->gram = NULL;
+		o->gram_rc = rc;
+	}
+}
+
 static void *
 prep_thread(void *arg)
 {
 	struct prep *p = arg;
+	struct prep_out o;
 	struct pjob *j;
-	struct cp_err e;
-	int32_t *ids;
-	int n;
 
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
@@ -107,14 +142,16 @@ prep_thread(void *arg)
 		pthread_mutex_unlock(&p->lock);
 		/* j->c is read-only while queued; the engine frees it only
 		 * once j is ready */
-		memset(&e, 0, sizeof(e));
-		ids = malloc((size_t)p->max_ids * sizeof(*ids));
-		n = ids == NULL ? -ENOMEM : prep_encode(p, j->c, ids,
-		    p->max_ids, &e);
+		memset(&o, 0, sizeof(o));
+		if (j->c->params.grammar != 0)
+			prep_grammar(p, j->c, &o);
+		if (!(j->c->flags & EP_SUBMIT_TOKENS)) {
+			o.ids = malloc((size_t)p->max_ids * sizeof(*o.ids));
+			o.n = o.ids == NULL ? -ENOMEM : prep_encode(p, j->c,
+			    o.ids, p->max_ids, &o.e);
+		}
 		pthread_mutex_lock(&p->lock);
-		j->ids = ids;
-		j->n = n;
-		j->e = e;
+		j->o = o;
 		j->ready = true;
 		pthread_mutex_unlock(&p->lock);
 		ep_wake_engine(p->port);
@@ -122,6 +159,14 @@ prep_thread(void *arg)
 	}
 	pthread_mutex_unlock(&p->lock);
 	return NULL;
+}
+
+void
+prep_out_free(struct prep_out *o)
+{
+	free(o->ids);
+	gmatch_free(o->gm);
+	grammar_free(o->gram);
 }
 
 void
@@ -140,9 +185,10 @@ prep_free(struct prep *p)
 	for (j = p->head; j != NULL; j = next) {
 		next = j->next;
 		ep_cmd_free(j->c);
-		free(j->ids);
+		prep_out_free(&j->o);
 		free(j);
 	}
+	gvocab_free(p->gv);
 	pthread_cond_destroy(&p->cond);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
@@ -167,18 +213,20 @@ waits(const struct prep *p, const struct pjob *stop, const struct ep_cmd *c)
 int
 prep_hold(struct prep *p, struct ep_cmd *c)
 {
-	bool text = c->kind == EP_CMD_SUBMIT &&
-	    !(c->flags & EP_SUBMIT_TOKENS);
+	bool sub = c->kind == EP_CMD_SUBMIT;
+	bool text = sub && !(c->flags & EP_SUBMIT_TOKENS);
+	bool work = text || (sub && c->params.grammar != 0);
 	struct pjob *j;
 
-	if ((!text || (c->text_len <= PREP_INLINE_BYTES &&
+	if ((!work || (text && c->params.grammar == 0 &&
+	    c->text_len <= PREP_INLINE_BYTES &&
 	    !(c->flags & EP_SUBMIT_CHAT))) && !waits(p, NULL, c))
 		return 0;
 	if ((j = calloc(1, sizeof(*j))) == NULL)
 		return -ENOMEM;
 	j->c = c;
-	j->text = text;
-	if (text && !p->started) {
+	j->work = work;
+	if (work && !p->started) {
 		if (pthread_create(&p->th, NULL, prep_thread, p) != 0) {
 			free(j);
 			return -ENOMEM;
@@ -188,7 +236,7 @@ prep_hold(struct prep *p, struct ep_cmd *c)
 	*p->tailp = j;
 	p->tailp = &j->next;
 	p->n_held++;
-	if (text) {
+	if (work) {
 		pthread_mutex_lock(&p->lock);
 		*p->todo_tailp = j;
 		p->todo_tailp = &j->tnext;
@@ -199,17 +247,15 @@ prep_hold(struct prep *p, struct ep_cmd *c)
 }
 
 struct ep_cmd *
-prep_next(struct prep *p, int32_t **ids, int *n, struct cp_err *e)
+prep_next(struct prep *p, struct prep_out *o)
 {
 	struct pjob *j, **prev;
 	struct ep_cmd *c;
 	bool ready;
 
-	*ids = NULL;
-	*n = 0;
-	memset(e, 0, sizeof(*e));
+	memset(o, 0, sizeof(*o));
 	for (prev = &p->head; (j = *prev) != NULL; prev = &j->next) {
-		if (j->text) {
+		if (j->work) {
 			pthread_mutex_lock(&p->lock);
 			ready = j->ready;
 			pthread_mutex_unlock(&p->lock);
@@ -222,9 +268,7 @@ prep_next(struct prep *p, int32_t **ids, int *n, struct cp_err *e)
 			p->tailp = prev;
 		p->n_held--;
 		c = j->c;
-		*ids = j->ids;
-		*n = j->n;
-		*e = j->e;
+		*o = j->o;
 		free(j);
 		return c;
 	}

@@ -20,7 +20,11 @@
  * A chat SUBMIT (EP_SUBMIT_CHAT) always goes to the thread, which checks
  * its block and renders it with the model's chat template (chatwire.h)
  * before tokenizing the text as any other prompt's: templates live only
- * here, on the daemon's side.
+ * here, on the daemon's side.  So does a SUBMIT with a grammar
+ * (params.grammar), text or tokens: the thread compiles it (grammar.h;
+ * a JSON schema takes milliseconds) and starts its matcher over the
+ * vocabulary's pieces, which it sets up once, at the first grammar, and
+ * keeps until prep_free() (matchers borrow it: free every matcher first).
  *
  * Threads: prep_hold(), prep_next() and prep_free() belong to the engine
  * thread; the tokenizer thread starts at the first text SUBMIT and, after
@@ -39,6 +43,9 @@
 
 struct engine_port;
 struct ep_cmd;
+struct gmatch;
+struct grammar;
+struct gvocab;
 struct tokenizer;
 struct prep;
 
@@ -74,16 +81,31 @@ void prep_free(struct prep *p);
  */
 int prep_hold(struct prep *p, struct ep_cmd *c);
 
+/* What the thread made of a held SUBMIT (prep_next()); the caller owns
+ * and frees ids, gram and gm. */
+struct prep_out {
+	int32_t *ids;		/* text: the prompt's ids, NULL on failure */
+	int n;			/* text: tok_encode()'s result for the
+				   whole text (more than max_ids: only
+				   max_ids were written), or a negative
+				   errno; 0 otherwise */
+	struct cp_err e;	/* why n < 0, when it can say */
+	struct grammar *gram;	/* with params.grammar: compiled, else NULL */
+	struct gmatch *gm;	/* and its matcher at the start */
+	int gram_rc;		/* with params.grammar: 0, or why gram is
+				   NULL (gram_e says which rule) */
+	struct cp_err gram_e;
+};
+
 /*
  * The first held command that can be applied now, taken off the hold (the
- * caller applies and frees it), or NULL.  For a text SUBMIT, *ids (the
- * caller's to free; NULL on failure) and *n: the prompt's ids as
- * tok_encode() gives them, with *n the count the whole text needs (more
- * than max_ids: only max_ids were written) or a negative errno, with e
- * saying why when it can.
+ * caller applies and frees it), or NULL; *o gets what the thread made of
+ * it (all zero for commands it had nothing to do for).
  */
-struct ep_cmd *prep_next(struct prep *p, int32_t **ids, int *n,
-    struct cp_err *e);
+struct ep_cmd *prep_next(struct prep *p, struct prep_out *o);
+
+/* Frees what o still holds (NULL pointers are skipped). */
+void prep_out_free(struct prep_out *o);
 
 /* Commands held: waiting for their ids or behind their client's. */
 int prep_held(const struct prep *p);

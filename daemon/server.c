@@ -879,6 +879,9 @@ handshake(struct server *srv, struct session *s)
 		w.features |= CP_FEAT_TOKENIZE;
 	if (srv->cfg.piece != NULL)
 		w.features |= CP_FEAT_DETOKENIZE;
+	if (srv->cfg.grammar)
+		w.features |= CP_FEAT_GRAMMAR;
+	s->features = w.features;
 	r = sess_send(s->fd, &w, sizeof(w), fds, nfds);
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);

@@ -89,6 +89,8 @@ struct srv_config {
 	 */
 	const char *(*piece)(const void *arg, int32_t id, uint32_t flags,
 	    size_t *len);
+	/* The engine constrains output with grammars (CP_FEAT_GRAMMAR). */
+	bool grammar;
 };
 
 /*

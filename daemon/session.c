@@ -380,6 +380,7 @@ sess_setup(struct session *s, const struct cp_hello *hello,
 	w->max_reqs = lim->max_reqs;
 	w->features = CP_FEAT_PROGRESS | CP_FEAT_STRICT | CP_FEAT_CHAT |
 	    CP_FEAT_TOPN;
+	s->features = w->features;
 	fds[CP_FD_MEMFD] = memfd;
 	fds[CP_FD_CQ_WAKE] = cqp[0];
 	*nfds = 2;
@@ -446,6 +447,31 @@ wire_top_n(const struct cp_wire_params *p)
 	return (p->flags & CP_PF_TOPN_BITS) >> CP_PF_TOPN_SHIFT;
 }
 
+/* The CP_GRAM_* kind of p's grammar, 0 for none. */
+static uint32_t
+wire_grammar(const struct cp_wire_params *p)
+{
+	return (p->flags & CP_PF_GRAMMAR_BITS) >> CP_PF_GRAMMAR_SHIFT;
+}
+
+/* Checks SUBMIT e's grammar fields against what s offers; 0 or a
+ * violation. */
+static int
+grammar_check(struct session *s, const struct cp_sqe *e)
+{
+	uint32_t k = wire_grammar(&e->params);
+
+	if (k != 0 && !(s->features & CP_FEAT_GRAMMAR))
+		return violation(s, "req %u: a grammar, which this daemon "
+		    "does not offer", e->req_id);
+	if (k == CP_GRAM_GBNF || k == CP_GRAM_SCHEMA ?
+	    e->grammar_bytes == 0 || e->grammar_bytes > CP_GRAMMAR_BYTES_MAX :
+	    e->grammar_bytes != 0)
+		return violation(s, "req %u: grammar of kind %u with %u bytes",
+		    e->req_id, k, e->grammar_bytes);
+	return 0;
+}
+
 /* Checks sampling parameters; 0 or a violation. */
 static int
 params_check(struct session *s, uint32_t req_id, const struct cp_wire_params *p)
@@ -501,6 +527,18 @@ stops_check(struct session *s, uint32_t req_id, const char *stops,
 		start = i + 1;
 	}
 	return 0;
+}
+
+static int
+is_zero(const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	size_t i;
+
+	for (i = 0; i < n; i++)
+		if (b[i] != 0)
+			return 0;
+	return 1;
 }
 
 static int
@@ -581,6 +619,14 @@ build_finish(struct session *s, struct sess_out *out)
 
 	if (b->oom)
 		return build_fail_oom(s);
+	if (b->len < b->gram_pad)
+		return violation(s, "req %u: prompt stream of %zu bytes ends "
+		    "inside its grammar of %u", b->req_id, b->len,
+		    b->gram_bytes);
+	if (b->gram_pad > b->gram_bytes &&
+	    !is_zero(b->buf + b->gram_bytes, b->gram_pad - b->gram_bytes))
+		return violation(s, "req %u: grammar padding not zero",
+		    b->req_id);
 	c = ep_cmd_new(EP_CMD_SUBMIT, b->len + b->stop_bytes);
 	if (c == NULL)
 		return build_fail_oom(s);
@@ -590,13 +636,17 @@ build_finish(struct session *s, struct sess_out *out)
 	c->id = sess_port_id(s->slot, s->gen, b->req_id);
 	if (b->len > 0)
 		memcpy(c->data, b->buf, b->len);
+	if (b->gram_bytes > 0) {
+		c->gram = (const char *)c->data;
+		c->gram_len = b->gram_bytes;
+	}
 	if (b->sqe_flags & CP_SQF_TOKENS) {
 		c->flags |= EP_SUBMIT_TOKENS;
-		c->tokens = (const int32_t *)(void *)c->data;
-		c->n_tokens = b->len / 4;
+		c->tokens = (const int32_t *)(void *)(c->data + b->gram_pad);
+		c->n_tokens = (b->len - b->gram_pad) / 4;
 	} else {
-		c->text = (const char *)c->data;
-		c->text_len = b->len;
+		c->text = (const char *)c->data + b->gram_pad;
+		c->text_len = b->len - b->gram_pad;
 		if (b->sqe_flags & CP_SQF_CHAT)
 			c->flags |= EP_SUBMIT_CHAT;
 	}
@@ -625,6 +675,7 @@ build_finish(struct session *s, struct sess_out *out)
 	c->params.repeat_last_n = wp->repeat_last_n;
 	c->params.seed = wp->seed;
 	c->params.top_n = wire_top_n(wp);
+	c->params.grammar = wire_grammar(wp);
 
 	memset(&s->reqs[s->n_reqs], 0, sizeof(s->reqs[0]));
 	s->reqs[s->n_reqs].progress = (wp->flags & CP_PF_PROGRESS) != 0;
@@ -637,29 +688,17 @@ build_finish(struct session *s, struct sess_out *out)
 	return 0;
 }
 
-static int
-is_zero(const void *p, size_t n)
-{
-	const unsigned char *b = p;
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		if (b[i] != 0)
-			return 0;
-	return 1;
-}
-
 /* Applies one validated-on-the-way SQ entry (a private copy). */
 static int
 sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 {
 	struct sess_build *b = &s->build;
 	struct sess_req *r;
-	uint32_t frag;
+	uint32_t frag, gpad;
 	int rc;
 
-	if (e->reserved[0] != 0 || e->reserved[1] != 0)
-		return violation(s, "SQ entry with reserved words set");
+	if (e->reserved != 0)
+		return violation(s, "SQ entry with its reserved word set");
 	if (e->op != CP_OP_SUBMIT && e->op != CP_OP_APPEND &&
 	    e->op != CP_OP_CANCEL)
 		return violation(s, "unknown opcode %u", e->op);
@@ -670,7 +709,7 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 		return violation(s, "req %u: arena range %u+%u outside %u "
 		    "bytes", e->req_id, e->arena_off, e->arena_len, s->arena_bytes);
 	if (e->op != CP_OP_SUBMIT) {
-		if (e->stop_bytes != 0 ||
+		if (e->stop_bytes != 0 || e->grammar_bytes != 0 ||
 		    !is_zero(&e->params, sizeof(e->params)))
 			return violation(s, "req %u: op %u with parameters set",
 			    e->req_id, e->op);
@@ -697,7 +736,8 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 		    e->stop_bytes > e->arena_len)
 			return violation(s, "req %u: stop block of %u bytes",
 			    e->req_id, e->stop_bytes);
-		if ((rc = params_check(s, e->req_id, &e->params)) < 0)
+		if ((rc = params_check(s, e->req_id, &e->params)) < 0 ||
+		    (rc = grammar_check(s, e)) < 0)
 			return rc;
 		if ((e->flags & CP_SQF_TOKENS) && (e->flags & CP_SQF_CHAT))
 			return violation(s, "req %u: a chat SUBMIT of tokens",
@@ -706,7 +746,8 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 		if ((e->flags & CP_SQF_TOKENS) && frag % 4 != 0)
 			return violation(s, "req %u: token prompt of %u bytes",
 			    e->req_id, frag);
-		if (frag > s->max_prompt)
+		gpad = (e->grammar_bytes + 3) / 4 * 4;
+		if (frag > s->max_prompt + gpad)
 			return violation(s, "req %u: prompt over %u bytes",
 			    e->req_id, s->max_prompt);
 		s->last_req_id = e->req_id;
@@ -715,6 +756,8 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 		b->sqe_flags = e->flags;
 		b->params = e->params;
 		b->stop_bytes = e->stop_bytes;
+		b->gram_bytes = e->grammar_bytes;
+		b->gram_pad = gpad;
 		b->len = 0;
 		b->oom = 0;
 		memcpy(b->stops, s->arena + e->arena_off, e->stop_bytes);
@@ -735,7 +778,7 @@ sqe_apply(struct session *s, const struct cp_sqe *e, struct sess_out *out)
 		if ((b->sqe_flags & CP_SQF_TOKENS) && e->arena_len % 4 != 0)
 			return violation(s, "req %u: token fragment of %u "
 			    "bytes", e->req_id, e->arena_len);
-		if (e->arena_len > s->max_prompt - b->len)
+		if (e->arena_len > s->max_prompt + b->gram_pad - b->len)
 			return violation(s, "req %u: prompt over %u bytes",
 			    e->req_id, s->max_prompt);
 		if ((rc = build_add(s, s->arena + e->arena_off,

@@ -54,7 +54,9 @@ struct sess_build {
 	struct cp_wire_params params;
 	uint32_t stop_bytes;
 	char stops[CP_STOP_BYTES_MAX];
-	unsigned char *buf;	/* prompt bytes so far */
+	uint32_t gram_bytes;	/* the grammar's text at the head of buf */
+	uint32_t gram_pad;	/* and the bytes it takes there */
+	unsigned char *buf;	/* prompt stream so far (grammar, prompt) */
 	size_t len, cap;
 	int oom;		/* an allocation failed: the request ends
 				   with ERROR -ENOMEM once fully read */
@@ -98,6 +100,7 @@ struct session {
 	uint32_t n_reqs, max_reqs;
 	uint32_t last_req_id;	/* highest SUBMIT id seen */
 	uint32_t max_prompt;
+	uint32_t features;	/* CP_FEAT_* its welcome offered */
 	struct sess_build build;
 
 	/* CQEs that did not fit in the CQ, oldest first (whole groups). */

@@ -109,6 +109,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grammar.h"
 #include "kvcache.h"
 #include "lane.h"
 #include "log.h"
@@ -302,6 +303,7 @@ req_clear(struct worker *w, struct wreq *r)
 	if (r->seq >= 0)
 		(void)kv_seq_free(w->kv, r->seq);
 	sampler_free(r->smp);
+	grammar_free(r->gram);		/* after its matcher */
 	stopstr_free(r->ss);
 	free(r->toks);
 	memset(r, 0, sizeof(*r));
@@ -384,10 +386,13 @@ submit_prompt(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
 	return 0;
 }
 
-/* The sampler of request r from c's parameters; 0 or -errno with e. */
+/*
+ * The sampler of request r from c's parameters, taking the matcher and
+ * grammar po holds (checked by submit_grammar()); 0 or -errno with e.
+ */
 static int
 submit_sampler(struct worker *w, struct wreq *r, const struct ep_cmd *c,
-    struct cp_err *e)
+    struct prep_out *po, struct cp_err *e)
 {
 	const struct ep_params *q = &c->params;
 	struct sampler_params sp = sampler_params_default();
@@ -414,8 +419,38 @@ submit_sampler(struct worker *w, struct wreq *r, const struct ep_cmd *c,
 	sp.ignore_eos = false;
 	if ((r->smp = sampler_new_ws(&sp, w->n_vocab, w->smp_ws, e)) == NULL)
 		return e->code < 0 ? e->code : -EINVAL;
+	if (c->params.grammar != 0) {
+		/* the matcher goes to the sampler, the grammar to r */
+		if ((rc = sampler_set_grammar(r->smp, po->gm)) < 0)
+			return cp_err_set(e, rc, "grammar: vocabulary of %d "
+			    "tokens, the model's is %d",
+			    gmatch_n_vocab(po->gm), w->n_vocab);
+		po->gm = NULL;
+		r->gram = po->gram;
+		po->gram = NULL;
+	}
 	if ((rc = sampler_accept_prompt(r->smp, r->toks, r->n_prompt)) < 0)
 		return cp_err_set(e, rc, "sampler: %s", strerror(-rc));
+	return 0;
+}
+
+/*
+ * Whether c's grammar, if it has one, was compiled (po, the thread's
+ * work); 0 or -errno with e naming the rule or schema path.
+ */
+static int
+submit_grammar(const struct ep_cmd *c, const struct prep_out *po,
+    struct cp_err *e)
+{
+	if (c->params.grammar == 0)
+		return 0;
+	if (po != NULL && po->gram_rc < 0)
+		return cp_err_set(e, po->gram_rc, "grammar: %s",
+		    po->gram_e.msg[0] != '\0' ? po->gram_e.msg :
+		    strerror(-po->gram_rc));
+	if (po == NULL || po->gm == NULL)
+		/* prep_hold() could not hold it: nothing compiled it */
+		return cp_err_set(e, -ENOMEM, "grammar: out of memory");
 	return 0;
 }
 
@@ -439,19 +474,21 @@ submit_stops(struct wreq *r, const struct ep_cmd *c, struct cp_err *e)
 }
 
 /*
- * Builds request r in its (free) slot from c (ids, k: submit_prompt()'s);
- * 0 or -errno with e.
+ * Builds request r in its (free) slot from c and what the tokenizer
+ * thread made of it (po, NULL when it had nothing to do); 0 or -errno
+ * with e.
  */
 static int
 submit_build(struct worker *w, struct wreq *r, int slot,
-    const struct ep_cmd *c, const int32_t *ids, int k,
-    const struct cp_err *pe, struct cp_err *e)
+    const struct ep_cmd *c, struct prep_out *po, struct cp_err *e)
 {
 	struct sched_request sr;
 	int n, max, room, rc;
 	bool strict;
 
-	if ((rc = submit_prompt(w, c, ids, k, pe, &n, e)) < 0)
+	if ((rc = submit_grammar(c, po, e)) < 0 ||
+	    (rc = submit_prompt(w, c, po != NULL ? po->ids : NULL,
+	    po != NULL ? po->n : 0, po != NULL ? &po->e : NULL, &n, e)) < 0)
 		return rc;
 	r->n_prompt = n;
 	room = (w->pool_tokens < w->n_ctx ? w->pool_tokens : w->n_ctx) - n;
@@ -481,7 +518,7 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 	r->pid = c->pid;
 	r->logprob = (c->flags & EP_SUBMIT_LOGPROB) != 0;
 	r->progress = (c->flags & EP_SUBMIT_PROGRESS) != 0;
-	if ((rc = submit_sampler(w, r, c, e)) < 0 ||
+	if ((rc = submit_sampler(w, r, c, po, e)) < 0 ||
 	    (rc = submit_stops(r, c, e)) < 0)
 		return rc;
 	detok_init(&r->dt, w->tok, 0);
@@ -504,8 +541,7 @@ submit_build(struct worker *w, struct wreq *r, int slot,
 }
 
 static void
-cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
-    int k, const struct cp_err *pe)
+cmd_submit(struct worker *w, const struct ep_cmd *c, struct prep_out *po)
 {
 	struct cp_err e = { 0 };
 	struct wreq *r;
@@ -519,7 +555,7 @@ cmd_submit(struct worker *w, const struct ep_cmd *c, const int32_t *ids,
 	}
 	slot = w->free_slot[w->n_free - 1];
 	r = &w->req[slot];
-	if ((rc = submit_build(w, r, slot, c, ids, k, pe, &e)) < 0) {
+	if ((rc = submit_build(w, r, slot, c, po, &e)) < 0) {
 		emit_error(w, c->id, r->n_prompt, 0, rc,
 		    e.msg[0] != '\0' ? e.msg : strerror(-rc));
 		req_clear(w, r);
@@ -564,18 +600,18 @@ cmd_budgets(struct worker *w, const struct ep_budgets *nb)
 }
 
 /*
- * Applies one command other than SHUTDOWN; a text SUBMIT's prompt comes
- * as ids and k (submit_prompt()).
+ * Applies one command other than SHUTDOWN; a held SUBMIT comes with what
+ * the tokenizer thread made of it (po; NULL when it was not held), whose
+ * parts it may take.
  */
 static void
-command(struct worker *w, const struct ep_cmd *c, const int32_t *ids, int k,
-    const struct cp_err *pe)
+command(struct worker *w, const struct ep_cmd *c, struct prep_out *po)
 {
 	struct wreq *r;
 
 	switch (c->kind) {
 	case EP_CMD_SUBMIT:
-		cmd_submit(w, c, ids, k, pe);
+		cmd_submit(w, c, po);
 		break;
 	case EP_CMD_CANCEL:
 		if ((r = req_find(w, c->id)) != NULL)
@@ -610,9 +646,7 @@ static int
 commands(struct worker *w)
 {
 	struct ep_cmd *c, *next;
-	struct cp_err pe;
-	int32_t *ids;
-	int k;
+	struct prep_out po;
 
 	for (c = ep_take_cmds(w->port); c != NULL; c = next) {
 		next = c->next;
@@ -623,14 +657,14 @@ commands(struct worker *w)
 		/* budgets are no client's: nothing holds them back */
 		if (c->kind != EP_CMD_BUDGETS && prep_hold(w->prep, c) == 1)
 			continue;
-		command(w, c, NULL, 0, NULL);
+		command(w, c, NULL);
 		ep_cmd_free(c);
 	}
-	/* a text SUBMIT comes with ids (or ids NULL and k < 0); any other
-	 * command with ids NULL and k 0, which submit_prompt() never reads */
-	while ((c = prep_next(w->prep, &ids, &k, &pe)) != NULL) {
-		command(w, c, ids, k, &pe);
-		free(ids);
+	/* a text SUBMIT comes with ids (or ids NULL and n < 0); any other
+	 * command with ids NULL and n 0, which submit_prompt() never reads */
+	while ((c = prep_next(w->prep, &po)) != NULL) {
+		command(w, c, &po);
+		prep_out_free(&po);
 		ep_cmd_free(c);
 	}
 	return 0;
@@ -735,6 +769,26 @@ emit_sampled(struct worker *w, const struct ep_event *ev, const char *text,
 	emit_top(w, ev, text, len, top, (uint32_t)(n > 0 ? n : 0));
 }
 
+/* Fails r after sampler_sample() returned rc. */
+static void
+sample_fail(struct worker *w, struct wreq *r, int rc)
+{
+	const char *why = r->gram != NULL ?
+	    gmatch_error(sampler_grammar(r->smp)) : "";
+
+	if (why[0] != '\0')
+		wk_fail(w, r, rc, "engine: grammar: %s", why);
+	else if (rc == -EDOM && r->gram != NULL)
+		wk_fail(w, r, rc, "engine: grammar: the model gives no token "
+		    "the grammar allows a finite logit");
+	else if (rc == -EDOM)
+		wk_fail(w, r, rc, "engine: the model produced NaN or infinite "
+		    "logits");
+	else
+		wk_fail(w, r, rc, "engine: sampling failed: %s",
+		    strerror(-rc));
+}
+
 /* Samples r's next token from row; sets it->finish when r ends. */
 static void
 item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
@@ -748,9 +802,7 @@ item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
 	int rc, n;
 
 	if ((rc = sampler_sample(r->smp, row, &so)) < 0) {
-		wk_fail(w, r, rc, rc == -EDOM ? "engine: the model produced "
-		    "NaN or infinite logits" : "engine: sampling failed: %s",
-		    strerror(-rc));
+		sample_fail(w, r, rc);
 		it->finish = SCHED_FIN_ERROR;
 		return;
 	}
@@ -766,6 +818,10 @@ item_sample(struct worker *w, struct wreq *r, struct sched_item *it,
 		return;
 	}
 	r->toks[r->n_prompt + r->n_gen++] = so.id;
+	/* nothing but the end can follow: end here, as at an end-of-
+	   generation token (the held text goes out with DONE) */
+	if (r->gram != NULL && gmatch_done(sampler_grammar(r->smp)))
+		it->finish = SCHED_FIN_EOS;
 	if ((n = detok_feed(&r->dt, so.id, w->dbuf, w->dcap)) < 0)
 		n = 0;
 	text = w->dbuf;

@@ -31,7 +31,8 @@ struct wreq {
 	bool logprob;		/* EP_SUBMIT_LOGPROB */
 	bool progress;		/* EP_SUBMIT_PROGRESS */
 	int32_t *toks;		/* (cap) prompt, then generated ids */
-	struct sampler *smp;
+	struct sampler *smp;	/* with the grammar's matcher, if any */
+	struct grammar *gram;	/* the grammar it matches, or NULL */
 	struct stopstr *ss;	/* NULL without stop strings */
 	struct detok dt;
 	uint64_t t_recv_ns;	/* the io loop took its SUBMIT (stats.h) */

@@ -189,7 +189,12 @@ struct cp_seg_ctl {
 					   TOP-N below), 0 = none */
 #define CP_PF_TOPN_BITS		(0x1fu << CP_PF_TOPN_SHIFT)
 #define CP_PF_TOPN(n)		((uint32_t)(n) << CP_PF_TOPN_SHIFT)
-#define CP_PF_MASK		(0xfu | CP_PF_TOPN_BITS)
+#define CP_PF_GRAMMAR_SHIFT	13	/* bits 13..14: CP_GRAM_* (only where
+					   CP_FEAT_GRAMMAR; see GRAMMAR
+					   below), 0 = none */
+#define CP_PF_GRAMMAR_BITS	(0x3u << CP_PF_GRAMMAR_SHIFT)
+#define CP_PF_GRAMMAR(k)	((uint32_t)(k) << CP_PF_GRAMMAR_SHIFT)
+#define CP_PF_MASK		(0xfu | CP_PF_TOPN_BITS | CP_PF_GRAMMAR_BITS)
 #define CP_TOPN_MAX		20u	/* longest top-n list */
 
 /* Sampling parameters as they cross the ring (SUBMIT only; zero otherwise). */
@@ -250,13 +255,41 @@ struct cp_chat_msg {
 	uint32_t len;		/* content bytes that follow */
 };
 
+/*
+ * GRAMMAR.  A SUBMIT whose parameter flags carry a kind in
+ * CP_PF_GRAMMAR_BITS (only where the welcome offers CP_FEAT_GRAMMAR) has
+ * its sampling constrained: every token it generates keeps the output a
+ * prefix of a sentence of the grammar, and it ends (DONE, CP_FINISH_STOP)
+ * once the grammar allows nothing more, or at an end-of-generation token
+ * where the grammar accepts.  Kinds:
+ *
+ *	CP_GRAM_GBNF	grammar_bytes of GBNF text (llama.cpp's dialect)
+ *	CP_GRAM_SCHEMA	grammar_bytes of a JSON schema (JSON text)
+ *	CP_GRAM_JSON	any JSON value; grammar_bytes 0
+ *
+ * The text comes first in the request's prompt stream (the SUBMIT's arena
+ * bytes after its stop block, then its APPENDs), padded with zero bytes
+ * to a multiple of 4; the prompt (text, tokens or chat block) follows and
+ * alone counts against max_prompt_bytes.  1 <= grammar_bytes <=
+ * CP_GRAMMAR_BYTES_MAX for GBNF and SCHEMA, else 0, and a stream shorter
+ * than the padded text, are protocol violations.  A grammar that does not
+ * compile (syntax, a limit, an unknown schema keyword) is not: the
+ * request ends with an ERROR (-EINVAL, or -E2BIG past a limit) whose text
+ * names the rule or schema path, and the connection goes on.
+ */
+#define CP_GRAM_GBNF		1u
+#define CP_GRAM_SCHEMA		2u
+#define CP_GRAM_JSON		3u
+#define CP_GRAMMAR_BYTES_MAX	(256u * 1024)
+
 #define CP_PARAM_TOPK_MAX	(1 << 20)
 #define CP_PARAM_LASTN_MAX	(1u << 20)
 
 /*
  * One submission.  SUBMIT's arena range holds stop_bytes of stop strings
  * (each NUL-terminated, non-empty, at most CP_STOP_MAX) followed by the
- * prompt (or its first fragment when CP_SQF_MORE is set).  APPEND's range
+ * prompt stream (or its first fragment when CP_SQF_MORE is set): a
+ * grammar's text (GRAMMAR), then the prompt.  APPEND's range
  * holds the next fragment.  CANCEL has no arena range.
  */
 struct cp_sqe {
@@ -267,7 +300,9 @@ struct cp_sqe {
 	uint32_t arena_off;	/* len <= arena && off <= arena - len */
 	uint32_t arena_len;
 	struct cp_wire_params params;
-	uint32_t reserved[2];	/* zero */
+	uint32_t grammar_bytes;	/* SUBMIT with CP_GRAM_GBNF or _SCHEMA:
+				   the text's length (GRAMMAR); else 0 */
+	uint32_t reserved;	/* zero */
 };
 
 /* CQ event types. */
@@ -451,6 +486,7 @@ struct cp_wire_model {
 #define CP_FEAT_TOKENIZE	0x8u	/* CP_MSG_TOKENIZE */
 #define CP_FEAT_TOPN		0x10u	/* CP_PF_TOPN, CP_EV_TOP */
 #define CP_FEAT_DETOKENIZE	0x20u	/* CP_MSG_DETOKENIZE */
+#define CP_FEAT_GRAMMAR		0x40u	/* CP_PF_GRAMMAR, cp_sqe.grammar_bytes */
 
 struct cp_welcome {
 	struct cp_msg_hdr hdr;
@@ -700,7 +736,9 @@ _Static_assert(offsetof(struct cp_sqe, req_id) == 4, "sqe.req_id");
 _Static_assert(offsetof(struct cp_sqe, arena_off) == 8, "sqe.arena_off");
 _Static_assert(offsetof(struct cp_sqe, arena_len) == 12, "sqe.arena_len");
 _Static_assert(offsetof(struct cp_sqe, params) == 16, "sqe.params");
-_Static_assert(offsetof(struct cp_sqe, reserved) == 56, "sqe.reserved");
+_Static_assert(offsetof(struct cp_sqe, grammar_bytes) == 56,
+    "sqe.grammar_bytes");
+_Static_assert(offsetof(struct cp_sqe, reserved) == 60, "sqe.reserved");
 
 _Static_assert(sizeof(struct cp_cqe) == 64, "cp_cqe size");
 _Static_assert(offsetof(struct cp_cqe, type) == 4, "cqe.type");

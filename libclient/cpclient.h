@@ -44,6 +44,22 @@
  * n_total never see the lists.  cp_detokenize() gives the bytes each
  * listed id stands for, to show the alternatives as text.
  *
+ * GRAMMARS.  A request submitted with cp_params.grammar_kind set
+ * generates only text its grammar allows: CP_GRAMMAR_GBNF takes
+ * grammar[0..grammar_len) in llama.cpp's GBNF dialect (root is the start
+ * rule), CP_GRAMMAR_JSON_SCHEMA a JSON schema (objects with properties,
+ * required and additionalProperties, arrays with items and
+ * minItems/maxItems, strings with enum/const, numbers and integers with
+ * bounds, booleans, null, anyOf/oneOf, $ref to local $defs), and
+ * CP_GRAMMAR_JSON (no text) any JSON value.  The daemon compiles it and
+ * masks, at every step, each token whose bytes the grammar cannot accept;
+ * the request ends (DONE, CP_DONE_STOP) as soon as the grammar allows
+ * nothing more, or where it accepts and the model ends; max_tokens or a
+ * stop string may still cut it short.  A grammar that does not compile
+ * ends the request with an ERROR (-EINVAL, -E2BIG past a limit) whose
+ * text names the rule or the schema path.  A daemon without grammars
+ * makes cp_submit() fail with -EOPNOTSUPP.
+ *
  * ERRORS.  Functions return 0 (or a request id, or a descriptor) on
  * success and a negative number on failure: a negative errno value, or one
  * of the CP_E* codes below.  cp_strerror() names either kind.  After
@@ -119,6 +135,13 @@ extern "C" {
 #define CP_HIST_BUCKETS		20	/* buckets of a cp_histogram */
 #define CP_TOP_LOGPROBS_MAX	20	/* longest top-n list (logprobs) */
 
+/* Kinds of output constraint (cp_params.grammar_kind; see GRAMMARS). */
+#define CP_GRAMMAR_NONE		0
+#define CP_GRAMMAR_GBNF		1	/* GBNF text */
+#define CP_GRAMMAR_JSON_SCHEMA	2	/* a JSON schema */
+#define CP_GRAMMAR_JSON		3	/* any JSON value (no text) */
+#define CP_GRAMMAR_MAX_BYTES	(256 * 1024)	/* longest grammar text */
+
 struct cp_client;
 
 struct cp_connect_opts {
@@ -162,6 +185,12 @@ struct cp_params {
 					   the prompt with the last message,
 					   without opening the assistant's
 					   turn (to continue it) */
+	int grammar_kind;		/* CP_GRAMMAR_*: constrain the output
+					   (see GRAMMARS); 0 = none */
+	const char *grammar;		/* GBNF or JSON schema text (not for
+					   CP_GRAMMAR_JSON), read during the
+					   call only */
+	size_t grammar_len;		/* its bytes, 1..CP_GRAMMAR_MAX_BYTES */
 };
 
 /* Roles of chat messages (cp_message.role). */

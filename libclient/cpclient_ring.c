@@ -183,6 +183,39 @@ params_to_wire(const struct cp_params *p, struct cp_wire_params *w,
 	return 0;
 }
 
+_Static_assert(CP_GRAMMAR_GBNF == CP_GRAM_GBNF &&
+    CP_GRAMMAR_JSON_SCHEMA == CP_GRAM_SCHEMA && CP_GRAMMAR_JSON == CP_GRAM_JSON &&
+    CP_GRAMMAR_MAX_BYTES == CP_GRAMMAR_BYTES_MAX, "grammar kinds");
+
+/*
+ * p's grammar into e (kind flag, grammar_bytes); *pad gets the bytes its
+ * text takes at the head of the prompt stream (0 without text).  0,
+ * -EINVAL, -E2BIG, or -EOPNOTSUPP where the daemon has no grammars.
+ */
+static int
+grammar_to_wire(const struct cp_client *c, const struct cp_params *p,
+    struct cp_sqe *e, uint32_t *pad)
+{
+	*pad = 0;
+	if (p->grammar_kind == CP_GRAMMAR_NONE)
+		return 0;
+	if (p->grammar_kind != CP_GRAMMAR_GBNF &&
+	    p->grammar_kind != CP_GRAMMAR_JSON_SCHEMA &&
+	    p->grammar_kind != CP_GRAMMAR_JSON)
+		return -EINVAL;
+	if (p->grammar_kind == CP_GRAMMAR_JSON ? p->grammar_len != 0 :
+	    p->grammar_len == 0 || p->grammar == NULL)
+		return -EINVAL;
+	if (p->grammar_len > CP_GRAMMAR_MAX_BYTES)
+		return -E2BIG;
+	if (!(c->features & CP_FEAT_GRAMMAR))
+		return -EOPNOTSUPP;
+	e->params.flags |= CP_PF_GRAMMAR(p->grammar_kind);
+	e->grammar_bytes = (uint32_t)p->grammar_len;
+	*pad = (uint32_t)(p->grammar_len + 3) / 4 * 4;
+	return 0;
+}
+
 /* Raises the longest top-n list asked for on c to n. */
 static void
 ask_top(struct cp_client *c, uint32_t n)
@@ -205,7 +238,8 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	char stops[CP_STOP_BYTES_MAX];
 	struct cp_params def;
 	struct cp_sqe e;
-	uint32_t stop_bytes = 0, frag_max, first, done, id;
+	uint32_t stop_bytes = 0, frag_max, first, done, id, pad;
+	unsigned char *body = NULL;
 	uint64_t end;
 	int r;
 
@@ -231,6 +265,18 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 		return -E2BIG;
 	if ((len > 0 && prompt == NULL) || len % unit != 0)
 		return -EINVAL;
+	if ((r = grammar_to_wire(c, p, &e, &pad)) < 0)
+		return r;
+	if (pad > 0) {
+		/* the stream: the text, zero padding, then the prompt */
+		if ((body = calloc(1, pad + len)) == NULL)
+			return -ENOMEM;
+		memcpy(body, p->grammar, p->grammar_len);
+		if (len > 0)
+			memcpy(body + pad, prompt, len);
+		prompt = body;
+		len += pad;
+	}
 	pthread_mutex_lock(&c->sq_lock);
 	if ((r = cpc_broken(c)) < 0)
 		goto out;
@@ -297,6 +343,7 @@ submit(struct cp_client *c, const unsigned char *prompt, size_t len,
 	r = (int)id;
 out:
 	pthread_mutex_unlock(&c->sq_lock);
+	free(body);
 	return r;
 }
 

@@ -140,7 +140,7 @@ START_TEST(test_copy_words)
 	a.arena_len = 99;
 	a.params.temperature = 0.5f;
 	a.params.seed = 0x0123456789abcdefull;
-	a.reserved[1] = 3;
+	a.reserved = 3;
 	memset(&b, 0xa5, sizeof(b));
 	ring_copy_out(&b, &a, sizeof(b));
 	ck_assert_int_eq(memcmp(&a, &b, sizeof(a)), 0);

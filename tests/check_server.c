@@ -247,7 +247,7 @@ hostile_case(const char *path, int which)
 		e.op = 77;
 		break;
 	case 2:
-		e.reserved[0] = 0x100;
+		e.reserved = 0x100;
 		break;
 	case 3:
 		e.arena_off = rc.w.arena_bytes - 4;
@@ -272,7 +272,7 @@ wait:
 START_TEST(test_srv_hostile_memory)
 {
 	static const char *why[] = { "exceeds", "unknown opcode",
-	    "reserved words", "arena range", "unknown request 77" };
+	    "reserved word set", "arena range", "unknown request 77" };
 	struct srv_config c;
 	struct raw_client good;
 	char out[64] = "";

@@ -519,7 +519,7 @@ START_TEST(test_reserved_bits)
 	struct sf f;
 
 	e = sqe_submit(1, 0, 0);
-	e.reserved[1] = 1;
+	e.reserved = 1;
 	expect_bad_sqe(&e, "reserved");
 
 	e = sqe_submit(1, 0, 0);
