@@ -183,6 +183,12 @@ usage(FILE *f)
 	    "prompt\n"
 	    "      --no-newline         end the text as generated, without "
 	    "adding a newline\n"
+	    "      --grammar FILE       generate only text the GBNF grammar in "
+	    "FILE allows\n"
+	    "      --json-schema FILE   generate only JSON that the JSON schema "
+	    "in FILE\n"
+	    "                           describes\n"
+	    "      --json-output        generate only a JSON value\n"
 	    "      --chat-template NAME no longer taken: name the format with "
 	    "cpd.yaml's\n"
 	    "                           chat_template key\n"
@@ -257,6 +263,7 @@ enum {
 	OPT_CHAT_TEMPLATE, OPT_HISTORY, OPT_INFO, OPT_STATS, OPT_PROMETHEUS, OPT_SOCKET,
 	OPT_PROGRESS, OPT_VERSION, OPT_STOP, OPT_TOKENIZE, OPT_COUNT,
 	OPT_LOGPROBS, OPT_NO_NEWLINE, OPT_RETRY, OPT_DETOKENIZE,
+	OPT_GRAMMAR, OPT_JSON_SCHEMA, OPT_JSON_OUTPUT,
 };
 
 static const struct option longopts[] = {
@@ -274,6 +281,9 @@ static const struct option longopts[] = {
 	{ "progress", no_argument, NULL, OPT_PROGRESS },
 	{ "logprobs", required_argument, NULL, OPT_LOGPROBS },
 	{ "no-newline", no_argument, NULL, OPT_NO_NEWLINE },
+	{ "grammar", required_argument, NULL, OPT_GRAMMAR },
+	{ "json-schema", required_argument, NULL, OPT_JSON_SCHEMA },
+	{ "json-output", no_argument, NULL, OPT_JSON_OUTPUT },
 	{ "retry", required_argument, NULL, OPT_RETRY },
 	{ "system", required_argument, NULL, OPT_SYSTEM },
 	{ "chat", no_argument, NULL, OPT_CHAT },
@@ -402,6 +412,22 @@ parse_args(int argc, char **argv, struct opts *o)
 			break;
 		case OPT_NO_NEWLINE:
 			o->no_newline = 1;
+			break;
+		case OPT_GRAMMAR:
+		case OPT_JSON_SCHEMA:
+		case OPT_JSON_OUTPUT:
+			if (o->grammar_opt != NULL) {
+				fprintf(stderr, "cpq: --grammar, --json-schema "
+				    "and --json-output exclude each other\n");
+				goto usage;
+			}
+			o->grammar_opt = c == OPT_GRAMMAR ? "--grammar" :
+			    c == OPT_JSON_SCHEMA ? "--json-schema" :
+			    "--json-output";
+			o->grammar_path = a;
+			o->p.grammar_kind = c == OPT_GRAMMAR ? CP_GRAMMAR_GBNF :
+			    c == OPT_JSON_SCHEMA ? CP_GRAMMAR_JSON_SCHEMA :
+			    CP_GRAMMAR_JSON;
 			break;
 		case OPT_RETRY:
 			if (parse_u64(a, RETRY_MAX_S, &v) < 0)
@@ -1111,6 +1137,11 @@ generate(struct cp_client *c, const struct opts *o,
 		    "requests (a cpd older than the chat protocol)\n");
 		return EXIT_DAEMON;
 	}
+	if (id == -EOPNOTSUPP && o->grammar_opt != NULL) {
+		fprintf(stderr, "cpq: %s: this daemon does not constrain "
+		    "output (a cpd older than grammars)\n", o->grammar_opt);
+		return EXIT_DAEMON;
+	}
 	if (id == -EINVAL && msgs != NULL) {
 		fprintf(stderr, "cpq: --chat: the prompt is not UTF-8\n");
 		return EXIT_DAEMON;
@@ -1123,6 +1154,35 @@ generate(struct cp_client *c, const struct opts *o,
 }
 
 /* ---- main ------------------------------------------------------------ */
+
+/* Reads --grammar's or --json-schema's FILE into o->p; 0 or EXIT_USAGE. */
+static int
+read_grammar(struct opts *o)
+{
+	size_t len;
+	int fd, r;
+
+	if (o->grammar_path == NULL)
+		return 0;
+	if ((fd = open(o->grammar_path, O_RDONLY | O_CLOEXEC)) < 0) {
+		fprintf(stderr, "cpq: %s: %s: %s\n", o->grammar_opt,
+		    o->grammar_path, strerror(errno));
+		return EXIT_USAGE;
+	}
+	r = read_all(fd, CP_GRAMMAR_MAX_BYTES, &o->grammar_text, &len);
+	close(fd);
+	if (r == 0 && len == 0)
+		r = -ENODATA;
+	if (r < 0) {
+		fprintf(stderr, "cpq: %s: %s: %s\n", o->grammar_opt,
+		    o->grammar_path, r == -EFBIG ? "larger than 256 KiB" :
+		    r == -ENODATA ? "empty file" : strerror(-r));
+		return EXIT_USAGE;
+	}
+	o->p.grammar = o->grammar_text;
+	o->p.grammar_len = len;
+	return 0;
+}
 
 /* Nothing listens at the socket (yet). */
 static bool
@@ -1197,6 +1257,10 @@ main(int argc, char **argv)
 		return EXIT_USAGE;
 	if (o.history_path != NULL && (rc = read_history(&o)) != 0)
 		return rc;
+	if ((rc = read_grammar(&o)) != 0) {
+		cpq_history_free(&o.history);
+		return rc;
+	}
 	/* SA_RESTART: a signal never cuts a write to standard output short. */
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_sigint;
@@ -1252,6 +1316,7 @@ out:
 			rc = EXIT_DAEMON;
 	}
 	free(prompt);
+	free(o.grammar_text);
 	cpq_history_free(&o.history);
 	cp_close(c);
 	return rc;

@@ -47,6 +47,9 @@ struct opts {
 	int retry_s;			/* --retry SECONDS: wait for a daemon */
 	int top_n;			/* --logprobs N; -1: not given */
 	int no_newline;			/* --no-newline */
+	const char *grammar_opt;	/* the grammar option given, or NULL */
+	const char *grammar_path;	/* --grammar/--json-schema FILE */
+	char *grammar_text;		/* its contents (read_grammar()) */
 	char **args;			/* prompt words */
 	int n_args;
 };
