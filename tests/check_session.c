@@ -782,6 +782,141 @@ START_TEST(test_max_prompt)
 END_TEST
 SUITE_TEST("sq", test_max_prompt);
 
+/* ---- grammars (cp_proto.h, GRAMMAR) --------------------------------- */
+
+/* A session that offers grammars, as the server's welcome does. */
+static void
+sf_open_gram(struct sf *f, uint32_t max_prompt)
+{
+	struct sess_limits l;
+
+	limits(&l, CP_WAKE_FUTEX, 8, max_prompt);
+	sf_open_lim(f, 16, 16, 4096, &l);
+	f->s->features |= CP_FEAT_GRAMMAR;
+}
+
+/* A SUBMIT of kind k whose stream is len bytes of the arena at off. */
+static struct cp_sqe
+sqe_gram(uint32_t id, uint32_t k, uint32_t gbytes, uint32_t off,
+    uint32_t len)
+{
+	struct cp_sqe e = sqe_submit(id, off, len);
+
+	e.params.flags = CP_PF_GRAMMAR(k);
+	e.grammar_bytes = gbytes;
+	return e;
+}
+
+/* The grammar's text, then its padding, then the prompt, in two
+ * fragments that split the text; and a token prompt after one. */
+START_TEST(test_grammar_stream)
+{
+	static const char st[] = "root::=\0prompt";	/* 7 + 1 pad */
+	static const int32_t ids[2] = { 5, 9 };
+	struct sess_out out;
+	struct cp_sqe e;
+	struct ep_cmd *c;
+	unsigned char tb[4 + sizeof(ids)] = "ab";
+	struct sf f;
+
+	sf_open_gram(&f, 8);		/* the prompt alone counts */
+	e = sqe_gram(1, CP_GRAM_GBNF, 7, sf_arena(&f, st, 4), 4);
+	e.flags = CP_SQF_MORE;
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_APPEND, 1);
+	e.arena_off = sf_arena(&f, st + 4, 10);
+	e.arena_len = 10;
+	sf_put(&f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f.s, &out), 2);
+	ck_assert_uint_eq(out.n, 1);
+	c = out.head;
+	ck_assert_uint_eq(c->params.grammar, CP_GRAM_GBNF);
+	ck_assert_uint_eq(c->gram_len, 7);
+	ck_assert_mem_eq(c->gram, "root::=", 7);
+	ck_assert_uint_eq(c->text_len, 6);
+	ck_assert_mem_eq(c->text, "prompt", 6);
+	ep_cmd_free_list(out.head);
+
+	memcpy(tb + 4, ids, sizeof(ids));
+	e = sqe_gram(2, CP_GRAM_SCHEMA, 2, sf_arena(&f, tb, sizeof(tb)),
+	    sizeof(tb));
+	e.flags = CP_SQF_TOKENS;
+	sf_put(&f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f.s, &out), 1);
+	c = out.head;
+	ck_assert_uint_eq(c->params.grammar, CP_GRAM_SCHEMA);
+	ck_assert_uint_eq(c->gram_len, 2);
+	ck_assert_uint_eq(c->n_tokens, 2);
+	ck_assert_int_eq(c->tokens[0], 5);
+	ck_assert_int_eq(c->tokens[1], 9);
+	ep_cmd_free_list(out.head);
+
+	e = sqe_gram(3, CP_GRAM_JSON, 0, sf_arena(&f, "hi", 2), 2);
+	sf_put(&f, &e);
+	sess_out_init(&out);
+	ck_assert_int_eq(sess_consume(f.s, &out), 1);
+	c = out.head;
+	ck_assert_uint_eq(c->params.grammar, CP_GRAM_JSON);
+	ck_assert_ptr_null(c->gram);
+	ck_assert_uint_eq(c->text_len, 2);
+	ep_cmd_free_list(out.head);
+	sf_close(&f);
+}
+END_TEST
+SUITE_TEST("sq", test_grammar_stream);
+
+/* Each grammar rule broken once: the session ends, naming it. */
+START_TEST(test_grammar_violations)
+{
+	static const char bad_pad[] = "ab\0xprompt";
+	static const struct {
+		uint32_t kind, gbytes, len;
+		uint8_t op;
+		const char *what;
+	} t[] = {
+		{ CP_GRAM_GBNF, 0, 4, CP_OP_SUBMIT, "kind 1 with 0 bytes" },
+		{ CP_GRAM_SCHEMA, CP_GRAMMAR_BYTES_MAX + 1, 4, CP_OP_SUBMIT,
+		    "kind 2 with 262145" },
+		{ CP_GRAM_JSON, 4, 8, CP_OP_SUBMIT, "kind 3 with 4 bytes" },
+		{ 0, 4, 8, CP_OP_SUBMIT, "kind 0 with 4 bytes" },
+		{ CP_GRAM_GBNF, 9, 8, CP_OP_SUBMIT, "ends inside its grammar" },
+		{ CP_GRAM_GBNF, 2, 10, CP_OP_SUBMIT, "padding not zero" },
+		{ CP_GRAM_GBNF, 2, 4 + 7, CP_OP_SUBMIT, "prompt over 6" },
+	};
+	struct cp_sqe e;
+	struct sf f;
+	size_t i;
+
+	for (i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		sf_open_gram(&f, 6);
+		e = sqe_gram(1, t[i].kind, t[i].gbytes, 0, t[i].len);
+		memcpy(f.arena, i == 5 ? bad_pad : "ab\0\0promptxxxx", 14);
+		sf_put(&f, &e);
+		expect_violation(&f, t[i].what);
+		sf_close(&f);
+	}
+	/* a session whose welcome did not offer them */
+	sf_open(&f, CP_WAKE_FUTEX, 8);
+	e = sqe_gram(1, CP_GRAM_JSON, 0, sf_arena(&f, "hi", 2), 2);
+	sf_put(&f, &e);
+	expect_violation(&f, "does not offer");
+	sf_close(&f);
+	/* grammar_bytes on an APPEND */
+	sf_open_gram(&f, 64);
+	e = sqe_submit(1, sf_arena(&f, "hi", 2), 2);
+	e.flags = CP_SQF_MORE;
+	sf_put(&f, &e);
+	e = sqe_simple(CP_OP_APPEND, 1);
+	e.grammar_bytes = 4;
+	sf_put(&f, &e);
+	expect_violation(&f, "parameters set");
+	sf_close(&f);
+}
+END_TEST
+SUITE_TEST("sq", test_grammar_violations);
+
 /* xorshift64, for reproducible garbage. */
 static uint64_t
 rnd(uint64_t *s)
