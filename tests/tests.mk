@@ -171,3 +171,9 @@ $(BUILD)/tests/check_python: | $(BUILD)/bin/cpd $(BUILD)/bin/cpq \
 $(BUILD)/tests/check_python.o: override XCFLAGS += \
 	-DCP_PY_TEST='"$(abspath tests/python/test_cpclient.py)"' \
 	-DCP_PY_PATH='"$(abspath $(BUILD)/python)"' -DCP_SAN='"$(SAN)"'
+
+# check_grammar_daemon drives build/bin/cpd and cpq through the static
+# client library, and a daemon without grammars (fake_cpd).
+$(BUILD)/tests/check_grammar_daemon: $(LIBCPCLIENT_A) $(FAKE_CPD_OBJ) | \
+    $(BUILD)/bin/cpd $(BUILD)/bin/cpq
+$(BUILD)/tests/check_grammar_daemon: override LDLIBS += $(LIBCPCLIENT_A)
