@@ -303,6 +303,8 @@ req_clear(struct worker *w, struct wreq *r)
 	if (r->seq >= 0)
 		(void)kv_seq_free(w->kv, r->seq);
 	sampler_free(r->smp);
+	if (r->gram != NULL)
+		w->n_gram--;
 	grammar_free(r->gram);		/* after its matcher */
 	stopstr_free(r->ss);
 	free(r->toks);
@@ -428,6 +430,7 @@ submit_sampler(struct worker *w, struct wreq *r, const struct ep_cmd *c,
 		po->gm = NULL;
 		r->gram = po->gram;
 		po->gram = NULL;
+		w->n_gram++;
 	}
 	if ((rc = sampler_accept_prompt(r->smp, r->toks, r->n_prompt)) < 0)
 		return cp_err_set(e, rc, "sampler: %s", strerror(-rc));
@@ -876,6 +879,47 @@ req_done(struct worker *w, struct wreq *r, int finish)
 	emit_done(w, r, why, w->sbuf, len);
 }
 
+/*
+ * The grammar matchers of the live requests together hold at most
+ * w->gram_bytes (worker_params.grammar_bytes): past it, the largest give their caches back
+ * (gmatch_trim()), so that no set of grammars makes the daemon grow
+ * beyond it for long; each then pays first passes again.  Between steps,
+ * where no mask is held.
+ */
+static void
+grammar_bound(struct worker *w)
+{
+	size_t total = 0, most, b;
+	struct gmatch *m;
+	int i, big;
+
+	if (w->n_gram == 0)
+		return;
+	for (i = 0; i < w->max_requests; i++)
+		if (w->req[i].handle >= 0 && w->req[i].gram != NULL)
+			total += gmatch_bytes(sampler_grammar(w->req[i].smp));
+	while (total > w->gram_bytes) {
+		for (i = 0, big = -1, most = 0; i < w->max_requests; i++) {
+			if (w->req[i].handle < 0 || w->req[i].gram == NULL)
+				continue;
+			b = gmatch_bytes(sampler_grammar(w->req[i].smp));
+			if (b > most) {
+				most = b;
+				big = i;
+			}
+		}
+		m = sampler_grammar(w->req[big].smp);
+		/* a failure leaves m failing its next call: the request
+		   ends then, with the error */
+		(void)gmatch_trim(m);
+		b = gmatch_bytes(m);
+		w->st.grammar_trims++;
+		if (b >= most)
+			break;
+		total -= most - b;
+	}
+}
+
 /* Runs the batch built from plan's items; every entry is sampled or failed. */
 static void
 step_run(struct worker *w, struct sched_plan *plan, int n_ent, int n_tok)
@@ -1005,6 +1049,7 @@ step(struct worker *w)
 	w->cur_step = 0;
 	if (plan.n_items == 0 && plan.n_rel == 0 && !sent)
 		return 0;
+	grammar_bound(w);
 	w->es.steps++;
 	return 1;
 }
@@ -1253,6 +1298,8 @@ worker_new(const struct worker_params *p, struct engine_port *port,
 	w->free_slot = calloc((size_t)w->max_requests, sizeof(*w->free_slot));
 	w->enc = calloc((size_t)w->n_ctx, sizeof(*w->enc));
 	w->prefix = p->prefix_cache;
+	w->gram_bytes = p->grammar_bytes > 0 ? p->grammar_bytes :
+	    WK_GRAMMAR_BYTES;
 	w->pfx_cap = (w->n_ctx + kv_params(w->kv)->block_tokens - 1) /
 	    kv_params(w->kv)->block_tokens;
 	w->pfx_blocks = calloc((size_t)w->pfx_cap, sizeof(*w->pfx_blocks));

@@ -60,6 +60,8 @@ struct worker_params {
 	int prefix_cache;		/* PREFIX_UID (0, the default),
 					   PREFIX_GLOBAL or PREFIX_OFF
 					   (worker_prefix.c) */
+	size_t grammar_bytes;		/* the live requests' grammar
+					   matchers together (0: 256 MiB) */
 };
 
 /* Scopes of the prefix cache (worker_params.prefix_cache). */
@@ -81,6 +83,8 @@ struct worker_stats {
 	uint64_t rejected;	/* SUBMITs answered with ERROR at once */
 	uint64_t cancelled;	/* requests ended by CANCEL */
 	uint64_t lane_prompts;	/* prompts handed to the prefill lane */
+	uint64_t grammar_trims;	/* matchers made to give their caches back
+				   (worker_params.grammar_bytes) */
 	int requests_live;	/* requests queued or running */
 	int kv_seqs_live;	/* KV sequences alive in the backend */
 	int kv_block_tokens;

@@ -18,6 +18,10 @@
 #include "tokenizer.h"
 #include "worker.h"
 
+/* Bytes the live requests' grammar matchers hold together, at most, by
+ * default (grammar_bound() in worker.c). */
+#define WK_GRAMMAR_BYTES	((size_t)256 << 20)
+
 /* One live request; a free slot has handle -1. */
 struct wreq {
 	uint64_t id;		/* the port's request id */
@@ -103,6 +107,8 @@ struct worker {
 	struct ep_stats es;		/* the port's counters and histograms,
 					   counted here (ep_stats_set()) */
 	int n_paused;			/* live requests with paused set */
+	int n_gram;			/* live requests with a grammar */
+	size_t gram_bytes;		/* their matchers' bound */
 	bool dirty;			/* publish(): commands changed it */
 	struct worker_stats st;		/* the worker's other counters */
 	int prefix;			/* PREFIX_* of worker_params */

@@ -171,6 +171,21 @@ bool gmatch_accepting(const struct gmatch *m);
  * and nothing longer is allowed). */
 bool gmatch_done(const struct gmatch *m);
 
+/*
+ * Bytes m holds: its caches (states, transitions, masks) and their
+ * arrays, at most about 100 MiB (see Limits).
+ */
+size_t gmatch_bytes(const struct gmatch *m);
+
+/*
+ * Drop m's caches and give their memory back, keeping its position (the
+ * next calls rebuild what they need, at the cost of first passes); a mask
+ * from gmatch_mask() is no longer valid.  For a server that bounds the
+ * memory of all its matchers together.  0, or -ENOMEM / -E2BIG (m is then
+ * unusable, as after a failed call).
+ */
+int gmatch_trim(struct gmatch *m);
+
 /* The error of the last failed call, as text (borrowed, valid until the
  * next call); "" when none. */
 const char *gmatch_error(const struct gmatch *m);

@@ -110,6 +110,7 @@ struct gmatch {
 	struct itab state_tab;
 	struct u32v spool;	/* state node lists */
 	size_t mask_bytes;
+	size_t next_bytes;	/* of the states' transition tables */
 
 	int32_t cur;		/* current state */
 	int32_t start;		/* state at the start of the grammar */
@@ -123,6 +124,7 @@ struct gmatch {
 
 	int err;
 	char msg[CP_ERR_MSG];
+	bool dead;		/* a flush failed half way: every call fails */
 };
 
 /* ---- errors ---- */
@@ -631,6 +633,7 @@ next_state(struct gmatch *m, int32_t sid, uint8_t b)
 		for (i = 0; i < 256; i++)
 			next[i] = T_UNKNOWN;
 		m->states[sid].next = next;
+		m->next_bytes += 256 * sizeof(*next);
 	}
 	if (next[b] != T_UNKNOWN)
 		return next[b];
@@ -674,6 +677,38 @@ caches_free(struct gmatch *m)
 	m->succ.n = 0;
 	m->spool.n = 0;
 	m->mask_bytes = 0;
+	m->next_bytes = 0;
+}
+
+/* Give the emptied caches' arrays back, down to gmatch_new()'s sizes. */
+static int
+caches_shrink(struct gmatch *m)
+{
+	struct gnode *nn;
+	struct gstate *ns;
+
+	free(m->succ.a);
+	free(m->spool.a);
+	free(m->set.a);
+	free(m->seen);
+	memset(&m->succ, 0, sizeof(m->succ));
+	memset(&m->spool, 0, sizeof(m->spool));
+	memset(&m->set, 0, sizeof(m->set));
+	m->seen = NULL;
+	m->seen_cap = m->seen_n = 0;
+	if (m->cap_nodes > 1024) {
+		if ((nn = realloc(m->nodes, 1024 * sizeof(*nn))) == NULL)
+			return nomem(m);
+		m->nodes = nn;
+		m->cap_nodes = 1024;
+	}
+	if (m->cap_states > 256) {
+		if ((ns = realloc(m->states, 256 * sizeof(*ns))) == NULL)
+			return nomem(m);
+		m->states = ns;
+		m->cap_states = 256;
+	}
+	return 0;
 }
 
 /* Empty node and state tables with node ACCEPT; 0 or -ENOMEM. */
@@ -746,9 +781,10 @@ import_stacks(struct gmatch *m, const uint32_t *stk, uint32_t n,
 	return 0;
 }
 
-/* Drop every cache, keeping the current state. */
+/* Drop every cache, keeping the current state; shrink: and give their
+ * memory back. */
 static int
-flush(struct gmatch *m)
+flush(struct gmatch *m, bool shrink)
 {
 	struct gstate cur = m->states[m->cur];
 	uint32_t *stk;
@@ -757,9 +793,11 @@ flush(struct gmatch *m)
 	if ((rc = export_stacks(m, &stk)) < 0)
 		return rc;
 	caches_free(m);
-	if ((rc = tables_init(m)) == 0)
+	if ((!shrink || (rc = caches_shrink(m)) == 0) &&
+	    (rc = tables_init(m)) == 0)
 		rc = import_stacks(m, stk, cur.n, &cur);
 	free(stk);
+	m->dead = rc < 0;
 	return rc;
 }
 
@@ -769,11 +807,35 @@ begin(struct gmatch *m)
 {
 	m->err = 0;
 	m->msg[0] = '\0';
+	if (m->dead)
+		return merr(m, -ENOMEM, "grammar matcher: lost its state to "
+		    "an earlier failure");
 	if (m->n_states > GMATCH_MAX_STATES / 2 ||
 	    m->n_nodes > MAX_NODES / 2 || m->succ.n > MAX_POOL / 2 ||
 	    m->spool.n > MAX_POOL / 2 || m->mask_bytes > MASK_BUDGET)
-		return flush(m);
+		return flush(m, false);
 	return 0;
+}
+
+size_t
+gmatch_bytes(const struct gmatch *m)
+{
+	return sizeof(*m) + (size_t)m->cap_nodes * sizeof(*m->nodes) +
+	    (size_t)m->cap_states * sizeof(*m->states) +
+	    ((size_t)m->succ.cap + m->spool.cap + m->set.cap) *
+	    sizeof(uint32_t) +
+	    ((size_t)m->node_tab.cap + m->state_tab.cap) * sizeof(int32_t) +
+	    (size_t)m->seen_cap * sizeof(*m->seen) +
+	    ((size_t)m->v->max_len + 1) * sizeof(*m->walk) +
+	    m->mask_bytes + m->next_bytes;
+}
+
+int
+gmatch_trim(struct gmatch *m)
+{
+	m->err = 0;
+	m->msg[0] = '\0';
+	return m->dead ? -ENOMEM : flush(m, true);
 }
 
 struct gmatch *
@@ -829,12 +891,13 @@ struct gmatch *
 gmatch_clone(const struct gmatch *m)
 {
 	struct gmatch *c, *mm = (struct gmatch *)m;
-	struct gstate cur = m->states[m->cur];
+	struct gstate cur;
 	uint32_t *stk;
 
 	/* export_stacks() only reads m; it writes m->msg on failure */
-	if ((c = gmatch_new(m->g, m->v, NULL)) == NULL)
+	if (m->dead || (c = gmatch_new(m->g, m->v, NULL)) == NULL)
 		return NULL;
+	cur = m->states[m->cur];
 	if (export_stacks(mm, &stk) < 0) {
 		gmatch_free(c);
 		return NULL;
@@ -862,6 +925,8 @@ gmatch_reset(struct gmatch *m)
 
 	m->err = 0;
 	m->msg[0] = '\0';
+	if (m->dead)
+		return;
 	if (m->start >= 0) {
 		m->cur = m->start;
 		return;
@@ -875,7 +940,7 @@ gmatch_reset(struct gmatch *m)
 bool
 gmatch_accepting(const struct gmatch *m)
 {
-	return m->states[m->cur].accepting;
+	return !m->dead && m->states[m->cur].accepting;
 }
 
 bool
@@ -883,7 +948,7 @@ gmatch_done(const struct gmatch *m)
 {
 	const struct gstate *st = &m->states[m->cur];
 
-	return st->accepting && st->n == 1;
+	return !m->dead && st->accepting && st->n == 1;
 }
 
 /* The state after bytes p[0..n) from sid: >= 0, T_DEAD or T_ERR. */

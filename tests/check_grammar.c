@@ -543,6 +543,48 @@ START_TEST(test_match_limits)
 END_TEST
 SUITE_TEST("match", test_match_limits);
 
+/*
+ * gmatch_trim() gives the caches' memory back and keeps the position: a
+ * matcher trimmed after every token allows exactly what an untrimmed one
+ * does, along a walk through the JSON grammar, and holds less afterwards.
+ */
+START_TEST(test_match_trim)
+{
+	static const char text[] = "{\"a\": [1, 2.5e3, \"x\\u00e9y\"], "
+	    "\"b\": {\"c\": null, \"d\": true}, \"e\": \"\xc3\xa9t\xc3\xa9\"}";
+	struct grammar *g = compile(g_json);
+	struct gvocab *v = byte_vocab();
+	struct gmatch *a, *b;
+	const uint8_t *ba, *bb;
+	size_t i, before, most = 0;
+
+	ck_assert_ptr_nonnull(a = gmatch_new(g, v, NULL));
+	ck_assert_ptr_nonnull(b = gmatch_new(g, v, NULL));
+	for (i = 0; i < sizeof(text) - 1; i++) {
+		ck_assert_int_eq(gmatch_mask(a, &ba), 0);
+		ck_assert_int_eq(gmatch_mask(b, &bb), 0);
+		ck_assert_mem_eq(ba, bb, 256 / 8);
+		ck_assert_int_eq(gmatch_accept_token(a, (uint8_t)text[i]), 0);
+		ck_assert_int_eq(gmatch_accept_token(b, (uint8_t)text[i]), 0);
+		before = gmatch_bytes(b);
+		ck_assert_int_eq(gmatch_trim(b), 0);
+		ck_assert_uint_le(gmatch_bytes(b), before);
+		most = before > most ? before : most;
+	}
+	ck_assert(gmatch_accepting(a) && gmatch_accepting(b));
+	ck_assert_uint_lt(gmatch_bytes(b), gmatch_bytes(a));
+	ck_assert_uint_lt(gmatch_bytes(b), most);
+	/* back to the start after a trim */
+	gmatch_reset(b);
+	ck_assert(gmatch_allows(b, '{') && !gmatch_allows(b, '}'));
+	gmatch_free(a);
+	gmatch_free(b);
+	grammar_free(g);
+	gvocab_free(v);
+}
+END_TEST
+SUITE_TEST("match", test_match_trim);
+
 /* The sampler draws only what the grammar allows, whatever the logits;
  * end of generation only at the end. */
 START_TEST(test_sampler_grammar)

@@ -1584,6 +1584,55 @@ START_TEST(test_seeded_batch_invariance)
 END_TEST
 SUITE_TEST("batch", test_seeded_batch_invariance);
 
+/*
+ * Constrained requests (any JSON value, seeded) give the same tokens when
+ * the worker keeps their matchers' caches and when it makes them give
+ * their memory back after every step (grammar_bytes 1): the bound costs
+ * time, never output.
+ */
+START_TEST(test_grammar_bound)
+{
+	static struct rec recs[2][4];
+	struct worker_params p;
+	struct worker_stats st;
+	struct cp_err e = { 0 };
+	struct ep_params g;
+	struct tw t;
+	int pass, i;
+
+	for (pass = 0; pass < 2; pass++) {
+		tw_load(&t);
+		tw_params(&t, &p, 64, 16, 8, 8 * N_CTX);
+		p.grammar_bytes = pass == 0 ? 0 : 1;
+		ck_assert_msg(worker_new(&p, t.port, &t.w, &e) == 0, "%s",
+		    e.msg);
+		ck_assert_int_eq(worker_start(t.w), 0);
+		t.recs = recs[pass];
+		t.n_recs = 4;
+		for (i = 0; i < 4; i++) {
+			g = seeded(48, 7 + (uint64_t)i);
+			g.grammar = CP_GRAM_JSON;
+			tw_submit(&t, i, 20 + (uint64_t)i, (uint32_t)i,
+			    prompts[i], NULL, 0, &g, EP_SUBMIT_SEED, NULL, 0);
+		}
+		tw_drain(&t, -1, 30000);
+		worker_stats(t.w, &st);
+		if (pass == 0)
+			ck_assert_uint_eq(st.grammar_trims, 0);
+		else
+			ck_assert_uint_gt(st.grammar_trims, 0);
+		tw_check_clean(&t);
+		tw_close(&t);
+	}
+	for (i = 0; i < 4; i++) {
+		ck_assert_int_gt(recs[0][i].n_ids, 0);
+		ck_assert_uint_eq(recs[0][i].type, EP_EV_DONE);
+		assert_same(&recs[1][i], &recs[0][i]);
+	}
+}
+END_TEST
+SUITE_TEST("batch", test_grammar_bound);
+
 SUITE_CASE("reference", 60);
 SUITE_CASE("batch", 60);
 SUITE_CASE("control", 60);
