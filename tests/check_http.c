@@ -11,7 +11,9 @@
  * "Once upon a time" must start with llama.cpp's continuation
  * (../shared/models/REFERENCE.md).  The hang-up case runs on a synthetic
  * model with a context of 4096, long enough that a generation the hang-up
- * failed to cancel would still be running when the stats are read.
+ * failed to cancel would still be running when the stats are read; so do
+ * the structured-output cases, whose random weights write JSON only when
+ * the daemon's grammar makes them.
  */
 #include <check.h>
 #include <arpa/inet.h>
@@ -143,6 +145,16 @@ up_key(void)
 	fputs(KEY "\n", f);
 	fclose(f);
 	http_up(h);
+}
+
+/* The synthetic model, chat in ChatML: the structured-output cases. */
+static void
+up_grammar(void)
+{
+	const char *args[] = { "--chat-template", "chatml", NULL };
+
+	cpd_start_bin(&dp, cpd_bin, synth, args);
+	http_up(NULL);
 }
 
 static void
@@ -533,6 +545,17 @@ static const struct {
 	{ "tools", "[]" },
 	{ "stream", "1" },
 	{ "presence_penalty", "0.5" },
+	{ "response_format", "\"json\"" },
+	{ "response_format", "{\"type\": \"xml\"}" },
+	{ "response_format", "{\"type\": \"json_schema\"}" },
+	{ "response_format", "{\"type\": \"json_schema\", \"json_schema\": "
+	    "{\"name\": \"x\"}}" },
+	{ "response_format", "{\"type\": \"json_schema\", \"json_schema\": "
+	    "{\"schema\": true}}" },
+	{ "response_format", "{\"type\": \"json_object\", \"x\": 1}" },
+	{ "grammar", "3" },
+	{ "grammar", "\"\"" },
+	{ "json_schema", "[]" },
 };
 
 START_TEST(test_bad_requests)
@@ -559,6 +582,9 @@ START_TEST(test_bad_requests)
 	    "\"top_logprobs\": 21}");
 	expect_error(400, "logprobs", "POST", "/v1/completions",
 	    "{\"prompt\": \"x\", \"logprobs\": 21}");
+	expect_error(400, "json_schema", "POST", "/v1/completions",
+	    "{\"prompt\": \"x\", \"response_format\": {\"type\": "
+	    "\"json_object\"}, \"json_schema\": {}}");
 	expect_error(400, "prompt", "POST", "/v1/completions",
 	    "{\"prompt\": {\"a\": 1}}");
 	expect_error(404, NULL, "GET", "/v1/nothing", NULL);
@@ -650,6 +676,232 @@ START_TEST(test_api_key)
 }
 END_TEST
 SUITE_TEST("key", test_api_key);
+
+/* ---- structured output (response_format, grammar, json_schema) -------- */
+
+/*
+ * A random-weight model writes nothing like JSON unconstrained: what the
+ * grammar cases get back parses (tests/lib/json.c, not the daemon's
+ * grammar code) only if cpd enforced the constraint.  The schema's strings
+ * and integers are bounded and extra members refused, so its objects end
+ * well within max_tokens; the daemon ends the request there ("stop").
+ */
+#define PERSON	"{\"type\":\"object\",\"properties\":{\"name\":{\"type\":" \
+	"\"string\",\"maxLength\":12},\"age\":{\"type\":\"integer\"},\"ok\":" \
+	"{\"type\":\"boolean\"}},\"required\":[\"name\",\"age\",\"ok\"]," \
+	"\"additionalProperties\":false}"
+
+static const char gchat[] = "{\"messages\":[{\"role\":\"user\",\"content\":"
+    "\"Who are you?\"}],\"max_tokens\":200,\"seed\":%d%s}";
+static const char gtext[] = "{\"prompt\":\"Who are you?\",\"max_tokens\":200,"
+    "\"seed\":%d%s}";
+
+/*
+ * POSTs the body fmt makes of seed and extra to path, wants 200 and
+ * finish_reason stop; the answer's text (malloc'd).
+ */
+static char *
+constrained(const char *path, const char *fmt, int seed, const char *extra)
+{
+	char *out = malloc(OUT_CAP), *text, body[1024];
+	const struct json *t;
+	struct json *j;
+	int chat = strstr(path, "chat") != NULL;
+
+	ck_assert_ptr_nonnull(out);
+	snprintf(body, sizeof(body), fmt, seed, extra);
+	ck_assert_int_eq(curl(out, "POST", path, body, NULL), 200);
+	j = parse(out);
+	t = chat ? DIG(j, "choices", "#", "message", "content") :
+	    DIG(j, "choices", "#", "text");
+	ck_assert_ptr_nonnull(t);
+	ck_assert_msg(strcmp(DIG(j, "choices", "#", "finish_reason")->str,
+	    "stop") == 0, "seed %d: not complete: %s", seed, t->str);
+	ck_assert_int_lt((int)DIG(j, "usage", "completion_tokens")->num, 200);
+	ck_assert_ptr_nonnull(text = strdup(t->str));
+	json_free(j);
+	free(out);
+	return text;
+}
+
+/* json_object: any JSON value, whole text; chat and completions. */
+START_TEST(test_json_object)
+{
+	const char *rf = ",\"response_format\":{\"type\":\"json_object\"}";
+	char *text;
+	int seed;
+
+	for (seed = 1; seed <= 6; seed++) {
+		text = constrained("/v1/chat/completions", gchat, seed, rf);
+		json_free(parse(text));
+		free(text);
+		text = constrained("/v1/completions", gtext, seed, rf);
+		json_free(parse(text));
+		free(text);
+	}
+}
+END_TEST
+SUITE_TEST("grammar", test_json_object);
+
+/* An object with exactly PERSON's members, of its types, in its order. */
+static void
+expect_person(const char *text)
+{
+	static const char *const keys[] = { "name", "age", "ok" };
+	struct json *j = parse(text);
+	const struct json *v;
+	size_t i;
+
+	ck_assert_msg(j->type == JSON_OBJECT, "not an object: %s", text);
+	ck_assert_uint_eq(j->n, 3);
+	for (i = 0; i < 3; i++)
+		ck_assert_str_eq(j->keys[i], keys[i]);
+	v = json_get(j, "name");
+	ck_assert_int_eq(v->type, JSON_STRING);
+	ck_assert_uint_le(v->len, 12 * 4);	/* 12 characters of UTF-8 */
+	v = json_get(j, "age");
+	ck_assert_int_eq(v->type, JSON_NUMBER);
+	ck_assert_msg(v->num == (double)(long long)v->num, "age %g", v->num);
+	ck_assert_int_eq(json_get(j, "ok")->type, JSON_BOOL);
+	json_free(j);
+}
+
+/*
+ * response_format json_schema, greedy and sampled, and llama-server's
+ * json_schema: PERSON's objects; llama-server's grammar: its words.
+ */
+START_TEST(test_json_schema)
+{
+	const char *rf = ",\"response_format\":{\"type\":\"json_schema\","
+	    "\"json_schema\":{\"name\":\"person\",\"strict\":true,\"schema\":"
+	    PERSON "}}";
+	const char *greedy = ",\"temperature\":0,\"response_format\":{\"type\":"
+	    "\"json_schema\",\"json_schema\":{\"name\":\"person\",\"schema\":"
+	    PERSON "}}";
+	const char *ls = ",\"json_schema\":" PERSON;
+	const char *gbnf = ",\"grammar\":\"root ::= (\\\"yes\\\" | \\\"no\\\") "
+	    "\\\".\\\"\"";
+	char *text;
+	int seed;
+
+	for (seed = 1; seed <= 4; seed++) {
+		text = constrained("/v1/chat/completions", gchat, seed, rf);
+		expect_person(text);
+		free(text);
+		text = constrained("/v1/completions", gtext, seed, ls);
+		expect_person(text);
+		free(text);
+		text = constrained("/v1/completions", gtext, seed, gbnf);
+		ck_assert_msg(strcmp(text, "yes.") == 0 ||
+		    strcmp(text, "no.") == 0, "got '%s'", text);
+		free(text);
+	}
+	text = constrained("/v1/chat/completions", gchat, 0, greedy);
+	expect_person(text);
+	free(text);
+}
+END_TEST
+SUITE_TEST("grammar", test_json_schema);
+
+/* Streamed json_object: the deltas join to one JSON value. */
+START_TEST(test_json_object_stream)
+{
+	char *out = malloc(OUT_CAP), body[512], text[8192], *ev, *end;
+	const struct json *d;
+	int seed, finished;
+
+	ck_assert_ptr_nonnull(out);
+	for (seed = 1; seed <= 4; seed++) {
+		snprintf(body, sizeof(body), gchat, seed, ",\"stream\":true,"
+		    "\"response_format\":{\"type\":\"json_object\"}");
+		ck_assert_int_eq(curl(out, "POST", "/v1/chat/completions",
+		    body, NULL), 200);
+		text[0] = '\0';
+		finished = 0;
+		for (ev = out; strncmp(ev, "data: [DONE]", 12) != 0;
+		    ev = end + 2) {
+			ck_assert_msg(strncmp(ev, "data: ", 6) == 0, "%.80s",
+			    ev);
+			ck_assert_ptr_nonnull(end = strstr(ev, "\n\n"));
+			*end = '\0';
+			struct json *j = parse(ev + 6);
+
+			if ((d = DIG(j, "choices", "#", "delta", "content")) !=
+			    NULL)
+				strncat(text, d->str, sizeof(text) -
+				    strlen(text) - 1);
+			if ((d = DIG(j, "choices", "#", "finish_reason")) !=
+			    NULL && d->type == JSON_STRING) {
+				ck_assert_str_eq(d->str, "stop");
+				finished++;
+			}
+			json_free(j);
+		}
+		ck_assert_int_eq(finished, 1);
+		ck_assert_uint_gt(strlen(text), 0);
+		json_free(parse(text));
+	}
+	free(out);
+}
+END_TEST
+SUITE_TEST("grammar", test_json_object_stream);
+
+/*
+ * A request and the 400 it gets from the daemon's grammar compiler: param
+ * names the field, the message what (a schema path, a rule).
+ */
+static void
+expect_grammar_error(const char *path, const char *body, const char *param,
+    const char *msg)
+{
+	char *out = malloc(OUT_CAP);
+	struct json *j;
+
+	ck_assert_ptr_nonnull(out);
+	ck_assert_int_eq(curl(out, "POST", path, body, NULL), 400);
+	j = parse(out);
+	ck_assert_str_eq(DIG(j, "error", "type")->str,
+	    "invalid_request_error");
+	ck_assert_str_eq(DIG(j, "error", "param")->str, param);
+	ck_assert_msg(strstr(DIG(j, "error", "message")->str, msg) != NULL,
+	    "message: %s", DIG(j, "error", "message")->str);
+	json_free(j);
+	free(out);
+}
+
+START_TEST(test_grammar_errors)
+{
+	static const char bad[] = "{\"type\":\"object\",\"properties\":{"
+	    "\"age\":{\"type\":\"int\"}}}";
+	char body[1024], rf[512], *out = malloc(OUT_CAP);
+
+	ck_assert_ptr_nonnull(out);
+	snprintf(rf, sizeof(rf), ",\"response_format\":{\"type\":"
+	    "\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":%s}}",
+	    bad);
+	snprintf(body, sizeof(body), gchat, 1, rf);
+	expect_grammar_error("/v1/chat/completions", body, "response_format",
+	    "response_format.json_schema.schema: #/properties/age/type: ");
+	/* Streamed: the status comes before any event. */
+	snprintf(rf + strlen(rf), sizeof(rf) - strlen(rf), ",\"stream\":true");
+	snprintf(body, sizeof(body), gchat, 1, rf);
+	expect_grammar_error("/v1/chat/completions", body, "response_format",
+	    "#/properties/age/type: ");
+	snprintf(rf, sizeof(rf), ",\"json_schema\":%s", bad);
+	snprintf(body, sizeof(body), gtext, 1, rf);
+	expect_grammar_error("/v1/completions", body, "json_schema",
+	    "json_schema: #/properties/age/type: ");
+	snprintf(body, sizeof(body), gtext, 1,
+	    ",\"grammar\":\"root ::= item+\"");
+	expect_grammar_error("/v1/completions", body, "grammar", "'item'");
+	/* cpd-http serves on. */
+	snprintf(body, sizeof(body), gtext, 1, "");
+	ck_assert_int_eq(curl(out, "POST", "/v1/completions", body, NULL),
+	    200);
+	free(out);
+}
+END_TEST
+SUITE_TEST("grammar", test_grammar_errors);
 
 /* ---- a client that hangs up mid-stream -------------------------------- */
 
@@ -790,6 +1042,7 @@ SUITE_FIXTURE("openai", 120, up_chat, down, true);
 SUITE_FIXTURE("limits", 120, up_small_body, down, true);
 SUITE_FIXTURE("key", 120, up_key, down, true);
 SUITE_FIXTURE("hangup", 120, up_synth, down, true);
+SUITE_FIXTURE("grammar", 120, up_grammar, down, true);
 SUITE_FIXTURE("quota", 120, up_quota, down, true);
 
 /* A synthetic model with a long context, for the hang-up case. */

@@ -59,8 +59,14 @@ int http_error_set(struct http_error *e, unsigned status, const char *code,
  */
 int http_error_cp(struct http_error *e, int r, const char *what);
 
-/* Fills e for an ERROR event (its error code and message); returns -1. */
-int http_error_event(struct http_error *e, const struct cp_event *ev);
+struct http_req;
+
+/*
+ * Fills e for an ERROR event of request rq (its error code and message);
+ * returns -1.  An error about rq's grammar is a 400 naming its field.
+ */
+int http_error_event(struct http_error *e, const struct cp_event *ev,
+    const struct http_req *rq);
 
 /* e as the JSON object {"error": {...}} (a new reference). */
 json_t *http_error_json(const struct http_error *e);
@@ -99,6 +105,12 @@ struct http_req {
 	int logprobs;			/* sampled token's logprob wanted */
 	int top_logprobs;		/* and its n most likely alternatives
 					   (0..CP_TOP_LOGPROBS_MAX) */
+	char *grammar;			/* p.grammar when made here: a schema
+					   serialised (owned) */
+	const char *grammar_field;	/* the field p.grammar_kind came from
+					   ("response_format", "grammar",
+					   "json_schema"), NULL: none */
+	const char *grammar_path;	/* where in the body its text is */
 };
 
 /*

@@ -7,6 +7,8 @@
  * key, 404 an unknown path, 405 a known path with another method, 413 a
  * body over --max-body, 429 cpd's per-user limits (-EUSERS, -EBUSY,
  * -EAGAIN), 503 cpd unreachable, stopping or gone, 500 anything else.
+ * A grammar the daemon cannot compile is a 400 naming the request's field
+ * that set it, with the daemon's message (the rule or the schema path).
  */
 #include "http.h"
 
@@ -81,8 +83,16 @@ http_error_cp(struct http_error *e, int r, const char *what)
 }
 
 int
-http_error_event(struct http_error *e, const struct cp_event *ev)
+http_error_event(struct http_error *e, const struct cp_event *ev,
+    const struct http_req *rq)
 {
+	/* The daemon's text for a grammar that does not compile (or that a
+	   matcher cannot follow): "grammar: " and the rule or schema path. */
+	if (rq->grammar_field != NULL && ev->text_len > 9 &&
+	    strncmp(ev->text, "grammar: ", 9) == 0)
+		return http_error_set(e, 400, "invalid_value",
+		    rq->grammar_field, "%s: %s", rq->grammar_path,
+		    ev->text + 9);
 	http_error_cp(e, ev->error, "generation");
 	if (ev->text_len > 0)
 		snprintf(e->msg, sizeof(e->msg), "cpd: %s", ev->text);

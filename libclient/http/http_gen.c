@@ -70,6 +70,10 @@ http_gen_start(struct http_gen *g, const struct http_cfg *cfg, int conn_fd,
 		id = cp_submit_tokens(g->c, r->ids, r->n_ids, &r->p);
 	else
 		id = cp_submit(g->c, r->prompt, r->prompt_len, &r->p);
+	if (id == -EOPNOTSUPP && r->grammar_field != NULL)
+		return http_error_set(e, 400, "unsupported_parameter",
+		    r->grammar_field, "%s: cpd: %s (a daemon without "
+		    "grammars?)", r->grammar_field, cp_strerror(id));
 	if (id < 0)
 		return http_error_cp(e, id, "submit");
 	g->id = id;
@@ -407,7 +411,7 @@ http_gen_answer(struct http_gen *g, struct MHD_Connection *conn)
 			goto out;
 		}
 		if (ev.type == CP_EVENT_ERROR) {
-			http_error_event(&e, &ev);
+			http_error_event(&e, &ev, &g->rq);
 			ret = http_error_send(conn, &e);
 			goto out;
 		}

@@ -16,6 +16,13 @@
  *     content a string, null, or an array of {type: "text", text} parts
  *     (joined).  Roles: system (and developer), user, assistant, tool.
  *  5. stop: a string or up to 8 strings of 1..511 bytes (cpd's limits).
+ *  6. Output constraints, at most one of: response_format {"type":
+ *     "text"} (none), {"type": "json_object"} (any JSON value), {"type":
+ *     "json_schema", "json_schema": {"name", "description", "schema",
+ *     "strict"}} (schema an object, sent to cpd as jansson writes it);
+ *     llama-server's "grammar" (GBNF text) and "json_schema" (an object).
+ *     The text is at most CP_GRAMMAR_MAX_BYTES; cpd compiles it, and its
+ *     errors come back as an ERROR event (http_error_event()).
  */
 #include "http.h"
 
@@ -32,13 +39,15 @@ static const char *const chat_keys[] = {
 	"model", "messages", "max_tokens", "max_completion_tokens",
 	"temperature", "top_p", "seed", "stop", "n", "stream",
 	"stream_options", "logprobs", "top_logprobs", "presence_penalty",
-	"frequency_penalty", "user", NULL
+	"frequency_penalty", "user", "response_format", "grammar",
+	"json_schema", NULL
 };
 
 static const char *const text_keys[] = {
 	"model", "prompt", "max_tokens", "temperature", "top_p", "seed",
 	"stop", "n", "stream", "stream_options", "logprobs", "echo", "suffix",
-	"presence_penalty", "frequency_penalty", "best_of", "user", NULL
+	"presence_penalty", "frequency_penalty", "best_of", "user",
+	"response_format", "grammar", "json_schema", NULL
 };
 
 /* o's member key, NULL when absent or null. */
@@ -170,6 +179,136 @@ stops(struct http_req *r, struct http_error *e)
 	return 0;
 }
 
+/* Constrains r's output with kind and text[0..len) that field set. */
+static int
+set_grammar(struct http_req *r, const char *field, const char *path,
+    int kind, const char *text, size_t len, struct http_error *e)
+{
+	if (r->grammar_field != NULL)
+		return http_error_set(e, 400, "invalid_value", field,
+		    "%s: only one of response_format, grammar and json_schema "
+		    "may constrain the output (%s does already)", field,
+		    r->grammar_field);
+	if (kind != CP_GRAMMAR_JSON && len == 0)
+		return http_error_set(e, 400, "invalid_value", field,
+		    "%s: empty", field);
+	if (len > CP_GRAMMAR_MAX_BYTES)
+		return http_error_set(e, 400, "invalid_value", field,
+		    "%s: %zu bytes, at most %d", field, len,
+		    CP_GRAMMAR_MAX_BYTES);
+	r->grammar_field = field;
+	r->grammar_path = path;
+	r->p.grammar_kind = kind;
+	r->p.grammar = text;
+	r->p.grammar_len = len;
+	return 0;
+}
+
+/* A JSON schema object as text, kept in r; path names it for errors. */
+static int
+schema(struct http_req *r, const char *field, const char *path, json_t *s,
+    struct http_error *e)
+{
+	char *text;
+
+	if (!json_is_object(s))
+		return http_error_set(e, 400, "invalid_type", field,
+		    "%s: expected a JSON schema object", path);
+	if ((text = json_dumps(s, JSON_COMPACT)) == NULL)
+		return http_error_set(e, 500, NULL, NULL, "out of memory");
+	if (set_grammar(r, field, path, CP_GRAMMAR_JSON_SCHEMA, text,
+	    strlen(text), e) < 0) {
+		free(text);
+		return -1;
+	}
+	r->grammar = text;
+	return 0;
+}
+
+/* Members of response_format.json_schema besides schema: string or bool. */
+static int
+schema_member(const char *key, json_t *v, struct http_error *e)
+{
+	static const char f[] = "response_format";
+	int strict = strcmp(key, "strict") == 0;
+
+	if (!strict && strcmp(key, "name") != 0 &&
+	    strcmp(key, "description") != 0)
+		return http_error_set(e, 400, "unknown_parameter", f,
+		    "response_format.json_schema.%s: not supported", key);
+	if (!json_is_null(v) && (strict ? !json_is_boolean(v) :
+	    !json_is_string(v)))
+		return http_error_set(e, 400, "invalid_type", f,
+		    "response_format.json_schema.%s: expected a %s", key,
+		    strict ? "boolean" : "string");
+	return 0;
+}
+
+/* OpenAI's response_format: text, json_object or json_schema. */
+static int
+response_format(struct http_req *r, json_t *rf, struct http_error *e)
+{
+	static const char f[] = "response_format";
+	json_t *t = json_object_get(rf, "type"), *js, *v;
+	const char *type, *key;
+	int is_schema;
+
+	if (!json_is_object(rf))
+		return http_error_set(e, 400, "invalid_type", f,
+		    "response_format: expected an object");
+	type = json_is_string(t) ? json_string_value(t) : "";
+	is_schema = strcmp(type, "json_schema") == 0;
+	if (!is_schema && strcmp(type, "text") != 0 &&
+	    strcmp(type, "json_object") != 0)
+		return http_error_set(e, 400, "invalid_value", f,
+		    "response_format.type: expected \"text\", "
+		    "\"json_object\" or \"json_schema\"");
+	json_object_foreach(rf, key, v)
+		if (strcmp(key, "type") != 0 &&
+		    !(is_schema && strcmp(key, "json_schema") == 0))
+			return http_error_set(e, 400, "unknown_parameter", f,
+			    "response_format.%s: not a member of type %s",
+			    key, type);
+	if (strcmp(type, "text") == 0)
+		return 0;
+	if (!is_schema)
+		return set_grammar(r, f, f, CP_GRAMMAR_JSON, NULL, 0, e);
+	js = json_object_get(rf, "json_schema");
+	if (!json_is_object(js))
+		return http_error_set(e, 400, "invalid_type", f,
+		    "response_format.json_schema: expected an object");
+	json_object_foreach(js, key, v)
+		if (strcmp(key, "schema") != 0 && schema_member(key, v, e) < 0)
+			return -1;
+	if ((v = json_object_get(js, "schema")) == NULL)
+		return http_error_set(e, 400, "invalid_value", f,
+		    "response_format.json_schema.schema: missing");
+	return schema(r, f, "response_format.json_schema.schema", v, e);
+}
+
+/* Rule 6: response_format, or llama-server's grammar or json_schema. */
+static int
+constraint(struct http_req *r, struct http_error *e)
+{
+	json_t *v;
+
+	if ((v = field(r->root, "response_format")) != NULL &&
+	    response_format(r, v, e) < 0)
+		return -1;
+	if ((v = field(r->root, "grammar")) != NULL) {
+		if (!json_is_string(v))
+			return http_error_set(e, 400, "invalid_type",
+			    "grammar", "grammar: expected a string (GBNF)");
+		if (set_grammar(r, "grammar", "grammar", CP_GRAMMAR_GBNF,
+		    json_string_value(v), json_string_length(v), e) < 0)
+			return -1;
+	}
+	if ((v = field(r->root, "json_schema")) != NULL &&
+	    schema(r, "json_schema", "json_schema", v, e) < 0)
+		return -1;
+	return 0;
+}
+
 /* Sampling, stopping and the fields both endpoints share. */
 static int
 common(struct http_req *r, struct http_error *e)
@@ -225,7 +364,7 @@ common(struct http_req *r, struct http_error *e)
 		if ((r->include_usage = boolean(so, "include_usage", e)) < 0)
 			return -1;
 	}
-	return 0;
+	return constraint(r, e);
 }
 
 static int
@@ -465,5 +604,6 @@ http_req_fini(struct http_req *r)
 	json_decref(r->keep);
 	free(r->msgs);
 	free(r->ids);
+	free(r->grammar);
 	memset(r, 0, sizeof(*r));
 }

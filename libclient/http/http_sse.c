@@ -90,7 +90,7 @@ on_event(struct http_gen *g, const struct cp_event *ev)
 	int r = 0;
 
 	if (ev->type == CP_EVENT_ERROR) {
-		http_error_event(&e, ev);
+		http_error_event(&e, ev, &g->rq);
 		return out_event(g, http_error_json(&e));
 	}
 	if (g->rq.logprobs && g->rq.kind == HTTP_CHAT && ev->token >= 0)
@@ -187,7 +187,7 @@ http_sse_answer(struct http_gen *g, struct MHD_Connection *conn)
 		return http_error_send(conn, &e);
 	}
 	if (ev.type == CP_EVENT_ERROR) {
-		http_error_event(&e, &ev);
+		http_error_event(&e, &ev, &g->rq);
 		return http_error_send(conn, &e);
 	}
 	if (g->rq.kind == HTTP_CHAT && out_event(g, chunk(g, json_pack(

@@ -17,12 +17,23 @@ daemon when it is closed or dropped before its end.  Errors of the library
 and the daemon's ERROR events raise CpError, whose .code is the negative
 errno or CP_E* value of cpclient.h.
 
+Both take one output constraint (cpclient.h, GRAMMARS): grammar= GBNF
+text (root the start rule), json_schema= a JSON schema (a dict, or its
+JSON text), or json_output=True (any JSON value).  The request then ends
+("stop") as soon as its text is complete; a grammar the daemon cannot
+compile raises CpError (-EINVAL, or -E2BIG past a limit) naming the rule
+or the schema path:
+
+    text, _ = c.complete("Name: ", json_schema={"type": "object"}).text()
+    obj = json.loads(text)
+
 The library is found at $CPCLIENT_LIBRARY when set, else at the path that
 `make install` wrote below, else by the dynamic linker (libcpclient.so.0).
 One Client serves one thread at a time.
 """
 
 import ctypes
+import json
 import os
 
 __all__ = ["Client", "Request", "Event", "CpError", "EDEAD", "EPROTO"]
@@ -33,6 +44,7 @@ EDEAD = -10001
 EPROTO = -10002
 
 EVENT_TOKEN, EVENT_DONE, EVENT_ERROR, EVENT_PROGRESS = 1, 2, 3, 4
+GRAMMAR_GBNF, GRAMMAR_JSON_SCHEMA, GRAMMAR_JSON = 1, 2, 3
 _FINISH = {1: "stop", 2: "length", 3: "cancelled", 4: "context", 5: "stalled"}
 _ROLES = {"system": 0, "developer": 0, "user": 1, "assistant": 2, "tool": 3}
 
@@ -56,7 +68,10 @@ class _Params(ctypes.Structure):
                 ("logprobs", ctypes.c_int), ("stop", _c_char_pp),
                 ("n_stop", ctypes.c_size_t), ("progress", ctypes.c_int),
                 ("strict", ctypes.c_int),
-                ("no_generation_prompt", ctypes.c_int)]
+                ("no_generation_prompt", ctypes.c_int),
+                ("grammar_kind", ctypes.c_int),
+                ("grammar", ctypes.c_char_p),
+                ("grammar_len", ctypes.c_size_t)]
 
 
 class _Message(ctypes.Structure):
@@ -172,6 +187,28 @@ def _check(r, what):
     return r
 
 
+def _constrain(p, grammar, json_schema, json_output):
+    """Sets p's grammar from at most one of the three keyword arguments."""
+    given = [n for n, v in (("grammar", grammar is not None),
+                            ("json_schema", json_schema is not None),
+                            ("json_output", json_output)) if v]
+    if len(given) > 1:
+        raise ValueError("cpclient: only one of %s" % ", ".join(given))
+    if json_output:
+        p.grammar_kind = GRAMMAR_JSON
+        return
+    if grammar is not None:
+        p.grammar_kind, text = GRAMMAR_GBNF, grammar
+    elif json_schema is not None:
+        p.grammar_kind = GRAMMAR_JSON_SCHEMA
+        text = (json_schema if isinstance(json_schema, str)
+                else json.dumps(json_schema))
+    else:
+        return
+    b = text.encode()
+    p.grammar, p.grammar_len = b, len(b)
+
+
 class Event:
     """One event of a request: kind "token" or "done", text as str."""
 
@@ -280,7 +317,7 @@ class Client:
         self.close()
 
     def _params(self, max_tokens, temperature, top_p, top_k, seed, stop,
-                logprobs):
+                logprobs, grammar=None, json_schema=None, json_output=False):
         p = _Params()
         _lib.cp_params_init_v1(ctypes.byref(p), ctypes.sizeof(p))
         if max_tokens is not None:
@@ -300,20 +337,23 @@ class Client:
                 *[s.encode() for s in stop])
             p.stop = ctypes.cast(self._stop, _c_char_pp)
             p.n_stop = len(stop)
+        _constrain(p, grammar, json_schema, json_output)
         return p
 
     def complete(self, prompt, max_tokens=None, temperature=None, top_p=None,
-                 top_k=None, seed=None, stop=None, logprobs=False):
+                 top_k=None, seed=None, stop=None, logprobs=False,
+                 grammar=None, json_schema=None, json_output=False):
         """Submits a text prompt; a Request iterating its events."""
         p = self._params(max_tokens, temperature, top_p, top_k, seed, stop,
-                         logprobs)
+                         logprobs, grammar, json_schema, json_output)
         b = prompt.encode()
         r = _check(_lib.cp_submit_v1(self._c, b, len(b), ctypes.byref(p)),
                    "cp_submit")
         return Request(self, r)
 
     def chat(self, messages, max_tokens=None, temperature=None, top_p=None,
-             top_k=None, seed=None, stop=None, logprobs=False):
+             top_k=None, seed=None, stop=None, logprobs=False, grammar=None,
+             json_schema=None, json_output=False):
         """Submits a conversation, rendered by the daemon with the model's
         chat template: messages are (role, content) pairs or dicts with
         "role" and "content"; a Request iterating the answer's events."""
@@ -328,7 +368,7 @@ class Client:
             keep.append(b)
             msgs[i].role, msgs[i].content, msgs[i].len = _ROLES[role], b, len(b)
         p = self._params(max_tokens, temperature, top_p, top_k, seed, stop,
-                         logprobs)
+                         logprobs, grammar, json_schema, json_output)
         r = _check(_lib.cp_submit_chat_v1(self._c, msgs, len(messages),
                                           ctypes.sizeof(_Message),
                                           ctypes.byref(p)),

@@ -1,7 +1,8 @@
 // openai_client.cjs - cpd-http driven by the official openai package, as
 // an application would: node openai_client.cjs BASE_URL (NODE_PATH naming
 // the node_modules that hold openai).  Lists the models, asks one chat
-// question whole, with top_logprobs, and streamed, checks that n: 2 is a
+// question whole, with top_logprobs, streamed, and with a response_format
+// json_schema (the answer must parse to its object), checks that n: 2 is a
 // BadRequestError naming "n", asks for a completion with logprobs, and
 // prints what it got as one JSON line for check_http to compare with cpq.
 // Exits 1 on any mismatch.
@@ -50,6 +51,16 @@ async function main() {
 	}
 	check(finish === 'length', 'finish_reason ' + finish);
 	check(usage !== null && usage.completion_tokens === 24, 'stream usage');
+	const shaped = await client.chat.completions.create({ ...ask,
+	    max_tokens: 80, response_format: { type: 'json_schema',
+	    json_schema: { name: 'answer', strict: true, schema: {
+	    type: 'object', properties: { ok: { type: 'boolean' } },
+	    required: ['ok'], additionalProperties: false } } } });
+	const answer = JSON.parse(shaped.choices[0].message.content);
+	check(shaped.choices[0].finish_reason === 'stop' &&
+	    Object.keys(answer).join() === 'ok' &&
+	    typeof answer.ok === 'boolean', 'json_schema ' +
+	    shaped.choices[0].message.content);
 	let refused = null;
 	try {
 		await client.chat.completions.create({ ...ask, n: 2 });

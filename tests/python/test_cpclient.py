@@ -7,6 +7,7 @@ time"), CP_CHAT_REF (cpq --chat's greedy answer to CHAT, 24 tokens) and
 CP_N_PROMPT (the prompt's tokens, BOS included).
 """
 import errno
+import json
 import os
 import signal
 import time
@@ -84,6 +85,51 @@ class TestClient(unittest.TestCase):
         with self.assertRaises(cpclient.CpError) as cm:
             self.c.complete("x", temperature=-1)
         self.assertEqual(cm.exception.code, -errno.EINVAL)
+
+    def test_json_output(self):
+        """The grammars: whole JSON, a schema's object, GBNF's words."""
+        text, done = self.c.complete("Once upon a time", max_tokens=60,
+                                     temperature=0, json_output=True).text()
+        json.loads(text)
+        self.assertEqual(done.finish, "stop")
+        text, done = self.c.chat(CHAT, max_tokens=60, temperature=0,
+                                 json_output=True).text()
+        json.loads(text)
+        self.assertEqual(done.finish, "stop")
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}},
+                  "required": ["ok"], "additionalProperties": False}
+        for s in (schema, json.dumps(schema)):
+            text, done = self.c.chat(CHAT, max_tokens=80, temperature=0,
+                                     json_schema=s).text()
+            self.assertEqual(done.finish, "stop", text)
+            obj = json.loads(text)
+            self.assertEqual(list(obj), ["ok"])
+            self.assertIsInstance(obj["ok"], bool)
+        text, done = self.c.complete("Once upon a time", max_tokens=20,
+                                     grammar='root ::= ("yes" | "no") "."'
+                                     ).text()
+        self.assertIn(text, ("yes.", "no."))
+        self.assertEqual(done.finish, "stop")
+        with self.assertRaises(ValueError):
+            self.c.complete("x", grammar="root ::= \"a\"", json_output=True)
+
+    def test_grammar_errors(self):
+        """A grammar the daemon cannot compile: CpError naming the rule."""
+        with self.assertRaises(cpclient.CpError) as cm:
+            self.c.complete("x", max_tokens=4,
+                            grammar="root ::= item+").text()
+        self.assertEqual(cm.exception.code, -errno.EINVAL)
+        self.assertIn("'item'", str(cm.exception))
+        with self.assertRaises(cpclient.CpError) as cm:
+            self.c.chat(CHAT, max_tokens=4, json_schema={
+                "type": "object",
+                "properties": {"age": {"type": "int"}}}).text()
+        self.assertEqual(cm.exception.code, -errno.EINVAL)
+        self.assertIn("#/properties/age/type", str(cm.exception))
+        # The connection serves the next request.
+        text, _ = self.c.complete("Once upon a time", max_tokens=4,
+                                  temperature=0).text()
+        self.assertTrue(os.environ["CP_TEXT_REF"].startswith(text))
 
     def test_zz_dead_daemon(self):
         """Last: the daemon killed mid-stream; the client raises EDEAD."""
