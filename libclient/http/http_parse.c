@@ -17,7 +17,7 @@
  *     (joined).  Roles: system (and developer), user, assistant, tool.
  *  5. stop: a string or up to 8 strings of 1..511 bytes (cpd's limits).
  *  6. Output constraints, at most one of: response_format {"type":
- *     "text"} (none), {"type": "json_object"} (any JSON value), {"type":
+ *     "text"} (none), {"type": "json_object"} (any JSON object), {"type":
  *     "json_schema", "json_schema": {"name", "description", "schema",
  *     "strict"}} (schema an object, sent to cpd as jansson writes it);
  *     llama-server's "grammar" (GBNF text) and "json_schema" (an object).
@@ -248,6 +248,7 @@ schema_member(const char *key, json_t *v, struct http_error *e)
 static int
 response_format(struct http_req *r, json_t *rf, struct http_error *e)
 {
+	static const char any_object[] = "{\"type\":\"object\"}";
 	static const char f[] = "response_format";
 	json_t *t = json_object_get(rf, "type"), *js, *v;
 	const char *type, *key;
@@ -271,8 +272,9 @@ response_format(struct http_req *r, json_t *rf, struct http_error *e)
 			    key, type);
 	if (strcmp(type, "text") == 0)
 		return 0;
-	if (!is_schema)
-		return set_grammar(r, f, f, CP_GRAMMAR_JSON, NULL, 0, e);
+	if (!is_schema)		/* OpenAI's JSON mode: an object */
+		return set_grammar(r, f, f, CP_GRAMMAR_JSON_SCHEMA, any_object,
+		    sizeof(any_object) - 1, e);
 	js = json_object_get(rf, "json_schema");
 	if (!json_is_object(js))
 		return http_error_set(e, 400, "invalid_type", f,
