@@ -1373,6 +1373,7 @@ worker_free(struct worker *w)
 	prep_free(w->prep);
 	free(w->enc);
 	free(w->pfx_blocks);
+	free(w->pfx_copy);
 	free(w->free_slot);
 	free(w->req);
 	sched_free(w->sched);

@@ -85,6 +85,8 @@ struct worker_stats {
 	uint64_t lane_prompts;	/* prompts handed to the prefill lane */
 	uint64_t grammar_trims;	/* matchers made to give their caches back
 				   (worker_params.grammar_bytes) */
+	uint64_t prefix_partial;	/* admissions that began with a copy of
+				   part of a cached block */
 	int requests_live;	/* requests queued or running */
 	int kv_seqs_live;	/* KV sequences alive in the backend */
 	int kv_block_tokens;

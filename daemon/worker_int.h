@@ -114,6 +114,8 @@ struct worker {
 	int prefix;			/* PREFIX_* of worker_params */
 	int32_t *pfx_blocks;		/* (pfx_cap) kv_prefix_match() out */
 	int pfx_cap;
+	void *pfx_copy;			/* (kv_block_bytes()) a block on its
+					   way (worker_prefix.c) */
 	struct pacer pacer[2];		/* the latency target (pacer.h): the
 					   model of steps on every thread,
 					   and of steps beside the lane */

@@ -14,6 +14,15 @@
  * with PREFIX_OFF.  The model, its KV type and the hash key are fixed
  * for the daemon's life, so only the scope is salted.
  *
+ * Whole blocks are shared; the block after them may begin with a copy:
+ * when a cached block follows the same blocks and its first tokens are
+ * the request's next ones (the shared system prompt ends inside a block
+ * whose rest was another client's question; the history of a
+ * conversation ends inside its last block), the request takes a block
+ * of its own holding a copy of that block (kv_seq_extend()) and starts
+ * after those tokens.  So only the tokens a request does not share are
+ * computed, at any length.
+ *
  * A prompt that goes to the prefill lane starts there after its cached
  * blocks too (wk_prefix_lane()): the lane copies them from a sequence
  * that shares them for the moment, as it copies a prompt's computed
@@ -25,6 +34,10 @@
  */
 #include "worker_int.h"
 
+#include <errno.h>
+#include <stdlib.h>
+
+#include "backend.h"
 #include "kvcache.h"
 #include "lane.h"
 #include "log.h"
@@ -49,23 +62,63 @@ wk_prefix_peek(struct worker *w, const struct wreq *r, int n)
 	    w->pfx_blocks, max);
 }
 
+/*
+ * seq (whole cached blocks so far) takes a block of its own holding the
+ * first n positions of cached block src, copied whole; 0, or -errno with
+ * seq as it was.
+ */
+static int
+prefix_copy(struct worker *w, int seq, int src, int n)
+{
+	size_t bytes = kv_block_bytes(w->kv);
+	int len = kv_seq_len(w->kv, seq), dst, rc;
+
+	if (w->pfx_copy == NULL && (w->pfx_copy = malloc(bytes)) == NULL)
+		return -ENOMEM;
+	if ((dst = kv_seq_extend(w->kv, seq, src, n)) < 0)
+		return dst;
+	rc = be_kv_read(w->be, kv_block_offset(w->kv, src, 0, KV_K),
+	    w->pfx_copy, bytes);
+	if (rc == 0)
+		rc = be_kv_write(w->be, kv_block_offset(w->kv, dst, 0, KV_K),
+		    w->pfx_copy, bytes);
+	if (rc < 0)
+		(void)kv_seq_truncate(w->kv, seq, len);
+	return rc;
+}
+
 int
 wk_prefix_admit(void *arg, int req, uint64_t req_id, int n_seq)
 {
 	struct worker *w = arg;
 	struct wreq *r;
-	int from, seq;
+	int from, seq, bt, part = 0, src = -1;
 
 	(void)req;
 	if (req_id >= (uint64_t)w->max_requests)
 		return 0;
 	r = &w->req[req_id];
 	if (r->seq >= 0 || r->lane_ready || n_seq > r->n_prompt + r->n_gen ||
-	    (from = wk_prefix_peek(w, r, n_seq)) == 0 ||
-	    (seq = kv_seq_new(w->kv)) < 0)
+	    w->prefix == PREFIX_OFF || n_seq < 2)
 		return 0;
-	if (kv_seq_share(w->kv, seq, w->pfx_blocks, from /
-	    kv_params(w->kv)->block_tokens) < 0) {
+	bt = kv_params(w->kv)->block_tokens;
+	from = wk_prefix_peek(w, r, n_seq);
+	/* the block after them: a cached one may begin as this one does */
+	if (from < n_seq - 1)
+		part = kv_prefix_extend(w->kv, prefix_salt(w, r),
+		    w->pfx_blocks, from / bt, r->toks + from, n_seq - 1 - from,
+		    &src);
+	if ((from == 0 && part == 0) || (seq = kv_seq_new(w->kv)) < 0)
+		return 0;
+	if (kv_seq_share(w->kv, seq, w->pfx_blocks, from / bt) < 0) {
+		(void)kv_seq_free(w->kv, seq);
+		return 0;
+	}
+	if (part > 0 && prefix_copy(w, seq, src, part) == 0) {
+		from += part;
+		w->st.prefix_partial++;
+	}
+	if (from == 0) {
 		(void)kv_seq_free(w->kv, seq);
 		return 0;
 	}

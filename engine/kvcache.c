@@ -436,9 +436,12 @@ kv_check(const struct kv_cache *kv, struct cp_err *e)
 			goto out;
 		}
 	}
-	if (live != kv->p.max_seqs - kv->n_seq_free)
+	if (live != kv->p.max_seqs - kv->n_seq_free) {
 		rc = cp_err_set(e, -EFAULT, "kv check: %d live sequences, "
 		    "%d slots taken", live, kv->p.max_seqs - kv->n_seq_free);
+		goto out;
+	}
+	rc = kv_prefix_check(kv, e);
 out:
 	free(seen);
 	free(held);

@@ -36,7 +36,11 @@
  *     that would make it partial is refused);
  *  5. appends take free blocks before idle ones, and idle ones oldest
  *     first (evicting them from the cache): kv_blocks_free() counts both,
- *     so the cache never makes an append fail.
+ *     so the cache never makes an append fail;
+ *  6. the prefix tables hold exactly the cached blocks, each under its
+ *     hash and under its parent's; a partial reuse copies a cached block
+ *     into a block of the sequence's own (never shares a partial one),
+ *     and the append that takes it cannot evict its source.
  */
 #ifndef CP_KVCACHE_H
 #define CP_KVCACHE_H
@@ -201,6 +205,27 @@ int kv_prefix_match(const struct kv_cache *kv, uint64_t salt,
 int kv_seq_share(struct kv_cache *kv, int seq, const int32_t *blocks, int n);
 
 /*
+ * After the n_blocks cached blocks kv_prefix_match() found for a prefix
+ * under salt, the cached block that follows them and whose leading ids
+ * equal the most of ids[0..n_ids) (at most block_tokens - 1 of them):
+ * *block gets it (-1 when none) and the count is returned, 0 when none
+ * shares even its first id.
+ */
+int kv_prefix_extend(const struct kv_cache *kv, uint64_t salt,
+    const int32_t *blocks, int n_blocks, const int32_t *ids, int n_ids,
+    int *block);
+
+/*
+ * seq, whose len is whole blocks all written (as after kv_seq_share()),
+ * takes a block of its own for n more positions (1 <= n < block_tokens)
+ * and counts them written: the caller copies cached block src's bytes
+ * into it (whole blocks: the slots past n are not written yet) before the
+ * next step.  src cannot be evicted by the append.  Returns the new
+ * block's id, or kv_seq_append()'s error, -EINVAL (seq, src or n).
+ */
+int kv_seq_extend(struct kv_cache *kv, int seq, int src, int n);
+
+/*
  * Publish seq's full written blocks not yet seen, whose tokens are
  * ids[0..n_ids) from position 0, under salt; a block whose prefix is
  * already cached stays private.  Returns how many blocks were added, or
@@ -213,7 +238,8 @@ int kv_seq_publish(struct kv_cache *kv, int seq, uint64_t salt,
 int kv_blocks_cached(const struct kv_cache *kv);
 uint64_t kv_evictions(const struct kv_cache *kv);
 
-/* Verify invariants 1-4 above; 0 or -EFAULT (with e saying which broke). */
+/* Verify invariants 1-4 and 6 above; 0 or -EFAULT (with e saying which
+ * broke). */
 int kv_check(const struct kv_cache *kv, struct cp_err *e);
 
 #endif

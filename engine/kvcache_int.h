@@ -56,7 +56,10 @@ struct kv_cache {
 	/* The prefix cache (kvcache_prefix.c). */
 	struct kv_block *blocks;	/* n_blocks */
 	int32_t *ids;			/* n_blocks x block_tokens token ids */
-	int32_t *htab;			/* hcap slots: block id or -1 */
+	int32_t *htab;			/* hcap slots: block id or -1, by
+					   hash */
+	int32_t *ptab;			/* hcap slots: the same blocks by
+					   parent (several may share one) */
 	uint32_t hcap;			/* power of two >= 2 n_blocks */
 	int lru_head, lru_tail;		/* idle cached blocks */
 	int n_idle;
@@ -73,6 +76,13 @@ void kv_prefix_fini(struct kv_cache *kv);
  * (evicted from the prefix table); ref becomes 1.  -1 when none is left.
  */
 int kv_block_take(struct kv_cache *kv);
+
+/*
+ * The prefix tables agree with the blocks: each cached block is found by
+ * its hash and among its parent's children, and the tables hold nothing
+ * else.  0 or -EFAULT with e (kv_check()).
+ */
+int kv_prefix_check(const struct kv_cache *kv, struct cp_err *e);
 
 /* One holder lets block b go: idle if cached, else free, at ref 0. */
 void kv_block_drop(struct kv_cache *kv, int b);

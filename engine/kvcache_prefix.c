@@ -10,6 +10,11 @@
  * match also compares the stored ids and the parent hash, so two prefixes
  * meet only if they are equal or a secret-keyed 64-bit hash collides.
  *
+ * A second table maps a parent hash to the cached blocks that follow it,
+ * so that a sequence whose next tokens fill only part of a block can
+ * start with a copy of a cached block's leading positions
+ * (kv_prefix_extend()).
+ *
  * Idle cached blocks (ref 0) sit on an LRU list, oldest at the head; an
  * append takes free blocks first and evicts idle ones only when none is
  * free, oldest first.  kv_blocks_free() counts both: caching never makes
@@ -96,11 +101,13 @@ kv_prefix_init(struct kv_cache *kv)
 		cap *= 2;
 	kv->hcap = cap;
 	kv->htab = malloc((size_t)cap * sizeof(*kv->htab));
+	kv->ptab = malloc((size_t)cap * sizeof(*kv->ptab));
 	kv->ids = calloc((size_t)n * (size_t)kv->p.block_tokens,
 	    sizeof(*kv->ids));
-	if (kv->htab == NULL || kv->ids == NULL)
+	if (kv->htab == NULL || kv->ptab == NULL || kv->ids == NULL)
 		return -ENOMEM;
 	memset(kv->htab, 0xff, (size_t)cap * sizeof(*kv->htab));
+	memset(kv->ptab, 0xff, (size_t)cap * sizeof(*kv->ptab));
 	for (int b = 0; b < n; b++)
 		kv->blocks[b].lru_prev = kv->blocks[b].lru_next = -1;
 	kv->lru_head = kv->lru_tail = -1;
@@ -116,6 +123,7 @@ void
 kv_prefix_fini(struct kv_cache *kv)
 {
 	free(kv->htab);
+	free(kv->ptab);
 	free(kv->ids);
 }
 
@@ -139,35 +147,56 @@ kv_find(const struct kv_cache *kv, uint64_t h)
 	}
 }
 
-static void
-kv_insert(struct kv_cache *kv, int b)
+/* Key of block b in table tab: its hash in htab, its parent in ptab. */
+static uint64_t
+kv_key(const struct kv_cache *kv, const int32_t *tab, int b)
 {
-	uint32_t i = kv_slot(kv, kv->blocks[b].hash);
-
-	while (kv->htab[i] >= 0)
-		i = (i + 1) & (kv->hcap - 1);
-	kv->htab[i] = b;
-	kv->blocks[b].cached = true;
+	return tab == kv->htab ? kv->blocks[b].hash : kv->blocks[b].parent;
 }
 
-/* Remove b from the table (linear probing: shift the run back). */
 static void
-kv_remove(struct kv_cache *kv, int b)
+kv_tab_add(struct kv_cache *kv, int32_t *tab, int b)
 {
-	uint32_t m = kv->hcap - 1, i = kv_slot(kv, kv->blocks[b].hash), j, k;
+	uint32_t i = kv_slot(kv, kv_key(kv, tab, b));
 
-	while (kv->htab[i] != b)
+	while (tab[i] >= 0)
+		i = (i + 1) & (kv->hcap - 1);
+	tab[i] = b;
+}
+
+/* Remove b from tab (linear probing: shift the run back). */
+static void
+kv_tab_del(struct kv_cache *kv, int32_t *tab, int b)
+{
+	uint32_t m = kv->hcap - 1, i = kv_slot(kv, kv_key(kv, tab, b)), j, k;
+
+	while (tab[i] != b)
 		i = (i + 1) & m;
-	kv->htab[i] = -1;
-	for (j = (i + 1) & m; kv->htab[j] >= 0; j = (j + 1) & m) {
-		k = kv_slot(kv, kv->blocks[kv->htab[j]].hash);
+	tab[i] = -1;
+	for (j = (i + 1) & m; tab[j] >= 0; j = (j + 1) & m) {
+		k = kv_slot(kv, kv_key(kv, tab, tab[j]));
 		/* j's entry may move to i unless its home lies in (i, j] */
 		if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) {
-			kv->htab[i] = kv->htab[j];
-			kv->htab[j] = -1;
+			tab[i] = tab[j];
+			tab[j] = -1;
 			i = j;
 		}
 	}
+}
+
+static void
+kv_insert(struct kv_cache *kv, int b)
+{
+	kv_tab_add(kv, kv->htab, b);
+	kv_tab_add(kv, kv->ptab, b);
+	kv->blocks[b].cached = true;
+}
+
+static void
+kv_remove(struct kv_cache *kv, int b)
+{
+	kv_tab_del(kv, kv->htab, b);
+	kv_tab_del(kv, kv->ptab, b);
 	kv->blocks[b].cached = false;
 }
 
@@ -330,6 +359,104 @@ kv_seq_publish(struct kv_cache *kv, int seq, uint64_t salt,
 		s->tail_hash = h;
 	}
 	return added;
+}
+
+/* Whether tab holds b under its key (kv_key()). */
+static bool
+kv_tab_has(const struct kv_cache *kv, const int32_t *tab, int b)
+{
+	for (uint32_t i = kv_slot(kv, kv_key(kv, tab, b)); tab[i] >= 0;
+	    i = (i + 1) & (kv->hcap - 1))
+		if (tab[i] == b)
+			return true;
+	return false;
+}
+
+int
+kv_prefix_check(const struct kv_cache *kv, struct cp_err *e)
+{
+	uint32_t i, in_h = 0, in_p = 0;
+	int b, cached = 0;
+
+	for (i = 0; i < kv->hcap; i++) {
+		in_h += kv->htab[i] >= 0;
+		in_p += kv->ptab[i] >= 0;
+	}
+	for (b = 0; b < kv->p.n_blocks; b++) {
+		if (!kv->blocks[b].cached)
+			continue;
+		cached++;
+		if (kv_find(kv, kv->blocks[b].hash) != b ||
+		    !kv_tab_has(kv, kv->ptab, b))
+			return cp_err_set(e, -EFAULT, "kv check: cached block "
+			    "%d missing from the prefix tables", b);
+	}
+	if (in_h != (uint32_t)cached || in_p != (uint32_t)cached)
+		return cp_err_set(e, -EFAULT, "kv check: %u and %u prefix "
+		    "table entries for %d cached blocks", in_h, in_p, cached);
+	return 0;
+}
+
+/* Leading ids of cached block b equal to ids[0..n). */
+static int
+kv_block_common(const struct kv_cache *kv, int b, const int32_t *ids, int n)
+{
+	const int32_t *have = kv->ids + (size_t)b * (size_t)kv->p.block_tokens;
+	int j = 0;
+
+	while (j < n && have[j] == ids[j])
+		j++;
+	return j;
+}
+
+int
+kv_prefix_extend(const struct kv_cache *kv, uint64_t salt,
+    const int32_t *blocks, int n_blocks, const int32_t *ids, int n_ids,
+    int *block)
+{
+	uint64_t parent = n_blocks > 0 ? kv->blocks[blocks[n_blocks - 1]].hash :
+	    salt;
+	int bt = kv->p.block_tokens, best = 0, j, b;
+
+	*block = -1;
+	if (n_ids > bt - 1)
+		n_ids = bt - 1;
+	for (uint32_t i = kv_slot(kv, parent); n_ids > 0 &&
+	    (b = kv->ptab[i]) >= 0; i = (i + 1) & (kv->hcap - 1)) {
+		if (kv->blocks[b].parent != parent)
+			continue;
+		if ((j = kv_block_common(kv, b, ids, n_ids)) > best) {
+			best = j;
+			*block = b;
+		}
+	}
+	return best;
+}
+
+int
+kv_seq_extend(struct kv_cache *kv, int seq, int src, int n)
+{
+	struct kv_seq *s;
+	struct kv_block *k;
+	int rc;
+
+	if (!kv_seq_live(kv, seq) || src < 0 || src >= kv->p.n_blocks ||
+	    !kv->blocks[src].cached || n < 1 || n >= kv->p.block_tokens)
+		return -EINVAL;
+	s = &kv->seqs[seq];
+	if (s->len % kv->p.block_tokens != 0 || s->written != s->len)
+		return -EINVAL;
+	/* held meanwhile, so that the append cannot evict it */
+	k = &kv->blocks[src];
+	if (k->ref++ == 0)
+		kv_lru_unlink(kv, src);
+	rc = kv_seq_append(kv, seq, n);
+	kv_block_drop(kv, src);
+	if (rc < 0)
+		return rc;
+	s->written = s->len;
+	return kv->tables[(size_t)seq * (size_t)kv->max_blocks_per_seq +
+	    (size_t)s->n_blocks - 1];
 }
 
 int

@@ -502,6 +502,90 @@ END_TEST
 SUITE_TEST("core", test_prefix_eviction);
 
 /*
+ * The block after the shared ones: kv_prefix_extend() finds, among the
+ * cached blocks that follow the same blocks, the one whose leading ids
+ * are the most of the next ones (never a whole block), and kv_seq_extend()
+ * gives the sequence a block of its own for them, counted written, with
+ * the source kept from eviction while the pool is empty of anything else.
+ */
+START_TEST(test_prefix_extend)
+{
+	struct kv_params p = small_params();
+	struct kv_cache *kv;
+	int32_t a[48], b[48], c[48], got[4];
+	int s, src, nb;
+
+	p.n_blocks = 4;
+	ck_assert_int_eq(kv_new(&p, &kv, NULL), 0);
+	fill_ids(a, 48, 100);
+	memcpy(b, a, sizeof(a));
+	b[16 + 9] = 7;		/* b's second block: 9 ids of a's, then not */
+	memcpy(c, a, sizeof(a));
+	c[16 + 3] = 8;		/* c's: 3 of a's */
+	ck_assert_int_eq(kv_seq_free(kv, written_seq(kv, a, 32, 5)), 0);
+	ck_assert_int_eq(kv_seq_free(kv, written_seq(kv, c, 32, 5)), 0);
+	ck_assert_int_eq(kv_blocks_cached(kv), 3);	/* a0 = c0, a1, c1 */
+	assert_consistent(kv);
+
+	ck_assert_int_eq(kv_prefix_match(kv, 5, b, 47, got, 4), 1);
+	ck_assert_int_eq(kv_prefix_extend(kv, 5, got, 1, b + 16, 31, &src),
+	    9);
+	ck_assert_int_eq(kv_prefix_extend(kv, 5, got, 1, a + 16, 10, &src),
+	    10);
+	/* a whole block is never a part: at most block_tokens - 1 */
+	ck_assert_int_eq(kv_prefix_extend(kv, 5, got, 1, a + 16, 31, &src),
+	    15);
+	/* another salt, or another parent, finds nothing */
+	ck_assert_int_eq(kv_prefix_extend(kv, 6, got, 0, b, 12, &src), 0);
+	ck_assert_int_eq(src, -1);
+	ck_assert_int_eq(kv_prefix_extend(kv, 5, got, 0, b + 16, 31, &src),
+	    0);
+	/* the first block itself, from the salt */
+	ck_assert_int_eq(kv_prefix_extend(kv, 5, got, 0, b, 12, &src), 12);
+	ck_assert_int_eq(src, got[0]);
+
+	ck_assert_int_eq(kv_prefix_extend(kv, 5, got, 1, b + 16, 31, &src),
+	    9);
+	s = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_share(kv, s, got, 1), 0);
+	ck_assert_int_eq(kv_seq_extend(kv, s, src, 16), -EINVAL);
+	ck_assert_int_eq(kv_seq_extend(kv, s, got[0], 0), -EINVAL);
+	/* 4 blocks: a0 held, a1 and c1 idle, one free; fill the free one */
+	{
+		int t = kv_seq_new(kv);
+
+		ck_assert_int_eq(kv_seq_append(kv, t, 16), 0);
+		ck_assert_int_eq(kv_evictions(kv), 0);
+		/* the append may evict c1 but never its source a1 */
+		nb = kv_seq_extend(kv, s, src, 9);
+		ck_assert_int_ge(nb, 0);
+		ck_assert_int_ne(nb, src);
+		ck_assert_int_eq(kv_evictions(kv), 1);
+		ck_assert_int_eq(kv_seq_len(kv, s), 25);
+		ck_assert_int_eq(kv_seq_written(kv, s), 25);
+		ck_assert_int_eq(kv_seq_blocks(kv, s)[1], nb);
+		ck_assert_int_eq(kv_prefix_extend(kv, 5, got, 1, b + 16, 31,
+		    &src), 9);	/* a1 is still cached */
+		assert_consistent(kv);
+		/* nothing left to take but a1, held meanwhile: no room */
+		ck_assert_int_eq(kv_seq_free(kv, s), 0);
+		s = kv_seq_new(kv);
+		ck_assert_int_eq(kv_seq_share(kv, s, got, 1), 0);
+		ck_assert_int_eq(kv_seq_append(kv, t, 16), 0);
+		ck_assert_int_eq(kv_seq_extend(kv, s, src, 9), -ENOSPC);
+		ck_assert_int_eq(kv_seq_len(kv, s), 16);
+		assert_consistent(kv);
+		ck_assert_int_eq(kv_seq_free(kv, t), 0);
+	}
+	ck_assert_int_eq(kv_seq_free(kv, s), 0);
+	ck_assert_int_eq(kv_blocks_free(kv), 4);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+SUITE_TEST("core", test_prefix_extend);
+
+/*
  * Random appends, writes, publishes, shares, truncations and frees over a
  * few token streams that share prefixes: the invariants hold after every
  * operation, every pool count balances, and a shared prefix's blocks are
