@@ -300,8 +300,7 @@ req_clear(struct worker *w, struct wreq *r)
 		lane_cancel(w->lane);
 		w->lane_slot = -1;
 	}
-	if (r->seq >= 0)
-		(void)kv_seq_free(w->kv, r->seq);
+	wk_prefix_retire(w, r);
 	sampler_free(r->smp);
 	if (r->gram != NULL)
 		w->n_gram--;

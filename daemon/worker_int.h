@@ -153,6 +153,10 @@ int wk_prefix_lane(struct worker *w, struct wreq *r);
 /* Publishes r's full written blocks (after a step that ran it). */
 void wk_prefix_publish(struct worker *w, const struct wreq *r);
 
+/* Ends r's KV sequence, its blocks left to the cache (its partial last
+ * one as a donor, kv_seq_retire()); r->seq becomes -1. */
+void wk_prefix_retire(struct worker *w, struct wreq *r);
+
 /* ---- worker_pace.c ----------------------------------------------------- */
 
 /* The pacers for p's target, and their hooks in sc. */

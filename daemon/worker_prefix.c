@@ -20,8 +20,9 @@
  * whose rest was another client's question; the history of a
  * conversation ends inside its last block), the request takes a block
  * of its own holding a copy of that block (kv_seq_extend()) and starts
- * after those tokens.  So only the tokens a request does not share are
- * computed, at any length.
+ * after those tokens.  A request that ends leaves its partial last block
+ * behind as such a source (wk_prefix_retire()).  So only the tokens a
+ * request does not share are computed, at any length.
  *
  * A prompt that goes to the prefill lane starts there after its cached
  * blocks too (wk_prefix_lane()): the lane copies them from a sequence
@@ -135,6 +136,19 @@ wk_prefix_publish(struct worker *w, const struct wreq *r)
 		return;
 	(void)kv_seq_publish(w->kv, r->seq, prefix_salt(w, r), r->toks,
 	    r->n_prompt + r->n_gen);
+}
+
+void
+wk_prefix_retire(struct worker *w, struct wreq *r)
+{
+	if (r->seq < 0)
+		return;
+	if (w->prefix == PREFIX_OFF)
+		(void)kv_seq_free(w->kv, r->seq);
+	else
+		(void)kv_seq_retire(w->kv, r->seq, prefix_salt(w, r), r->toks,
+		    r->n_prompt + r->n_gen);
+	r->seq = -1;
 }
 
 int

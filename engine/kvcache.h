@@ -234,6 +234,17 @@ int kv_seq_extend(struct kv_cache *kv, int seq, int src, int n);
 int kv_seq_publish(struct kv_cache *kv, int seq, uint64_t salt,
     const int32_t *ids, int n_ids);
 
+/*
+ * End seq as kv_seq_free() does, after publishing its full blocks
+ * (kv_seq_publish() with salt and ids[0..n_ids)); its last block, when
+ * partly written and its own alone, stays cached as a donor: never
+ * shared, but kv_prefix_extend() finds it, so that the next request that
+ * goes on from the same tokens (a conversation's next turn) copies those
+ * positions instead of computing them.  0 or -EINVAL.
+ */
+int kv_seq_retire(struct kv_cache *kv, int seq, uint64_t salt,
+    const int32_t *ids, int n_ids);
+
 /* Idle cached blocks, and blocks evicted from the cache so far. */
 int kv_blocks_cached(const struct kv_cache *kv);
 uint64_t kv_evictions(const struct kv_cache *kv);

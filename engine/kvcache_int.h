@@ -10,9 +10,11 @@
  *
  * A block is in one of three states: free (on free_stack), held (ref > 0:
  * in the tables of ref live sequences), or idle (ref 0, cached: on the LRU
- * list, findable by its prefix).  Only full, written blocks are cached, and
- * a held block that is cached is never written again (its positions are
- * below every holder's written count).
+ * list, findable by its prefix).  Only full, written blocks are cached
+ * for sharing, and a held block that is cached is never written again
+ * (its positions are below every holder's written count); a retired
+ * sequence's partial last block may be cached as a donor, idle from the
+ * start, found only by its parent, and only ever copied.
  */
 #ifndef CP_KVCACHE_INT_H
 #define CP_KVCACHE_INT_H
@@ -33,7 +35,11 @@ struct kv_seq {
 
 struct kv_block {
 	int ref;		/* sequences whose table holds it */
-	bool cached;		/* in the prefix table */
+	bool cached;		/* in the prefix tables */
+	int part;		/* cached: 0 for a full block (both tables),
+				   else the leading positions a donor holds
+				   (kv_seq_retire(); the parent table only,
+				   never shared, only copied) */
 	uint64_t hash;		/* prefix hash through this block */
 	uint64_t parent;	/* prefix hash before it (the salt for the
 				   first block) */

@@ -187,7 +187,8 @@ kv_tab_del(struct kv_cache *kv, int32_t *tab, int b)
 static void
 kv_insert(struct kv_cache *kv, int b)
 {
-	kv_tab_add(kv, kv->htab, b);
+	if (kv->blocks[b].part == 0)
+		kv_tab_add(kv, kv->htab, b);
 	kv_tab_add(kv, kv->ptab, b);
 	kv->blocks[b].cached = true;
 }
@@ -195,9 +196,11 @@ kv_insert(struct kv_cache *kv, int b)
 static void
 kv_remove(struct kv_cache *kv, int b)
 {
-	kv_tab_del(kv, kv->htab, b);
+	if (kv->blocks[b].part == 0)
+		kv_tab_del(kv, kv->htab, b);
 	kv_tab_del(kv, kv->ptab, b);
 	kv->blocks[b].cached = false;
+	kv->blocks[b].part = 0;
 }
 
 /* ---- the idle list ---------------------------------------------------- */
@@ -309,7 +312,8 @@ kv_seq_share(struct kv_cache *kv, int seq, const int32_t *blocks, int n)
 		return -EINVAL;
 	for (i = 0; i < n; i++)
 		if (blocks[i] < 0 || blocks[i] >= kv->p.n_blocks ||
-		    !kv->blocks[blocks[i]].cached)
+		    !kv->blocks[blocks[i]].cached ||
+		    kv->blocks[blocks[i]].part != 0)
 			return -EINVAL;
 	t = kv->tables + (size_t)seq * (size_t)kv->max_blocks_per_seq;
 	for (i = 0; i < n; i++) {
@@ -376,7 +380,7 @@ int
 kv_prefix_check(const struct kv_cache *kv, struct cp_err *e)
 {
 	uint32_t i, in_h = 0, in_p = 0;
-	int b, cached = 0;
+	int b, cached = 0, donors = 0;
 
 	for (i = 0; i < kv->hcap; i++) {
 		in_h += kv->htab[i] >= 0;
@@ -386,14 +390,22 @@ kv_prefix_check(const struct kv_cache *kv, struct cp_err *e)
 		if (!kv->blocks[b].cached)
 			continue;
 		cached++;
-		if (kv_find(kv, kv->blocks[b].hash) != b ||
+		donors += kv->blocks[b].part > 0;
+		if (kv->blocks[b].part > 0 && (kv->blocks[b].ref != 0 ||
+		    kv->blocks[b].part >= kv->p.block_tokens))
+			return cp_err_set(e, -EFAULT, "kv check: donor block "
+			    "%d held or of %d positions", b,
+			    kv->blocks[b].part);
+		if ((kv->blocks[b].part == 0 &&
+		    kv_find(kv, kv->blocks[b].hash) != b) ||
 		    !kv_tab_has(kv, kv->ptab, b))
 			return cp_err_set(e, -EFAULT, "kv check: cached block "
 			    "%d missing from the prefix tables", b);
 	}
-	if (in_h != (uint32_t)cached || in_p != (uint32_t)cached)
+	if (in_h != (uint32_t)(cached - donors) || in_p != (uint32_t)cached)
 		return cp_err_set(e, -EFAULT, "kv check: %u and %u prefix "
-		    "table entries for %d cached blocks", in_h, in_p, cached);
+		    "table entries for %d cached blocks (%d donors)", in_h,
+		    in_p, cached, donors);
 	return 0;
 }
 
@@ -425,7 +437,9 @@ kv_prefix_extend(const struct kv_cache *kv, uint64_t salt,
 	    (b = kv->ptab[i]) >= 0; i = (i + 1) & (kv->hcap - 1)) {
 		if (kv->blocks[b].parent != parent)
 			continue;
-		if ((j = kv_block_common(kv, b, ids, n_ids)) > best) {
+		j = kv_block_common(kv, b, ids, kv->blocks[b].part > 0 &&
+		    kv->blocks[b].part < n_ids ? kv->blocks[b].part : n_ids);
+		if (j > best) {
 			best = j;
 			*block = b;
 		}
@@ -457,6 +471,40 @@ kv_seq_extend(struct kv_cache *kv, int seq, int src, int n)
 	s->written = s->len;
 	return kv->tables[(size_t)seq * (size_t)kv->max_blocks_per_seq +
 	    (size_t)s->n_blocks - 1];
+}
+
+int
+kv_seq_retire(struct kv_cache *kv, int seq, uint64_t salt,
+    const int32_t *ids, int n_ids)
+{
+	struct kv_seq *s;
+	struct kv_block *k;
+	int bt = kv->p.block_tokens, part, b, rc;
+
+	if ((rc = kv_seq_publish(kv, seq, salt, ids, n_ids)) < 0)
+		return rc;
+	s = &kv->seqs[seq];
+	part = (s->written < n_ids ? s->written : n_ids) - s->n_seen * bt;
+	if (part > 0 && part < bt && s->n_blocks == s->n_seen + 1) {
+		b = kv->tables[(size_t)seq * (size_t)kv->max_blocks_per_seq +
+		    (size_t)s->n_seen];
+		k = &kv->blocks[b];
+		if (k->ref == 1 && !k->cached) {
+			k->part = part;
+			k->hash = 0;
+			k->parent = s->tail_hash;
+			memcpy(kv->ids + (size_t)b * (size_t)bt,
+			    ids + (size_t)s->n_seen * (size_t)bt,
+			    (size_t)part * sizeof(*ids));
+			/* out of the table first, so that it is never held
+			   while cached */
+			s->n_blocks--;
+			s->len = s->written = s->n_seen * bt;
+			kv_insert(kv, b);
+			kv_block_drop(kv, b);
+		}
+	}
+	return kv_seq_free(kv, seq);
 }
 
 int

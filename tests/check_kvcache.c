@@ -586,8 +586,60 @@ END_TEST
 SUITE_TEST("core", test_prefix_extend);
 
 /*
- * Random appends, writes, publishes, shares, truncations and frees over a
- * few token streams that share prefixes: the invariants hold after every
+ * A retired sequence of 40 written tokens leaves its 2 full blocks and,
+ * as a donor, its last 8 positions: found by kv_prefix_extend() (at most
+ * those 8), never by kv_prefix_match() nor shareable, idle and evicted
+ * like any cached block; a block shared elsewhere or a sequence ending on
+ * a block boundary leaves none.
+ */
+START_TEST(test_prefix_retire)
+{
+	struct kv_params p = small_params();
+	struct kv_cache *kv;
+	int32_t a[48], got[4];
+	int s, src, t;
+
+	p.n_blocks = 4;
+	ck_assert_int_eq(kv_new(&p, &kv, NULL), 0);
+	fill_ids(a, 48, 300);
+	s = written_seq(kv, a, 40, 9);
+	ck_assert_int_eq(kv_seq_len(kv, s), 40);
+	ck_assert_int_eq(kv_seq_retire(kv, s, 9, a, 40), 0);
+	ck_assert(!kv_seq_live(kv, s));
+	ck_assert_int_eq(kv_blocks_cached(kv), 3);
+	ck_assert_int_eq(kv_blocks_free(kv), 4);
+	assert_consistent(kv);
+	ck_assert_int_eq(kv_prefix_match(kv, 9, a, 47, got, 4), 2);
+	ck_assert_int_eq(kv_prefix_extend(kv, 9, got, 2, a + 32, 15, &src),
+	    8);
+	/* a donor is copied, never shared */
+	t = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_share(kv, t, &src, 1), -EINVAL);
+	ck_assert_int_eq(kv_seq_share(kv, t, got, 2), 0);
+	ck_assert_int_ge(kv_seq_extend(kv, t, src, 8), 0);
+	ck_assert_int_eq(kv_seq_len(kv, t), 40);
+	assert_consistent(kv);
+	/* ending on a block boundary leaves no donor */
+	ck_assert_int_eq(kv_seq_retire(kv, t, 9, a, 32), 0);
+	ck_assert_int_eq(kv_blocks_cached(kv), 3);
+	assert_consistent(kv);
+	/* every block taken: the donor is evicted like the others */
+	t = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_append(kv, t, 64), 0);
+	ck_assert_int_eq(kv_blocks_cached(kv), 0);
+	ck_assert_int_eq(kv_prefix_extend(kv, 9, got, 2, a + 32, 15, &src),
+	    0);
+	assert_consistent(kv);
+	ck_assert_int_eq(kv_seq_free(kv, t), 0);
+	assert_consistent(kv);
+	kv_free(kv);
+}
+END_TEST
+SUITE_TEST("core", test_prefix_retire);
+
+/*
+ * Random appends, writes, publishes, shares, partial copies, truncations,
+ * frees and retirements over a few token streams that share prefixes: the invariants hold after every
  * operation, every pool count balances, and a shared prefix's blocks are
  * the ones the match found.
  */
@@ -596,7 +648,7 @@ START_TEST(test_prefix_random)
 	struct kv_params p = small_params();
 	struct kv_cache *kv;
 	int32_t ids[3][96], got[16];
-	int len[5], which[5], i, s, n, rc;
+	int len[5], which[5], i, s, n, rc, b;
 	unsigned r = 777;
 
 	p.n_blocks = 18;
@@ -625,6 +677,11 @@ START_TEST(test_prefix_random)
 			m = kv_prefix_match(kv, 3, ids[which[rc]], 96, got, 16);
 			ck_assert_int_eq(kv_seq_share(kv, rc, got, m), 0);
 			len[rc] = m * 8;
+			/* and part of the block after them, copied */
+			if ((n = kv_prefix_extend(kv, 3, got, m,
+			    ids[which[rc]] + m * 8, 95 - m * 8, &b)) > 0 &&
+			    kv_seq_extend(kv, rc, b, n) >= 0)
+				len[rc] += n;
 			continue;
 		}
 		switch ((r >> 16) % 4) {
@@ -646,7 +703,9 @@ START_TEST(test_prefix_random)
 				len[s] = n;
 			break;
 		default:
-			ck_assert_int_eq(kv_seq_free(kv, s), 0);
+			/* half of the ends leave a donor behind */
+			ck_assert_int_eq((r >> 24) & 1 ? kv_seq_free(kv, s) :
+			    kv_seq_retire(kv, s, 3, ids[which[s]], len[s]), 0);
 			len[s] = -1;
 			break;
 		}
