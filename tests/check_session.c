@@ -870,7 +870,7 @@ SUITE_TEST("sq", test_grammar_stream);
 /* Each grammar rule broken once: the session ends, naming it. */
 START_TEST(test_grammar_violations)
 {
-	static const char bad_pad[] = "ab\0xprompt";
+	static const char bad_pad[] = "ab\0xpromptxxxx";
 	static const struct {
 		uint32_t kind, gbytes, len;
 		uint8_t op;
