@@ -1182,6 +1182,46 @@ START_TEST(test_attn_one_row)
 END_TEST
 SUITE_TEST("attention", test_attn_one_row);
 
+/*
+ * attn_ops.accum_rows, SIMD and scalar, against accum() row by row, bit
+ * for bit: one to four rows, head sizes with and without a tail past the
+ * sixteen-element groups, rows and weights apart by strides of their own.
+ */
+START_TEST(test_attn_accum_rows)
+{
+	const struct attn_ops *ops[2] = { att_simd_ops(), &attn_ops_scalar };
+	static const int hds[] = { 8, 24, 64, 80, 128 };
+	enum { N = 16, LDA = 300, LDW = 40 };
+	static float vt[N * 128], w[4 * LDW], a0[4 * LDA], a1[4 * LDA];
+
+	rng_seed(9500);
+	for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
+		int hd = hds[h];
+
+		for (int j = 0; j < N * hd; j++)
+			vt[j] = rng_f() * 2.0f;
+		for (int j = 0; j < 4 * LDW; j++)
+			w[j] = rng_f();
+		for (int o = 0; o < 2; o++) {
+			for (int rows = 1; rows <= 4; rows++) {
+				for (int n = 1; n <= N; n += 5) {
+					for (int i = 0; i < 4 * LDA; i++)
+						a0[i] = a1[i] = rng_f();
+					for (int k = 0; k < rows; k++)
+						attn_ops_scalar.accum(a0 + k *
+						    LDA, w + k * LDW, vt, n, hd);
+					ops[o]->accum_rows(a1, LDA, w, LDW,
+					    vt, n, hd, rows);
+					ck_assert_mem_eq(a0, a1,
+					    sizeof(a0));
+				}
+			}
+		}
+	}
+}
+END_TEST
+SUITE_TEST("attention", test_attn_accum_rows);
+
 SUITE_CASE("kernels", 60);
 SUITE_CASE("attention", 60);
 

@@ -86,6 +86,15 @@ accum_scalar(float *acc, const float *w, const float *vt, int n, int hd)
 	}
 }
 
+static void
+accum_rows_scalar(float *acc, size_t lda, const float *w, size_t ldw,
+    const float *vt, int n, int hd, int rows)
+{
+	for (int k = 0; k < rows; k++)
+		accum_scalar(acc + (size_t)k * lda, w + (size_t)k * ldw, vt, n,
+		    hd);
+}
+
 static float
 scale_max_scalar(float *s, int n, float scale, float mx)
 {
@@ -119,7 +128,7 @@ exp_sum_scalar(float *dst, const float *src, int n, float mx, double *lanes,
 
 const struct attn_ops attn_ops_scalar = {
 	scale_max_scalar, weights_scalar, accum_scalar, exp_sum_scalar,
-	NULL, NULL,
+	NULL, NULL, accum_rows_scalar,
 };
 
 static const struct attn_ops *
@@ -371,6 +380,37 @@ attn_accum(const struct attn_args *a, const struct attn_scratch *s,
 }
 
 /*
+ * The V rows of block b (n of them, from attn_v_rows(): v or s->vt) into
+ * query head h's outputs of rows r1.. with the stored weights ([h][r][cap]
+ * from position 0): rows that see the whole block four at a time through
+ * ops->accum_rows, the diagonal's shorter rows one by one.
+ */
+static void
+attn_stored_v(const struct attn_args *a, const struct attn_scratch *s,
+    const struct attn_ops *ops, int b, int h, int r1, size_t cap,
+    const unsigned char *v, int n)
+{
+	int R = a->n_rows, p0 = b * a->block_tokens, r;
+	/* rows from full on attend to all n positions of the block */
+	int full = p0 + n - 1 - a->pos0;
+	const float *w = s->st + (size_t)h * (size_t)R * cap + (size_t)p0;
+
+	if (full < r1)
+		full = r1;
+	if (full > R)
+		full = R;
+	for (r = r1; r < full; r++)
+		attn_accum(a, s, ops, attn_out(a, r, h), w + (size_t)r * cap, v,
+		    attn_row_len(a, r, p0, n));
+	for (; v == NULL && r + 4 <= R; r += 4)
+		ops->accum_rows(attn_out(a, r, h), a->ldo, w + (size_t)r * cap,
+		    cap, s->vt, n, a->head_dim, 4);
+	for (; r < R; r++)
+		attn_accum(a, s, ops, attn_out(a, r, h), w + (size_t)r * cap, v,
+		    n);
+}
+
+/*
  * The tile's whole context fits in the score store: every score is
  * computed once and kept ([G][R][cap], positions 0..pos of row r, cap
  * the tile's context rounded up to 16 and at most score_cap), then
@@ -422,14 +462,8 @@ attn_stored(const struct attn_args *a, const struct attn_scratch *s,
 			const unsigned char *v = attn_v_rows(a, s, ops, b, g,
 			    r1, n);
 
-			for (int r = r1; r < R; r++)
-				for (int h = g * a->group; h < (g + 1) *
-				    a->group; h++)
-					attn_accum(a, s, ops, attn_out(a, r,
-					    h), s->st + ((size_t)h *
-					    (size_t)R + (size_t)r) * cap +
-					    (size_t)p0, v, attn_row_len(a, r,
-					    p0, n));
+			for (int h = g * a->group; h < (g + 1) * a->group; h++)
+				attn_stored_v(a, s, ops, b, h, r1, cap, v, n);
 		}
 	}
 }

@@ -181,6 +181,13 @@ struct attn_ops {
 	    int hd, const float *q, float *s);
 	void (*accum_f16)(float *acc, const float *w, const unsigned char *v,
 	    size_t slot_bytes, int n, int hd);
+	/*
+	 * accum() for rows output rows at once over the same vt: row k's
+	 * acc at acc + k * lda, its weights at w + k * ldw.  Each row's bits
+	 * are accum()'s; several rows together only overlap their chains.
+	 */
+	void (*accum_rows)(float *acc, size_t lda, const float *w, size_t ldw,
+	    const float *vt, int n, int hd, int rows);
 };
 
 extern const struct attn_ops attn_ops_scalar;
