@@ -42,13 +42,6 @@ struct bk_job {
 	int chunk;
 };
 
-struct bk_sum {
-	const float *buf;
-	size_t n;		/* floats */
-	int parts;
-	double out[TP_MAX_THREADS];
-};
-
 static void
 bk_task(void *arg, int task, int thread)
 {
@@ -60,54 +53,6 @@ bk_task(void *arg, int task, int thread)
 		o1 = j->a.n_out;
 	mm_rows(&j->a, j->scratch, o0, o1);
 }
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-
-/*
- * Sum of one part of the buffer: its four quarters read side by side, 32
- * bytes of each per turn (four monotonic streams, as the matrix-vector
- * kernels read weights: faster here than one stream per thread).
- */
-__attribute__((target("avx2")))
-static void
-bk_sum_task(void *arg, int task, int thread)
-{
-	struct bk_sum *s = arg;
-	size_t per = s->n / (size_t)s->parts / 64 * 64, q = per / 4;
-	const float *p = s->buf + (size_t)task * per;
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	float l[8];
-
-	(void)thread;
-	for (size_t i = 0; i < q; i += 8) {
-		a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-		a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + q + i));
-		a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + 2 * q + i));
-		a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + 3 * q + i));
-	}
-	_mm256_storeu_ps(l, _mm256_add_ps(_mm256_add_ps(a0, a1),
-	    _mm256_add_ps(a2, a3)));
-	s->out[task] = (double)(l[0] + l[1] + l[2] + l[3] + l[4] + l[5] +
-	    l[6] + l[7]);
-}
-#else
-static void
-bk_sum_task(void *arg, int task, int thread)
-{
-	struct bk_sum *s = arg;
-	size_t per = s->n / (size_t)s->parts / 64 * 64;
-	const float *p = s->buf + (size_t)task * per;
-	float l[8] = { 0 };
-
-	(void)thread;
-	for (size_t i = 0; i < per; i += 8)
-		for (int j = 0; j < 8; j++)
-			l[j] += p[i + j];
-	s->out[task] = (double)(l[0] + l[1] + l[2] + l[3] + l[4] + l[5] +
-	    l[6] + l[7]);
-}
-#endif
 
 static int
 bk_list(const char *s, int *out, bool types)
@@ -213,59 +158,59 @@ out:
 }
 
 /*
- * Best read bandwidth (bytes / s) of summing bytes of floats with tp: a
- * heap buffer, or when path is set the file's private read-only mapping
- * (page cache pages, as a model's weights are read).
+ * Best read bandwidth (bytes / s) of a plain streaming read
+ * (bench_read()) with tp: a heap buffer, or when path is set the file's
+ * private read-only mapping (page cache pages, as a model's weights are
+ * read).
  */
 static double
 bk_bandwidth(struct threadpool *tp, size_t bytes, int reps, const char *path,
     size_t *used)
 {
-	struct bk_sum s;
 	float *buf = NULL;
 	void *map = MAP_FAILED;
+	const void *src;
 	struct stat st;
-	double best = 1e30;
+	double *secs, bw;
+	size_t n;
 	int fd = -1;
 
+	if ((secs = malloc((size_t)reps * sizeof(*secs))) == NULL)
+		return 0;
 	if (path != NULL) {
 		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 ||
 		    fstat(fd, &st) != 0 || st.st_size < 4096) {
 			if (fd >= 0)
 				close(fd);
+			free(secs);
 			return 0;
 		}
 		bytes = (size_t)st.st_size / 4096 * 4096;
 		map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
 		close(fd);
-		if (map == MAP_FAILED)
+		if (map == MAP_FAILED) {
+			free(secs);
 			return 0;
-		s.buf = map;
+		}
+		src = map;
 	} else {
 		bytes = bytes / 256 * 256 + 256;
-		if ((buf = malloc(bytes)) == NULL)
+		if ((buf = malloc(bytes)) == NULL) {
+			free(secs);
 			return 0;
+		}
 		for (size_t i = 0; i < bytes / sizeof(float); i++)
 			buf[i] = (float)(i & 255);
-		s.buf = buf;
+		src = buf;
 	}
 	*used = bytes;
-	s.n = bytes / sizeof(float);
-	s.parts = tp_threads(tp);
-	for (int r = 0; r <= reps; r++) {
-		double t0 = bench_now(), t;
-
-		tp_run(tp, bk_sum_task, &s, s.parts);
-		t = bench_now() - t0;
-		if (r > 0 && t < best)
-			best = t;
-	}
+	n = bench_read(tp, src, bytes, reps, secs);
 	if (map != MAP_FAILED)
 		munmap(map, bytes);
 	free(buf);
-	/* each part reads per = n / parts / 64 * 64 floats */
-	return (double)(s.n / (size_t)s.parts / 64 * 64 * (size_t)s.parts *
-	    sizeof(float)) / best;
+	bw = (double)n / secs[0];
+	free(secs);
+	return bw;
 }
 
 int
