@@ -30,6 +30,7 @@
 
 #include "matmul.h"
 #include "quant.h"
+#include "repack.h"
 #include "threadpool.h"
 #include "ttype.h"
 
@@ -100,10 +101,13 @@ bk_rand(uint64_t *s)
 	return (float)(*s >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
 }
 
-/* Best seconds of reps products of type wt, n x k weights, m rows. */
+/*
+ * Best seconds of reps products of type wt, n x k weights, m rows; with
+ * packed, the weights repacked (repack.h).
+ */
 static int
-bk_one(struct threadpool *tp, uint32_t wt, int k, int n, int m, int reps,
-    double *best, size_t *wbytes)
+bk_one(struct threadpool *tp, uint32_t wt, bool packed, int k, int n, int m,
+    int reps, double *best, size_t *wbytes)
 {
 	struct bk_job j;
 	uint64_t rowb, seed = 0x2545f4914f6cdd1dull;
@@ -131,11 +135,25 @@ bk_one(struct threadpool *tp, uint32_t wt, int k, int n, int m, int reps,
 	}
 	for (size_t i = 0; i < (size_t)m * (size_t)k; i++)
 		x[i] = bk_rand(&seed);
+	if (packed) {
+		char *pw = malloc(*wbytes);
+
+		if (pw == NULL || repack_rows(wt, w, (size_t)rowb, n, k,
+		    pw) < 0) {
+			free(pw);
+			rc = -EINVAL;
+			goto out;
+		}
+		free(w);
+		w = pw;
+	}
 	j.a = (struct mm_args){ wt, w, (size_t)rowb, n, k, x, (size_t)k, m,
-	    y, (size_t)n };
+	    y, (size_t)n, packed };
 	j.scratch = scr;
 	tasks = tp_threads(tp) * BK_CHUNKS;
 	j.chunk = (n + tasks - 1) / tasks;
+	j.chunk = (j.chunk + mm_rows_align(&j.a) - 1) / mm_rows_align(&j.a) *
+	    mm_rows_align(&j.a);
 	tasks = (n + j.chunk - 1) / j.chunk;
 	*best = 1e30;
 	for (int r = 0; r <= reps; r++) {
@@ -275,23 +293,29 @@ bench_kernels(int argc, char **argv)
 	printf("| type | k | n | m | threads | ms | weight GB/s | "
 	    "GMAC/s |\n");
 	printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-	for (int ti = 0; ti < nt; ti++) {
+	for (int ti = 0; ti < 2 * nt; ti++) {
+		uint32_t wt = (uint32_t)types[ti / 2];
+		bool packed = ti % 2 == 1;
+
+		if (packed && (repack_kernel(wt) == NULL ||
+		    n % REPACK_ROWS != 0))
+			continue;
 		for (int mi = 0; mi < nm; mi++) {
 			double best;
 			size_t wb;
 
-			if (bk_one(tp, (uint32_t)types[ti], k, n, ms[mi], reps,
-			    &best, &wb) < 0) {
+			if (bk_one(tp, wt, packed, k, n, ms[mi], reps, &best,
+			    &wb) < 0) {
 				fprintf(stderr, "cpbench kernels: %s: k %d "
 				    "does not fit the type, or out of "
-				    "memory\n", ttype_name((uint32_t)types[ti]),
-				    k);
+				    "memory\n", ttype_name(wt), k);
 				goto out;
 			}
 			if (wb > maxw)
 				maxw = wb;
-			printf("| %s | %d | %d | %d | %d | %.3f | %.2f | "
-			    "%.2f |\n", ttype_name((uint32_t)types[ti]), k, n,
+			printf("| %s%s | %d | %d | %d | %d | %.3f | %.2f | "
+			    "%.2f |\n", ttype_name(wt), packed ? "/packed" :
+			    "", k, n,
 			    ms[mi], threads, best * 1e3, (double)wb / best /
 			    1e9, (double)k * n * ms[mi] / best / 1e9);
 		}
