@@ -4,8 +4,10 @@
  * the plain kernels' products bit for bit (the plain dot products stay
  * the reference), on random blocks with extreme scales over many seeds
  * and on every weight of every synth fixture whose type has a layout.
- * The product checks need a CPU with the repacked kernels (AVX-512 VNNI)
- * and are skipped without one.
+ * Whole models too: every synth fixture's greedy logits, prompt and
+ * generation, are the same bits with CP_NO_REPACK set and not.  The
+ * product checks need a CPU with the repacked kernels (AVX-512 VNNI) and
+ * are skipped without one.
  */
 #include <check.h>
 #include <dirent.h>
@@ -15,10 +17,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "gguf.h"
 #include "lib/fixtures.h"
+#include "lib/refcheck.h"
+#include "lib/rig.h"
 #include "lib/suite.h"
 #include "matmul.h"
+#include "model.h"
+#include "packed.h"
 #include "quant.h"
 #include "repack.h"
 #include "ttype.h"
@@ -204,62 +211,163 @@ START_TEST(test_fuzz)
 END_TEST
 SUITE_LOOP("layout", test_fuzz, 0, N_TYPES);
 
-/* Every weight of a repackable type in every synth fixture. */
-START_TEST(test_fixtures)
+/*
+ * Calls fn(name, path) for each .gguf in the synth fixtures; returns how
+ * many.
+ */
+static int
+each_synth(void (*fn)(const char *name, const char *path, int *seen),
+    int *seen)
 {
 	char *dir = fx_path("synth");
 	struct dirent *de;
-	int seen = 0;
+	int n_files = 0;
 	DIR *d;
 
-	if (dir == NULL || (d = opendir(dir)) == NULL) {
-		free(dir);
-		return;		/* no fixtures: fx_main() says so */
-	}
+	ck_assert_ptr_nonnull(dir);
+	d = opendir(dir);
+	ck_assert_ptr_nonnull(d);
 	while ((de = readdir(d)) != NULL) {
 		char path[1024];
-		struct gguf_file *gf;
-		struct cp_err e;
 		size_t n = strlen(de->d_name);
 
 		if (n < 5 || strcmp(de->d_name + n - 5, ".gguf") != 0)
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-		ck_assert_msg(gguf_open(path, &gf, &e) == 0, "%s", e.msg);
-		for (size_t i = 0; i < gguf_n_tensors(gf); i++) {
-			const struct gguf_tensor *tn = gguf_tensor_at(gf, i);
-			int rows = (int)tn->ne[1], k = (int)tn->ne[0];
-			size_t rb = tn->nbytes / (size_t)rows;
-			uint8_t *p;
-
-			if (!repack_has_layout(tn->type) || tn->n_dims != 2 ||
-			    rows % REPACK_ROWS != 0)
-				continue;
-			p = malloc(tn->nbytes);
-			ck_assert_ptr_nonnull(p);
-			ck_assert_int_eq(repack_rows(tn->type, tn->data, rb,
-			    rows, k, p), 0);
-			check_unpack(tn->type, tn->data, rb, rows, k, p);
-			rng = 12345 + i;
-			if (repack_kernel(tn->type) != NULL) {
-				check_product(tn->type, tn->data, rb, rows, k,
-				    p, 1, rows, de->d_name);
-				check_product(tn->type, tn->data, rb, rows, k,
-				    p, 7, 2 * REPACK_ROWS, de->d_name);
-			}
-			free(p);
-			seen++;
-		}
-		gguf_close(gf);
+		fn(de->d_name, path, seen);
+		n_files++;
 	}
 	closedir(d);
 	free(dir);
+	return n_files;
+}
+
+/* Every weight of a repackable type in the file at path. */
+static void
+fixture_weights(const char *name, const char *path, int *seen)
+{
+	struct gguf_file *gf;
+	struct cp_err e;
+
+	ck_assert_msg(gguf_open(path, &gf, &e) == 0, "%s", e.msg);
+	for (size_t i = 0; i < gguf_n_tensors(gf); i++) {
+		const struct gguf_tensor *tn = gguf_tensor_at(gf, i);
+		int rows = (int)tn->ne[1], k = (int)tn->ne[0];
+		size_t rb = tn->nbytes / (size_t)rows;
+		uint8_t *p;
+
+		if (!repack_has_layout(tn->type) || tn->n_dims != 2 ||
+		    rows % REPACK_ROWS != 0)
+			continue;
+		p = malloc(tn->nbytes);
+		ck_assert_ptr_nonnull(p);
+		ck_assert_int_eq(repack_rows(tn->type, tn->data, rb, rows, k,
+		    p), 0);
+		check_unpack(tn->type, tn->data, rb, rows, k, p);
+		rng = 12345 + i;
+		if (repack_kernel(tn->type) != NULL) {
+			check_product(tn->type, tn->data, rb, rows, k, p, 1,
+			    rows, name);
+			check_product(tn->type, tn->data, rb, rows, k, p, 7,
+			    2 * REPACK_ROWS, name);
+		}
+		free(p);
+		(*seen)++;
+	}
+	gguf_close(gf);
+}
+
+START_TEST(test_fixtures)
+{
+	int seen = 0;
+
+	ck_assert_int_gt(each_synth(fixture_weights, &seen), 0);
 	ck_assert_int_gt(seen, 0);
 }
 END_TEST
 SUITE_TEST("fixtures", test_fixtures);
 
-SUITE_CASE("fixtures", 120);
+/* The model at rel gets repacked weights (CP_NO_REPACK unset). */
+static bool
+packed_made(const char *rel)
+{
+	char *path = fx_path(rel);
+	struct model *m;
+	struct packed *p;
+	struct cp_err e;
+	bool made;
+
+	unsetenv("CP_NO_REPACK");
+	ck_assert_msg(model_load(path, &m, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(packed_get(m, &p, &e), 0);
+	made = p != NULL && packed_bytes(p) > 0;
+	packed_put(p);
+	model_free(m);
+	free(path);
+	return made;
+}
+
+/*
+ * Greedy logits of the model at path (relative to the fixtures), 24
+ * prompt ids fed in chunks of 7 then 6 generated, on 2 threads.
+ */
+static void
+greedy(const char *rel, bool repack, float *lg, int32_t *ids, int *n_vocab)
+{
+	struct be_params p = rig_params(2, 16, 2);
+	int32_t prompt[24];
+	struct rig r;
+
+	setenv("CP_NO_REPACK", repack ? "0" : "1", 1);
+	rig_init(&r, rel, "cpu", &p);
+	for (int i = 0; i < 24; i++)
+		prompt[i] = (int32_t)((i * 7919 + 13) % r.n_vocab);
+	*n_vocab = r.n_vocab;
+	if (lg != NULL)
+		ref_greedy(&r, prompt, 24, 7, 6, ids, lg);
+	rig_fini(&r);
+}
+
+/* Whole-model logits with and without repacking: the same bits. */
+static void
+fixture_model(const char *name, const char *path, int *seen)
+{
+	char rel[256];
+	float *a, *b;
+	int32_t ia[6], ib[6];
+	int nv;
+
+	(void)path;
+	snprintf(rel, sizeof(rel), "synth/%s", name);
+	greedy(rel, false, NULL, NULL, &nv);
+	a = malloc((size_t)nv * 6 * sizeof(float));
+	b = malloc((size_t)nv * 6 * sizeof(float));
+	ck_assert(a != NULL && b != NULL);
+	greedy(rel, false, a, ia, &nv);
+	greedy(rel, true, b, ib, &nv);
+	ck_assert_msg(packed_made(rel) || repack_kernel(CP_T_Q8_0) == NULL ||
+	    strstr(name, "Q8_0") == NULL, "%s: nothing repacked", name);
+	ck_assert_msg(memcmp(ia, ib, sizeof(ia)) == 0, "%s: greedy ids "
+	    "differ", name);
+	for (size_t i = 0; i < (size_t)nv * 6; i++)
+		ck_assert_msg(memcmp(&a[i], &b[i], sizeof(float)) == 0,
+		    "%s: logit %zu: plain %a, repacked %a", name, i, a[i],
+		    b[i]);
+	free(b);
+	free(a);
+	(*seen)++;
+}
+
+START_TEST(test_models)
+{
+	int seen = 0;
+
+	ck_assert_int_gt(each_synth(fixture_model, &seen), 0);
+}
+END_TEST
+SUITE_TEST("fixtures", test_models);
+
+SUITE_CASE("fixtures", 300);
 
 int
 main(void)
