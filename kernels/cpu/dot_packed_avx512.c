@@ -149,6 +149,234 @@ dot_q8_0_q8_0_packed(int k, const void *w, size_t bw, int nw, const void *x,
 #undef CALL
 }
 
+/* ---- Q4_K ------------------------------------------------------------- */
+
+#define Q4G (REPACK_ROWS * sizeof(struct blk_q4_K))	/* group block */
+
+/*
+ * The scales and mins of a group block's four rows, as tile_q4_K() in
+ * dot_avx512.c has them per row (k_scales_mins()): sc[h] holds sc[0..7] of
+ * rows 2h and 2h + 1 as int16, each row's eight repeated in both 128-bit
+ * lanes of its 256-bit half; mn[h] holds mn[0..7] of the two rows (rows 2h
+ * and 2h + 1 in the low and high 128 bits).
+ */
+static ALWAYS_INLINE void
+q4_scales(const uint8_t *g, __m512i sc[2], __m256i mn[2])
+{
+	const __m128i m6 = _mm_set1_epi8(0x3f), m4 = _mm_set1_epi8(0x0f);
+	const __m128i m2 = _mm_set1_epi8(0x03);
+	__m128i u0 = _mm_loadu_si128((const __m128i *)(g + 16));
+	__m128i u1 = _mm_loadu_si128((const __m128i *)(g + 32));
+	__m128i u2 = _mm_loadu_si128((const __m128i *)(g + 48));
+	__m128i sc_lo = _mm_and_si128(u0, m6), mn_lo = _mm_and_si128(u1, m6);
+	__m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, m4), _mm_slli_epi32(
+	    _mm_and_si128(_mm_srli_epi32(u0, 6), m2), 4));
+	__m128i mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), m4),
+	    _mm_slli_epi32(_mm_and_si128(_mm_srli_epi32(u1, 6), m2), 4));
+	__m128i s01 = _mm_unpacklo_epi32(sc_lo, sc_hi);
+	__m128i s23 = _mm_unpackhi_epi32(sc_lo, sc_hi);
+	__m512i w01 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(s01));
+	__m512i w23 = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(s23));
+
+	sc[0] = _mm512_shuffle_i64x2(w01, w01, 0x50);
+	sc[1] = _mm512_shuffle_i64x2(w23, w23, 0x50);
+	mn[0] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi32(mn_lo, mn_hi));
+	mn[1] = _mm256_cvtepu8_epi16(_mm_unpackhi_epi32(mn_lo, mn_hi));
+}
+
+/*
+ * The two rows' halves of the 4-lane min accumulator m (rows 2h, 2h + 1 in
+ * the low and high 128 bits) reduced as tile_q4_K() reduces each, added to
+ * the halves of a reduced with hsum_f32().
+ */
+static ALWAYS_INLINE void
+store_pair_min(__m512 a, __m256 m, float *y)
+{
+	__m128 lo = _mm256_castps256_ps128(m), hi = _mm256_extractf128_ps(m,
+	    1);
+
+	lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+	lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+	hi = _mm_add_ps(hi, _mm_movehl_ps(hi, hi));
+	hi = _mm_add_ss(hi, _mm_movehdup_ps(hi));
+	y[0] = hsum_f32(_mm512_castps512_ps256(a)) + _mm_cvtss_f32(lo);
+	y[1] = hsum_f32(_mm512_extractf32x8_ps(a, 1)) + _mm_cvtss_f32(hi);
+}
+
+/*
+ * NG <= 2 groups times NX <= PT activation rows (NG * NX <= 4), as
+ * dot_q8_0_q8_0_packed()'s tiles.  Per block and row the integer sums,
+ * the min term and the float steps are tile_q4_K()'s in dot_avx512.c,
+ * lane for lane.
+ */
+static ALWAYS_INLINE void
+tile_q4_Kp(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
+    size_t bx, int NX, float *y, size_t ldy, size_t yo)
+{
+	const __m512i m4 = _mm512_set1_epi8(15);
+	const __m256i half = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+	__m512 acc[2][2][PT];
+	__m256 accm[2][2][PT];
+
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+#pragma GCC unroll 2
+			for (int h = 0; h < 2; h++) {
+				acc[g][h][r] = _mm512_setzero_ps();
+				accm[g][h][r] = _mm256_setzero_ps();
+			}
+	for (int b = 0; b < nb; b++) {
+		__m512i sc[2][2], sumi[2][2][PT];
+		__m256i mn[2][2], pairs[PT];
+		__m128 dw[2], dmw[2];
+
+#pragma GCC unroll 2
+		for (int g = 0; g < NG; g++) {
+			const uint8_t *p = w + (size_t)g * gs + (size_t)b * Q4G;
+
+			dw[g] = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)
+			    p));
+			dmw[g] = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)
+			    (p + 8)));
+			q4_scales(p, sc[g], mn[g]);
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const struct blk_q8_K *xb = xblk(x, bx, r, b);
+			__m256i bs = _mm256_loadu_si256((const __m256i *)
+			    xb->bsums);
+			__m128 ndx = _mm_set1_ps(-xb->d);
+
+			pairs[r] = _mm256_broadcastsi128_si256(_mm_hadd_epi16(
+			    _mm256_castsi256_si128(bs),
+			    _mm256_extracti128_si256(bs, 1)));
+#pragma GCC unroll 2
+			for (int g = 0; g < NG; g++) {
+				__m256 f = _mm256_castps128_ps256(_mm_mul_ps(
+				    ndx, dmw[g]));
+
+#pragma GCC unroll 2
+				for (int h = 0; h < 2; h++) {
+					__m256 fh = _mm256_permutevar8x32_ps(f,
+					    _mm256_add_epi32(half,
+					    _mm256_set1_epi32(2 * h)));
+
+					accm[g][h][r] = _mm256_fmadd_ps(fh,
+					    _mm256_cvtepi32_ps(
+					    _mm256_madd_epi16(mn[g][h],
+					    pairs[r])), accm[g][h][r]);
+					sumi[g][h][r] = _mm512_setzero_si512();
+				}
+			}
+		}
+#pragma GCC unroll 4
+		for (int c = 0; c < 4; c++) {
+			__m512i lo[2][2], hi[2][2], s0[2][2], s1[2][2];
+
+#pragma GCC unroll 2
+			for (int g = 0; g < NG; g++)
+#pragma GCC unroll 2
+				for (int h = 0; h < 2; h++) {
+					const uint8_t *p = w + (size_t)g * gs +
+					    (size_t)b * Q4G + 64 + 128 * c +
+					    64 * h;
+					__m512i qb = _mm512_loadu_si512(p);
+
+					lo[g][h] = _mm512_and_si512(qb, m4);
+					hi[g][h] = _mm512_and_si512(
+					    _mm512_srli_epi16(qb, 4), m4);
+					s0[g][h] = _mm512_shuffle_epi8(sc[g][h],
+					    _mm512_set1_epi16((short)(0x0100 +
+					    0x0404 * c)));
+					s1[g][h] = _mm512_shuffle_epi8(sc[g][h],
+					    _mm512_set1_epi16((short)(0x0302 +
+					    0x0404 * c)));
+				}
+#pragma GCC unroll 4
+			for (int r = 0; r < NX; r++) {
+				const int8_t *q8 = xblk(x, bx, r, b)->qs +
+				    64 * c;
+				__m512i x0 = _mm512_broadcast_i64x4(
+				    _mm256_loadu_si256((const __m256i *)q8));
+				__m512i x1 = _mm512_broadcast_i64x4(
+				    _mm256_loadu_si256((const __m256i *)
+				    (q8 + 32)));
+
+#pragma GCC unroll 2
+				for (int g = 0; g < NG; g++)
+#pragma GCC unroll 2
+					for (int h = 0; h < 2; h++) {
+						sumi[g][h][r] =
+						    _mm512_dpwssd_epi32(
+						    sumi[g][h][r], s0[g][h],
+						    _mm512_maddubs_epi16(
+						    lo[g][h], x0));
+						sumi[g][h][r] =
+						    _mm512_dpwssd_epi32(
+						    sumi[g][h][r], s1[g][h],
+						    _mm512_maddubs_epi16(
+						    hi[g][h], x1));
+					}
+			}
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			__m128 dx = _mm_set1_ps(xblk(x, bx, r, b)->d);
+
+#pragma GCC unroll 2
+			for (int g = 0; g < NG; g++) {
+				__m128 s = _mm_mul_ps(dx, dw[g]);
+
+#pragma GCC unroll 2
+				for (int h = 0; h < 2; h++)
+					acc[g][h][r] = _mm512_fmadd_ps(
+					    spread(s, h), _mm512_cvtepi32_ps(
+					    sumi[g][h][r]), acc[g][h][r]);
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			float *yr = y + (size_t)r * ldy + (size_t)g * yo;
+
+			store_pair_min(acc[g][0][r], accm[g][0][r], yr);
+			store_pair_min(acc[g][1][r], accm[g][1][r], yr + 2);
+		}
+}
+
+/*
+ * Tiles of two groups times two activation rows for one or two rows (a
+ * decode step: two streams), else of one group times PT rows.
+ */
+void
+dot_q4_K_q8_K_packed(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+	const uint8_t *wc = w;
+	const char *xc = x;
+	int nb = k / QUANT_QK_K, ng = nw / REPACK_ROWS, q = ng / 2;
+	size_t gb = bw * REPACK_ROWS;
+
+#define CALL(NG, NX, g, gs, r, yo) tile_q4_Kp(nb, wc + (size_t)(g) * gb, \
+	gs, NG, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + \
+	(size_t)(g) * REPACK_ROWS, ldy, yo)
+	if (nx <= 2) {
+		for (int g = 0; g < q; g++)
+			DOT_TILES_NX(2, CALL, 2, g, (size_t)q * gb,
+			    (size_t)q * REPACK_ROWS);
+		q = 2 * q;
+	} else {
+		q = 0;
+	}
+	for (int g = q; g < ng; g++)
+		DOT_TILES_NX(PT, CALL, 1, g, gb, (size_t)REPACK_ROWS);
+#undef CALL
+}
+
 #if defined(__clang__)
 #pragma clang attribute pop
 #endif

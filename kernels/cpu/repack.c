@@ -16,7 +16,7 @@
 #include "quant.h"
 #include "ttype.h"
 
-#define REPACK_MAX_FIELDS 8
+#define REPACK_MAX_FIELDS 10
 
 struct repack_field {
 	uint16_t off;		/* in the GGUF block */
@@ -34,6 +34,9 @@ struct repack_layout {
 static const struct repack_layout layouts[] = {
 	{ CP_T_Q8_0, sizeof(struct blk_q8_0), 2,
 	    { { 0, 2, 0 }, { 2, 32, 0x80 } } },
+	{ CP_T_Q4_K, sizeof(struct blk_q4_K), 9,
+	    { { 0, 2, 0 }, { 2, 2, 0 }, { 4, 4, 0 }, { 8, 4, 0 }, { 12, 4, 0 },
+	    { 16, 32, 0 }, { 48, 32, 0 }, { 80, 32, 0 }, { 112, 32, 0 } } },
 };
 
 static const struct repack_layout *
@@ -118,6 +121,8 @@ repack_row_unpack(uint32_t wtype, const void *w, int r, int k, void *dst)
 static const struct dot_kernel packed_avx512[] = {
 	{ CP_T_Q8_0, CP_T_Q8_0, CP_T_F32, dot_q8_0_q8_0_packed,
 	    "q8_0.q8_0/avx512-packed" },
+	{ CP_T_Q4_K, CP_T_Q8_K, CP_T_F32, dot_q4_K_q8_K_packed,
+	    "q4_K.q8_K/avx512-packed" },
 };
 
 

@@ -16,6 +16,10 @@
  *	Q8_0	d[4] (F16, rows 0..3), then qs of rows 0..3 (32 bytes
  *		each), every byte xor 0x80 (q + 128, the unsigned operand
  *		VPDPBUSD wants): 136 bytes.
+ *	Q4_K	d[4], dmin[4] (F16), then scale bytes 0-3 of rows 0..3,
+ *		bytes 4-7, bytes 8-11 (so one 16-byte load holds a word of
+ *		every row's scales), then for each 32-byte quarter of qs
+ *		(values 64c..64c+63) that quarter of rows 0..3: 576 bytes.
  */
 #ifndef CP_REPACK_H
 #define CP_REPACK_H
@@ -38,6 +42,7 @@ const struct dot_kernel *repack_kernel(uint32_t wtype);
 
 /* Repacked kernels (dot_packed_avx512.c); call only when cpu_use_avx512(). */
 dot_fn dot_q8_0_q8_0_packed;
+dot_fn dot_q4_K_q8_K_packed;
 
 /* wtype has a repacked layout (whatever the CPU). */
 bool repack_has_layout(uint32_t wtype);
