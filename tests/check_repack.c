@@ -30,7 +30,7 @@
 #include "repack.h"
 #include "ttype.h"
 
-static const uint32_t types[] = { CP_T_Q8_0, CP_T_Q4_K };
+static const uint32_t types[] = { CP_T_Q8_0, CP_T_Q4_K, CP_T_Q6_K };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 
 static uint64_t rng;
@@ -65,12 +65,15 @@ static const int *
 scale_offsets(uint32_t t)
 {
 	static const int q8_0[] = { 0, -1 }, q4_k[] = { 0, 2, -1 };
+	static const int q6_k[] = { 208, -1 };
 
 	switch (t) {
 	case CP_T_Q8_0:
 		return q8_0;
 	case CP_T_Q4_K:
 		return q4_k;
+	case CP_T_Q6_K:
+		return q6_k;
 	}
 	ck_abort_msg("no scales listed for type %u", t);
 	return NULL;
@@ -348,7 +351,7 @@ fixture_model(const char *name, const char *path, int *seen)
 	greedy(rel, false, a, ia, &nv);
 	greedy(rel, true, b, ib, &nv);
 	ck_assert_msg(packed_made(rel) || repack_kernel(CP_T_Q8_0) == NULL ||
-	    (strstr(name, "Q8_0") == NULL && strstr(name, "Q4_K") == NULL),
+	    (strstr(name, "Q8_0") == NULL && strstr(name, "K") == NULL),
 	    "%s: nothing repacked", name);
 	ck_assert_msg(memcmp(ia, ib, sizeof(ia)) == 0, "%s: greedy ids "
 	    "differ", name);

@@ -352,29 +352,193 @@ tile_q4_Kp(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
  * Tiles of two groups times two activation rows for one or two rows (a
  * decode step: two streams), else of one group times PT rows.
  */
+/* ---- Q6_K ------------------------------------------------------------- */
+
+#define Q6G (REPACK_ROWS * sizeof(struct blk_q6_K))	/* group block */
+
+/*
+ * Chunk c of half hf of the rows 2h, 2h + 1 of a group block p: their
+ * 6-bit values (row 2h in the low 256 bits) and each row's scales 8hf +
+ * 2c (low 128 bits of its half) and 8hf + 2c + 1 (high); s16 holds the
+ * two rows' 16 scales as int16.  q6_chunk() of dot_avx512.c, two rows at
+ * once.
+ */
+static ALWAYS_INLINE void
+q6_pair(const uint8_t *p, __m512i s16, int h, int hf, int c, __m512i *q,
+    __m512i *sv)
+{
+	const __m512i m4 = _mm512_set1_epi8(15);
+	const short a = (short)(0x0100 + 0x0404 * c), b = (short)(a + 0x0202);
+	__m512i nib = _mm512_loadu_si512(p + 72 + 128 * (2 * hf + (c & 1)) +
+	    64 * h);
+	__m512i qh = _mm512_loadu_si512(p + 72 + 512 + 128 * hf + 64 * h);
+	__m512i hs = hf ? _mm512_shuffle_i64x2(s16, s16, 0xf5) :
+	    _mm512_shuffle_i64x2(s16, s16, 0xa0);
+
+	if (c >= 2)
+		nib = _mm512_srli_epi16(nib, 4);
+	if (c == 0)
+		qh = _mm512_slli_epi16(qh, 4);
+	else if (c == 1)
+		qh = _mm512_slli_epi16(qh, 2);
+	else if (c == 3)
+		qh = _mm512_srli_epi16(qh, 2);
+	qh = _mm512_and_si512(qh, _mm512_set1_epi8(0x30));
+	*q = _mm512_ternarylogic_epi32(nib, m4, qh, 0xea);
+	*sv = _mm512_shuffle_epi8(hs, _mm512_broadcast_i64x4(
+	    _mm256_setr_epi16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b,
+	    b)));
+}
+
+/*
+ * NG <= 2 groups times NX <= PT activation rows (NG * NX <= 4); per block
+ * and row tile_q6_K()'s sums and float steps, lane for lane.
+ */
+static ALWAYS_INLINE void
+tile_q6_Kp(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
+    size_t bx, int NX, float *y, size_t ldy, size_t yo)
+{
+	const __m512i m32 = _mm512_set1_epi8(32);
+	__m512 acc[2][2][PT];
+
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			acc[g][0][r] = acc[g][1][r] = _mm512_setzero_ps();
+	for (int b = 0; b < nb; b++) {
+		__m512i s16[2][2], sumi[2][2][PT];
+		__m128 dw[2];
+
+#pragma GCC unroll 2
+		for (int g = 0; g < NG; g++) {
+			const uint8_t *p = w + (size_t)g * gs + (size_t)b * Q6G;
+
+			dw[g] = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)
+			    p));
+#pragma GCC unroll 2
+			for (int h = 0; h < 2; h++) {
+				s16[g][h] = _mm512_cvtepi8_epi16(
+				    _mm256_loadu_si256((const __m256i *)(p +
+				    8 + 32 * h)));
+#pragma GCC unroll 4
+				for (int r = 0; r < NX; r++)
+					sumi[g][h][r] = _mm512_setzero_si512();
+			}
+		}
+#pragma GCC unroll 2
+		for (int hf = 0; hf < 2; hf++) {
+#pragma GCC unroll 4
+			for (int c = 0; c < 4; c++) {
+				__m512i q[2][2], sv[2][2];
+
+#pragma GCC unroll 2
+				for (int g = 0; g < NG; g++)
+#pragma GCC unroll 2
+					for (int h = 0; h < 2; h++)
+						q6_pair(w + (size_t)g * gs +
+						    (size_t)b * Q6G, s16[g][h],
+						    h, hf, c, &q[g][h],
+						    &sv[g][h]);
+#pragma GCC unroll 4
+				for (int r = 0; r < NX; r++) {
+					__m512i xv = _mm512_broadcast_i64x4(
+					    _mm256_loadu_si256((const __m256i *)
+					    (xblk(x, bx, r, b)->qs + 128 * hf +
+					    32 * c)));
+					__m512i q8s = _mm512_maddubs_epi16(m32,
+					    xv);
+
+#pragma GCC unroll 2
+					for (int g = 0; g < NG; g++)
+#pragma GCC unroll 2
+						for (int h = 0; h < 2; h++)
+							sumi[g][h][r] =
+							    _mm512_dpwssd_epi32(
+							    sumi[g][h][r],
+							    sv[g][h],
+							    _mm512_sub_epi16(
+							    _mm512_maddubs_epi16(
+							    q[g][h], xv), q8s));
+				}
+			}
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			__m128 dx = _mm_set1_ps(xblk(x, bx, r, b)->d);
+
+#pragma GCC unroll 2
+			for (int g = 0; g < NG; g++) {
+				__m128 s = _mm_mul_ps(dx, dw[g]);
+
+#pragma GCC unroll 2
+				for (int h = 0; h < 2; h++)
+					acc[g][h][r] = _mm512_fmadd_ps(
+					    spread(s, h), _mm512_cvtepi32_ps(
+					    sumi[g][h][r]), acc[g][h][r]);
+			}
+		}
+	}
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			float *yr = y + (size_t)r * ldy + (size_t)g * yo;
+
+			store_pair(acc[g][0][r], yr);
+			store_pair(acc[g][1][r], yr + 2);
+		}
+}
+
+/*
+ * The K-quant walk: with PAIRS, tiles of two groups times two activation
+ * rows for one or two rows (a decode step: two streams); otherwise, and
+ * for more rows, one group times PT rows.  Q6_K takes no pairs: its
+ * one-row product measured 10-20% slower with them (`cpbench kernels -w
+ * q6_K -m 1,2 -k 2048 -n 16384 -t 1`).
+ */
+#define K_WALK(PAIRS)							\
+	do {								\
+		const uint8_t *wc = w;					\
+		const char *xc = x;					\
+		int nb = k / QUANT_QK_K, ng = nw / REPACK_ROWS;		\
+		int q = ng / 2;						\
+		size_t gb = bw * REPACK_ROWS;				\
+									\
+		if ((PAIRS) && nx <= 2) {				\
+			for (int g = 0; g < q; g++)			\
+				DOT_TILES_NX(2, K_CALL, 2, g,		\
+				    (size_t)q * gb, (size_t)q *		\
+				    REPACK_ROWS);			\
+			q = 2 * q;					\
+		} else {						\
+			q = 0;						\
+		}							\
+		for (int g = q; g < ng; g++)				\
+			DOT_TILES_NX(PT, K_CALL, 1, g, gb,		\
+			    (size_t)REPACK_ROWS);			\
+	} while (0)
+
+void
+dot_q6_K_q8_K_packed(int k, const void *w, size_t bw, int nw, const void *x,
+    size_t bx, int nx, float *y, size_t ldy)
+{
+#define K_CALL(NG, NX, g, gs, r, yo) tile_q6_Kp(nb, wc + (size_t)(g) * gb, \
+	gs, NG, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + \
+	(size_t)(g) * REPACK_ROWS, ldy, yo)
+	K_WALK(false);
+#undef K_CALL
+}
+
 void
 dot_q4_K_q8_K_packed(int k, const void *w, size_t bw, int nw, const void *x,
     size_t bx, int nx, float *y, size_t ldy)
 {
-	const uint8_t *wc = w;
-	const char *xc = x;
-	int nb = k / QUANT_QK_K, ng = nw / REPACK_ROWS, q = ng / 2;
-	size_t gb = bw * REPACK_ROWS;
-
-#define CALL(NG, NX, g, gs, r, yo) tile_q4_Kp(nb, wc + (size_t)(g) * gb, \
+#define K_CALL(NG, NX, g, gs, r, yo) tile_q4_Kp(nb, wc + (size_t)(g) * gb, \
 	gs, NG, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + \
 	(size_t)(g) * REPACK_ROWS, ldy, yo)
-	if (nx <= 2) {
-		for (int g = 0; g < q; g++)
-			DOT_TILES_NX(2, CALL, 2, g, (size_t)q * gb,
-			    (size_t)q * REPACK_ROWS);
-		q = 2 * q;
-	} else {
-		q = 0;
-	}
-	for (int g = q; g < ng; g++)
-		DOT_TILES_NX(PT, CALL, 1, g, gb, (size_t)REPACK_ROWS);
-#undef CALL
+	K_WALK(true);
+#undef K_CALL
 }
 
 #if defined(__clang__)

@@ -37,6 +37,9 @@ static const struct repack_layout layouts[] = {
 	{ CP_T_Q4_K, sizeof(struct blk_q4_K), 9,
 	    { { 0, 2, 0 }, { 2, 2, 0 }, { 4, 4, 0 }, { 8, 4, 0 }, { 12, 4, 0 },
 	    { 16, 32, 0 }, { 48, 32, 0 }, { 80, 32, 0 }, { 112, 32, 0 } } },
+	{ CP_T_Q6_K, sizeof(struct blk_q6_K), 8,
+	    { { 208, 2, 0 }, { 192, 16, 0 }, { 0, 32, 0 }, { 32, 32, 0 },
+	    { 64, 32, 0 }, { 96, 32, 0 }, { 128, 32, 0 }, { 160, 32, 0 } } },
 };
 
 static const struct repack_layout *
@@ -123,6 +126,8 @@ static const struct dot_kernel packed_avx512[] = {
 	    "q8_0.q8_0/avx512-packed" },
 	{ CP_T_Q4_K, CP_T_Q8_K, CP_T_F32, dot_q4_K_q8_K_packed,
 	    "q4_K.q8_K/avx512-packed" },
+	{ CP_T_Q6_K, CP_T_Q8_K, CP_T_F32, dot_q6_K_q8_K_packed,
+	    "q6_K.q8_K/avx512-packed" },
 };
 
 

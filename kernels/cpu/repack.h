@@ -20,6 +20,9 @@
  *		bytes 4-7, bytes 8-11 (so one 16-byte load holds a word of
  *		every row's scales), then for each 32-byte quarter of qs
  *		(values 64c..64c+63) that quarter of rows 0..3: 576 bytes.
+ *	Q6_K	d[4] (F16), scales of rows 0..3 (16 bytes each), then for
+ *		each 32-byte quarter of ql and each half of qh that piece
+ *		of rows 0..3: 840 bytes.
  */
 #ifndef CP_REPACK_H
 #define CP_REPACK_H
@@ -43,6 +46,7 @@ const struct dot_kernel *repack_kernel(uint32_t wtype);
 /* Repacked kernels (dot_packed_avx512.c); call only when cpu_use_avx512(). */
 dot_fn dot_q8_0_q8_0_packed;
 dot_fn dot_q4_K_q8_K_packed;
+dot_fn dot_q6_K_q8_K_packed;
 
 /* wtype has a repacked layout (whatever the CPU). */
 bool repack_has_layout(uint32_t wtype);
