@@ -204,6 +204,32 @@ store_pair_min(__m512 a, __m256 m, float *y)
 }
 
 /*
+ * The end of K-quant block b: acc = fma(d_x d_w, sumi, acc) for every
+ * group g, pair h and activation row r (the float step of the K-quant
+ * kernels in dot_avx512.c).
+ */
+static ALWAYS_INLINE void
+k_block_end(__m512 acc[2][2][PT], __m512i sumi[2][2][PT], const __m128 dw[2],
+    const char *x, size_t bx, int b, int NG, int NX)
+{
+#pragma GCC unroll 4
+	for (int r = 0; r < NX; r++) {
+		__m128 dx = _mm_set1_ps(xblk(x, bx, r, b)->d);
+
+#pragma GCC unroll 2
+		for (int g = 0; g < NG; g++) {
+			__m128 s = _mm_mul_ps(dx, dw[g]);
+
+#pragma GCC unroll 2
+			for (int h = 0; h < 2; h++)
+				acc[g][h][r] = _mm512_fmadd_ps(spread(s, h),
+				    _mm512_cvtepi32_ps(sumi[g][h][r]),
+				    acc[g][h][r]);
+		}
+	}
+}
+
+/*
  * NG <= 2 groups times NX <= PT activation rows (NG * NX <= 4), as
  * dot_q8_0_q8_0_packed()'s tiles.  Per block and row the integer sums,
  * the min term and the float steps are tile_q4_K()'s in dot_avx512.c,
@@ -321,21 +347,7 @@ tile_q4_Kp(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 					}
 			}
 		}
-#pragma GCC unroll 4
-		for (int r = 0; r < NX; r++) {
-			__m128 dx = _mm_set1_ps(xblk(x, bx, r, b)->d);
-
-#pragma GCC unroll 2
-			for (int g = 0; g < NG; g++) {
-				__m128 s = _mm_mul_ps(dx, dw[g]);
-
-#pragma GCC unroll 2
-				for (int h = 0; h < 2; h++)
-					acc[g][h][r] = _mm512_fmadd_ps(
-					    spread(s, h), _mm512_cvtepi32_ps(
-					    sumi[g][h][r]), acc[g][h][r]);
-			}
-		}
+		k_block_end(acc, sumi, dw, x, bx, b, NG, NX);
 	}
 #pragma GCC unroll 2
 	for (int g = 0; g < NG; g++)
@@ -463,21 +475,7 @@ tile_q6_Kp(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 				}
 			}
 		}
-#pragma GCC unroll 4
-		for (int r = 0; r < NX; r++) {
-			__m128 dx = _mm_set1_ps(xblk(x, bx, r, b)->d);
-
-#pragma GCC unroll 2
-			for (int g = 0; g < NG; g++) {
-				__m128 s = _mm_mul_ps(dx, dw[g]);
-
-#pragma GCC unroll 2
-				for (int h = 0; h < 2; h++)
-					acc[g][h][r] = _mm512_fmadd_ps(
-					    spread(s, h), _mm512_cvtepi32_ps(
-					    sumi[g][h][r]), acc[g][h][r]);
-			}
-		}
+		k_block_end(acc, sumi, dw, x, bx, b, NG, NX);
 	}
 #pragma GCC unroll 2
 	for (int g = 0; g < NG; g++)
