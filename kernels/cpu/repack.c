@@ -70,11 +70,19 @@ move_block(const struct repack_layout *l, int i, const uint8_t *from,
 	for (int fi = 0; fi < l->n_fields; fi++) {
 		const struct repack_field *f = &l->f[fi];
 		size_t po = f->off, go = at + (size_t)i * f->size;
-		const uint8_t *s = from + (pack ? po : go);
 		uint8_t *d = to + (pack ? go : po);
 
-		for (int j = 0; j < f->size; j++)
-			d[j] = s[j] ^ f->flip;
+		memcpy(d, from + (pack ? po : go), f->size);
+		if (f->flip != 0) {
+			/* fields that flip are whole 8-byte words */
+			uint64_t m = 0x0101010101010101ull * f->flip, u;
+
+			for (int j = 0; j < f->size; j += 8) {
+				memcpy(&u, d + j, 8);
+				u ^= m;
+				memcpy(d + j, &u, 8);
+			}
+		}
 		at += (size_t)f->size * REPACK_ROWS;
 	}
 }
