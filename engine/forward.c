@@ -11,6 +11,7 @@
 #include "dot.h"
 #include "matmul.h"
 #include "quant.h"
+#include "repack.h"
 #include "ttype.h"
 
 #define FWD_ATT_TILE 32		/* rows of one attention task */
@@ -52,6 +53,9 @@ struct fwd {
 	const struct model *m;
 	const struct model_layer *layers;	/* p.layers or m's */
 	const struct model_tensor *output;	/* p.output or m's */
+	unsigned char *embd_row;	/* a GGUF row of the embedding when
+					   it is read from the repacked output
+					   (tied), else NULL */
 	struct kv_cache *kv;
 	unsigned char *kv_mem;
 	struct fwd_params p;
@@ -220,6 +224,13 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	    FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
 	f->att_scratch = fwd_alloc(nt * f->att_scratch_bytes);
 	f->tasks = fwd_alloc((size_t)f->max_tasks * sizeof(*f->tasks));
+	/* a tied embedding is read from the repacked copy, so that the
+	   file's pages the copy released stay out of memory */
+	if (m->tied && f->output->packed &&
+	    (f->embd_row = fwd_alloc(f->output->row_bytes)) == NULL) {
+		fwd_free(f);
+		return cp_err_set(e, -ENOMEM, "forward: out of memory");
+	}
 	if (f->x == NULL || f->xn == NULL || f->q == NULL || f->k == NULL ||
 	    f->v == NULL || f->att == NULL || f->gate == NULL ||
 	    f->up == NULL || f->tmp == NULL || f->rope == NULL ||
@@ -240,6 +251,7 @@ fwd_free(struct fwd *f)
 {
 	if (f == NULL)
 		return;
+	free(f->embd_row);
 	free(f->tasks);
 	free(f->att_scratch);
 	free(f->mm_scratch);
@@ -859,12 +871,16 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 
 	for (r = 0; r < b->n_tokens; r++) {
 		const struct model_tensor *te = &m->tok_embd;
-
+		const unsigned char *erow = (const unsigned char *)te->data +
+		    (size_t)b->tokens[r] * te->row_bytes;
 		float *x = f->x + (size_t)r * (size_t)hp->n_embd;
 
-		if (dequant_row(te->type, (const unsigned char *)te->data +
-		    (size_t)b->tokens[r] * te->row_bytes, x,
-		    (size_t)hp->n_embd) != 0)
+		if (f->embd_row != NULL) {
+			repack_row_unpack(te->type, f->output->data,
+			    b->tokens[r], hp->n_embd, f->embd_row);
+			erow = f->embd_row;
+		}
+		if (dequant_row(te->type, erow, x, (size_t)hp->n_embd) != 0)
 			return -EINVAL;
 		if (hp->embd_scale != 1.0f)
 			fwd_scale(x, hp->embd_scale, hp->n_embd);
