@@ -56,7 +56,7 @@ cpu_init(struct backend *be, struct cp_err *e)
 		    p->n_threads);
 		goto err;
 	}
-	if ((rc = packed_get(be->model, &c->packed, e)) < 0)
+	if ((rc = packed_get(be->model, c->tp, &c->packed, e)) < 0)
 		goto err;
 	fp.max_batch_tokens = p->max_batch_tokens;
 	fp.max_seqs = p->max_seqs;

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "repack.h"
+#include "threadpool.h"
 #include "ttype.h"
 
 #define PACKED_ALIGN 64
@@ -103,20 +104,53 @@ release(const struct model *m, const struct model_tensor *t)
 		(void)madvise((void *)a, z - a, MADV_DONTNEED);
 }
 
+/* One matrix to copy: from the file's rows to its slot. */
+struct pack_job {
+	const void *src;
+	void *dst;			/* its slot */
+	const struct model_tensor *t;
+};
+
+/* The copies, each cut into parts of whole groups for the pool. */
+struct pack_run {
+	const struct pack_job *jobs;
+	int parts;
+};
+
+static void
+pack_task(void *arg, int task, int thread)
+{
+	const struct pack_run *pr = arg;
+	const struct pack_job *j = &pr->jobs[task / pr->parts];
+	const struct model_tensor *t = j->t;
+	int per = (t->rows / REPACK_ROWS + pr->parts - 1) / pr->parts *
+	    REPACK_ROWS, r0 = task % pr->parts * per, r1 = r0 + per;
+	size_t off;
+
+	(void)thread;
+	if (r1 > t->rows)
+		r1 = t->rows;
+	if (r0 >= r1)
+		return;
+	/* groups are the size of their rows: rows r0.. start at r0 rows */
+	off = (size_t)r0 * t->row_bytes;
+	(void)repack_rows(t->type, (const char *)j->src + off, t->row_bytes,
+	    r1 - r0, t->cols, (char *)j->dst + off);
+}
+
 /*
- * Repack t into the next slot at *at of p->mem, and point t at it; the
- * file's copy is released after (so tensors sharing pages are all read
- * first).
+ * Give t the next slot at *at of p->mem and note the copy to make in
+ * jobs[(*n)++]; the file's rows are released after every copy is made
+ * (tensors may share pages).
  */
 static void
-pack_one(struct packed *p, struct model_tensor *t, size_t *at)
+pack_one(struct packed *p, struct model_tensor *t, size_t *at,
+    struct pack_job *jobs, int *n)
 {
-	void *dst = (char *)p->mem + *at;
-
-	if (repack_rows(t->type, t->data, t->row_bytes, t->rows, t->cols,
-	    dst) != 0)
-		return;		/* packable() ruled this out */
-	t->data = dst;
+	jobs[*n].src = t->data;
+	jobs[*n].dst = (char *)p->mem + *at;
+	jobs[*n].t = t;
+	t->data = jobs[(*n)++].dst;
 	t->packed = true;
 	*at += slot_bytes(t);
 	p->bytes += (size_t)t->rows * t->row_bytes;
@@ -131,13 +165,19 @@ now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A new copy of m's packable matrices; *out NULL when there are none. */
+/*
+ * A new copy of m's packable matrices, made on tp (NULL: this thread);
+ * *out NULL when there are none.
+ */
 static int
-packed_new(const struct model *m, struct packed **out, struct cp_err *e)
+packed_new(const struct model *m, struct threadpool *tp,
+    struct packed **out, struct cp_err *e)
 {
-	int nl = m->hp.n_layer;
+	int nl = m->hp.n_layer, n_jobs = 0;
 	double t0 = now();
 	struct packed *p = NULL;
+	struct pack_job *jobs = NULL;
+	struct pack_run pr;
 	size_t need = 0, at = 0;
 
 	*out = NULL;
@@ -150,7 +190,8 @@ packed_new(const struct model *m, struct packed **out, struct cp_err *e)
 	if (need == 0)
 		return 0;
 	if ((p = calloc(1, sizeof(*p))) == NULL ||
-	    (p->layers = malloc((size_t)nl * sizeof(*p->layers))) == NULL)
+	    (p->layers = malloc((size_t)nl * sizeof(*p->layers))) == NULL ||
+	    (jobs = malloc(((size_t)nl * N_MATS + 1) * sizeof(*jobs))) == NULL)
 		goto nomem;
 	p->mem = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE |
 	    MAP_ANONYMOUS, -1, 0);
@@ -163,9 +204,19 @@ packed_new(const struct model *m, struct packed **out, struct cp_err *e)
 	for (int il = 0; il < nl; il++)
 		for (int i = 0; i < N_MATS; i++)
 			if (packable(mat(&p->layers[il], i)))
-				pack_one(p, mat_rw(&p->layers[il], i), &at);
+				pack_one(p, mat_rw(&p->layers[il], i), &at,
+				    jobs, &n_jobs);
 	if (packable(&p->output))
-		pack_one(p, &p->output, &at);
+		pack_one(p, &p->output, &at, jobs, &n_jobs);
+	pr.jobs = jobs;
+	pr.parts = tp != NULL ? 2 * tp_active(tp) : 1;
+	if (tp != NULL)
+		tp_run(tp, pack_task, &pr, n_jobs * pr.parts);
+	else
+		for (int i = 0; i < n_jobs; i++)
+			pack_task(&pr, i, 0);
+	free(jobs);
+	jobs = NULL;
 	/* every copy made: now the file's pages can go */
 	for (int il = 0; il < nl; il++)
 		for (int i = 0; i < N_MATS; i++)
@@ -179,6 +230,7 @@ packed_new(const struct model *m, struct packed **out, struct cp_err *e)
 	*out = p;
 	return 0;
 nomem:
+	free(jobs);
 	if (p != NULL) {
 		if (p->mem != NULL && p->mem != MAP_FAILED)
 			munmap(p->mem, need);
@@ -190,7 +242,8 @@ nomem:
 }
 
 int
-packed_get(const struct model *m, struct packed **out, struct cp_err *e)
+packed_get(const struct model *m, struct threadpool *tp, struct packed **out,
+    struct cp_err *e)
 {
 	struct packed *p;
 	int rc = 0;
@@ -201,7 +254,7 @@ packed_get(const struct model *m, struct packed **out, struct cp_err *e)
 	pthread_mutex_lock(&packed_lock);
 	for (p = packed_list; p != NULL && p->m != m; p = p->next)
 		;
-	if (p == NULL && (rc = packed_new(m, &p, e)) == 0 && p != NULL) {
+	if (p == NULL && (rc = packed_new(m, tp, &p, e)) == 0 && p != NULL) {
 		p->next = packed_list;
 		packed_list = p;
 	}

@@ -26,14 +26,17 @@
 
 struct packed;
 
+struct threadpool;
+
 /*
  * The repacked weights of m (borrowed; outlives them), made on the first
- * call for m and shared with later callers until each has called
- * packed_put().  *out is NULL (and 0 returned) when nothing of m has a
+ * call for m (on tp's threads, or this one when tp is NULL) and shared
+ * with later callers until each has called packed_put().  *out is NULL (and 0 returned) when nothing of m has a
  * repacked kernel on this CPU or CP_NO_REPACK is set.  0, or -ENOMEM with
  * e.  Thread-safe.
  */
-int packed_get(const struct model *m, struct packed **out, struct cp_err *e);
+int packed_get(const struct model *m, struct threadpool *tp,
+    struct packed **out, struct cp_err *e);
 
 /* Drop one reference from packed_get(); the last frees.  Accepts NULL. */
 void packed_put(struct packed *p);

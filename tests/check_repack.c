@@ -306,7 +306,7 @@ packed_made(const char *rel)
 
 	unsetenv("CP_NO_REPACK");
 	ck_assert_msg(model_load(path, &m, &e) == 0, "%s", e.msg);
-	ck_assert_int_eq(packed_get(m, &p, &e), 0);
+	ck_assert_int_eq(packed_get(m, NULL, &p, &e), 0);
 	made = p != NULL && packed_bytes(p) > 0;
 	packed_put(p);
 	model_free(m);
