@@ -1,6 +1,8 @@
 /*
  * backend_cpu.c - the CPU backend: weights read in place from the mapped
- * file, buffers in anonymous host memory, the step run by forward.c on a
+ * file, or from a repacked copy where this CPU has a kernel for one
+ * (packed.h, shared by the CPU backends on a model), buffers in anonymous
+ * host memory, the step run by forward.c on a
  * persistent thread pool.  The step runs to completion in step_submit;
  * step_wait only hands out the logits.
  */
@@ -12,10 +14,12 @@
 
 #include "backend_host.h"
 #include "forward.h"
+#include "packed.h"
 #include "threadpool.h"
 
 struct cpu_ctx {
 	struct threadpool *tp;
+	struct packed *packed;	/* repacked weights, or NULL */
 	struct fwd *fwd;
 	float *logits;		/* [max_seqs, n_vocab] */
 	int rc;			/* result of the submitted step */
@@ -29,6 +33,7 @@ cpu_fini(struct backend *be)
 	if (c == NULL)
 		return;
 	fwd_free(c->fwd);
+	packed_put(c->packed);
 	tp_free(c->tp);
 	free(c->logits);
 	free(c);
@@ -51,9 +56,13 @@ cpu_init(struct backend *be, struct cp_err *e)
 		    p->n_threads);
 		goto err;
 	}
+	if ((rc = packed_get(be->model, c->tp, &c->packed, e)) < 0)
+		goto err;
 	fp.max_batch_tokens = p->max_batch_tokens;
 	fp.max_seqs = p->max_seqs;
 	fp.tp = c->tp;
+	fp.layers = c->packed != NULL ? packed_layers(c->packed) : NULL;
+	fp.output = c->packed != NULL ? packed_output(c->packed) : NULL;
 	if ((rc = fwd_new(be->model, be->kv, host_buf_host(be->kv_buf), &fp,
 	    &c->fwd, e)) < 0)
 		goto err;

@@ -11,6 +11,7 @@
 #include "dot.h"
 #include "matmul.h"
 #include "quant.h"
+#include "repack.h"
 #include "ttype.h"
 
 #define FWD_ATT_TILE 32		/* rows of one attention task */
@@ -50,6 +51,11 @@ struct fwd_att_task {
  */
 struct fwd {
 	const struct model *m;
+	const struct model_layer *layers;	/* p.layers or m's */
+	const struct model_tensor *output;	/* p.output or m's */
+	unsigned char *embd_row;	/* a GGUF row of the embedding when
+					   it is read from the repacked output
+					   (tied), else NULL */
 	struct kv_cache *kv;
 	unsigned char *kv_mem;
 	struct fwd_params p;
@@ -160,6 +166,8 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	if (hp->act == ACT_GELU)
 		(void)pthread_once(&fwd_gelu_once, fwd_gelu_init);
 	f->m = m;
+	f->layers = p->layers != NULL ? p->layers : m->layers;
+	f->output = p->output != NULL ? p->output : &m->output;
 	f->kv = kv;
 	f->kv_mem = kv_mem;
 	f->p = *p;
@@ -173,7 +181,7 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 
 	/* the jobs: (wq, wk, wv), (wo), (gate, up), (down), (output) */
 	for (il = 0; il < hp->n_layer; il++) {
-		const struct model_layer *l = &m->layers[il];
+		const struct model_layer *l = &f->layers[il];
 		const struct model_tensor *jobs[4][FWD_MAX_MATS] = {
 			{ &l->wq, &l->wk, &l->wv }, { &l->wo },
 			{ &l->w_gate, &l->w_up }, { &l->w_down } };
@@ -183,7 +191,7 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 				need[i] = fwd_max(need[i],
 				    fwd_mm_need(jobs[jb][i], (int)T));
 	}
-	need[0] = fwd_max(need[0], fwd_mm_need(&m->output, (int)S));
+	need[0] = fwd_max(need[0], fwd_mm_need(f->output, (int)S));
 	for (il = 0; il < FWD_MAX_MATS; il++)
 		need[il] = (need[il] + FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
 	for (il = 1; il < FWD_MAX_MATS; il++)
@@ -216,6 +224,13 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	    FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
 	f->att_scratch = fwd_alloc(nt * f->att_scratch_bytes);
 	f->tasks = fwd_alloc((size_t)f->max_tasks * sizeof(*f->tasks));
+	/* a tied embedding is read from the repacked copy, so that the
+	   file's pages the copy released stay out of memory */
+	if (m->tied && f->output->packed &&
+	    (f->embd_row = fwd_alloc(f->output->row_bytes)) == NULL) {
+		fwd_free(f);
+		return cp_err_set(e, -ENOMEM, "forward: out of memory");
+	}
 	if (f->x == NULL || f->xn == NULL || f->q == NULL || f->k == NULL ||
 	    f->v == NULL || f->att == NULL || f->gate == NULL ||
 	    f->up == NULL || f->tmp == NULL || f->rope == NULL ||
@@ -236,6 +251,7 @@ fwd_free(struct fwd *f)
 {
 	if (f == NULL)
 		return;
+	free(f->embd_row);
 	free(f->tasks);
 	free(f->att_scratch);
 	free(f->mm_scratch);
@@ -335,6 +351,7 @@ fwd_mm_add(struct fwd_mm_job *j, const struct model_tensor *w,
 	a->m = m;
 	a->y = y;
 	a->ldy = (size_t)w->rows;
+	a->packed = w->packed;
 }
 
 /* Preparation of a job's activations: tasks of rows of each product. */
@@ -406,14 +423,17 @@ fwd_mm_run(struct fwd *f, struct fwd_mm_job *j)
 			fwd_prep_task(&pj, i, 0);
 	}
 	for (i = 0; i < n_task_mats; i++) {
-		int rows = j->a[i].n_out, nt = 1;
+		int rows = j->a[i].n_out, nt = 1, al = mm_rows_align(&j->a[i]);
 
+		if (j->gated && mm_rows_align(&j->a[1]) > al)
+			al = mm_rows_align(&j->a[1]);
 		if (f->p.tp != NULL)
 			nt = f->n_threads * (j->a[0].m < FWD_ROWS_PAR ?
 			    FWD_MV_SPLIT : FWD_MM_SPLIT);
 		if (nt > rows)
 			nt = rows;
-		j->chunk[i] = (rows + nt - 1) / nt;
+		/* cut only where a repacked matrix's groups allow */
+		j->chunk[i] = ((rows + nt - 1) / nt + al - 1) / al * al;
 		j->first[i] = n_tasks;
 		n_tasks += (rows + j->chunk[i] - 1) / j->chunk[i];
 	}
@@ -789,7 +809,7 @@ fwd_row_rope_store(struct fwd *f, int r)
 static void
 fwd_layer(struct fwd *f, int il)
 {
-	const struct model_layer *l = &f->m->layers[il];
+	const struct model_layer *l = &f->layers[il];
 	int T = f->b->n_tokens;
 	struct fwd_mm_job j;
 
@@ -851,12 +871,16 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 
 	for (r = 0; r < b->n_tokens; r++) {
 		const struct model_tensor *te = &m->tok_embd;
-
+		const unsigned char *erow = (const unsigned char *)te->data +
+		    (size_t)b->tokens[r] * te->row_bytes;
 		float *x = f->x + (size_t)r * (size_t)hp->n_embd;
 
-		if (dequant_row(te->type, (const unsigned char *)te->data +
-		    (size_t)b->tokens[r] * te->row_bytes, x,
-		    (size_t)hp->n_embd) != 0)
+		if (f->embd_row != NULL) {
+			repack_row_unpack(te->type, f->output->data,
+			    b->tokens[r], hp->n_embd, f->embd_row);
+			erow = f->embd_row;
+		}
+		if (dequant_row(te->type, erow, x, (size_t)hp->n_embd) != 0)
 			return -EINVAL;
 		if (hp->embd_scale != 1.0f)
 			fwd_scale(x, hp->embd_scale, hp->n_embd);
@@ -880,7 +904,7 @@ fwd_step(struct fwd *f, const struct step_batch *b, float *logits)
 	if (n_out > 0) {
 		struct fwd_mm_job mj = { .n_mat = 0, .gated = false };
 
-		fwd_mm_add(&mj, &m->output, f->xn, n_out, logits);
+		fwd_mm_add(&mj, f->output, f->xn, n_out, logits);
 		fwd_mm_run(f, &mj);
 		fwd_softcap(logits, hp->final_softcap, n_out * hp->n_vocab);
 	}

@@ -30,6 +30,10 @@ struct fwd_params {
 	int max_batch_tokens;	/* most rows in one step, >= 1 */
 	int max_seqs;		/* most sequences in one step, >= 1 */
 	struct threadpool *tp;	/* borrowed; NULL runs on the caller only */
+	const struct model_layer *layers;	/* [n_layer] the matrices
+				   to multiply by (packed.h), or NULL: the
+				   model's; borrowed */
+	const struct model_tensor *output;	/* the same for the output */
 };
 
 struct fwd;

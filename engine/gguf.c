@@ -903,6 +903,12 @@ gguf_file_size(const struct gguf_file *f)
 	return f->size;
 }
 
+bool
+gguf_mapped(const struct gguf_file *f)
+{
+	return f->mapped;
+}
+
 uint64_t
 gguf_data_offset(const struct gguf_file *f)
 {

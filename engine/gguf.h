@@ -125,6 +125,13 @@ uint32_t gguf_alignment(const struct gguf_file *f);
 uint64_t gguf_file_size(const struct gguf_file *f);
 uint64_t gguf_data_offset(const struct gguf_file *f);
 
+/*
+ * The data is a private read-only mapping of the file (gguf_open()), whose
+ * pages madvise(MADV_DONTNEED) may drop (a later read faults them back in
+ * from the file); false for gguf_open_mem().
+ */
+bool gguf_mapped(const struct gguf_file *f);
+
 /* Path given to gguf_open() ("<memory>" for gguf_open_mem()). */
 const char *gguf_path(const struct gguf_file *f);
 

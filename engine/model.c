@@ -419,6 +419,7 @@ model_tensor(struct model_ld *ld, const char *name, int cols, int rows,
 	t->cols = cols;
 	t->row_bytes = (size_t)rb;
 	t->data = g->data;
+	t->packed = false;
 	return 0;
 shape:
 	if (rows)

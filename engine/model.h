@@ -107,6 +107,9 @@ struct model_tensor {
 	int cols;		/* ne[0]: elements per row */
 	size_t row_bytes;	/* bytes between rows */
 	const void *data;	/* rows * row_bytes bytes in the mapping */
+	bool packed;		/* data is a repacked copy (repack.h, made by
+				   packed.h for the CPU kernels), not GGUF
+				   rows; the loader's tensors never are */
 };
 
 /*

@@ -192,6 +192,45 @@ START_TEST(test_serve_baseline)
 END_TEST
 SUITE_TEST("runs", test_serve_baseline);
 
+/*
+ * bandwidth reads the model's tensors from the mapping and from the heap,
+ * each row with a positive best and median; it needs exactly one of -m and
+ * -b, and a GGUF file.
+ */
+START_TEST(test_bandwidth)
+{
+	char *model = fx_path("aidreams260K.gguf");
+	const char *ok[] = { cpbench_path(), "bandwidth", "-m", model, "-t",
+	    "2", "-r", "3", NULL };
+	const char *heap[] = { cpbench_path(), "bandwidth", "-b", "65536",
+	    "-t", "1", "-r", "2", NULL };
+	const char *none[] = { cpbench_path(), "bandwidth", NULL };
+	const char *both[] = { cpbench_path(), "bandwidth", "-m", model, "-b",
+	    "65536", NULL };
+	const char *small[] = { cpbench_path(), "bandwidth", "-b", "100",
+	    NULL };
+	const char *notgguf[] = { cpbench_path(), "bandwidth", "-m",
+	    "/dev/null", NULL };
+	double best, median;
+
+	ck_assert_int_eq(prog_capture(ok, out, sizeof(out)), 0);
+	ck_assert_msg(sscanf(strstr(out, "| mapped file |"), "| mapped file "
+	    "| %*f | 2 | %lf | %lf |", &best, &median) == 2, "%s", out);
+	ck_assert(best > 0 && median > 0 && best >= median);
+	ck_assert_ptr_nonnull(strstr(out, "| heap |"));
+	ck_assert_int_eq(prog_capture(heap, out, sizeof(out)), 0);
+	ck_assert_msg(sscanf(strstr(out, "| heap |"), "| heap | %*f | 1 | "
+	    "%lf | %lf |", &best, &median) == 2, "%s", out);
+	ck_assert(best > 0 && median > 0 && best >= median);
+	ck_assert_int_eq(prog_capture(none, out, sizeof(out)), 2);
+	ck_assert_int_eq(prog_capture(both, out, sizeof(out)), 2);
+	ck_assert_int_eq(prog_capture(small, out, sizeof(out)), 2);
+	ck_assert_int_eq(prog_capture(notgguf, out, sizeof(out)), 1);
+	free(model);
+}
+END_TEST
+SUITE_TEST("runs", test_bandwidth);
+
 /* Usage errors exit 2; positions past the model's context exit 1. */
 START_TEST(test_bad_args)
 {

@@ -34,14 +34,14 @@ struct optset {
 
 static const struct tool {
 	const char *prog, *man;
-	const char *cmds[8];	/* commands with their own --help */
+	const char *cmds[10];	/* commands with their own --help */
 } tools[] = {
 	{ "cpd", "cpd.8", { NULL } },
 	{ "cpq", "cpq.1", { NULL } },
 	{ "cpmodel", "cpmodel.1", { "info", "synth", "tokenize", "generate",
 	    NULL } },
 	{ "cpbench", "cpbench.1", { "engine", "mixed", "split", "kernels",
-	    "serve", "ipc", "prefix", NULL } },
+	    "bandwidth", "serve", "ipc", "prefix", NULL } },
 };
 
 static int

@@ -83,6 +83,13 @@ float_tile(enum wfmt f, int k, const char *w, size_t bw, int NW,
 		for (int r = 0; r < NX; r++)
 			acc[o][r] = _mm256_setzero_ps();
 	for (; j + 8 <= k; j += 8) {
+		/* each run's stream, 4 KiB ahead: with one or two activation
+		   rows the tile streams its weights from memory */
+		if (NX < 3 && j % (f == W_F32 ? 16 : 32) == 0)
+#pragma GCC unroll 4
+			for (int o = 0; o < NW; o++)
+				__builtin_prefetch(w + o * bw + (size_t)j *
+				    (f == W_F32 ? 4 : 2) + 4096, 0, 0);
 #pragma GCC unroll 3
 		for (int r = 0; r < NX; r++)
 			xv[r] = _mm256_loadu_ps((const float *)(x + r * bx) + j);

@@ -16,6 +16,7 @@
 
 #include "dot.h"
 #include "quant.h"
+#include "repack.h"
 #include "ttype.h"
 
 #define MM_ALIGN 64
@@ -115,16 +116,25 @@ mm_prepare_rows(const struct mm_args *a, void *scratch, int r0, int r1)
 	}
 }
 
+int
+mm_rows_align(const struct mm_args *a)
+{
+	return a->packed ? REPACK_ROWS : 1;
+}
+
 void
 mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1)
 {
-	const struct dot_kernel *kern = dot_kernel(a->wtype);
+	const struct dot_kernel *kern = a->packed ? repack_kernel(a->wtype) :
+	    dot_kernel(a->wtype);
+	int al = mm_rows_align(a);
 	const char *w = a->w, *x;
 	size_t bx;
 	int rt, ot;
 
 	assert(kern != NULL && k_fits(a->wtype, a->k));
 	assert(0 <= o0 && o0 <= o1 && o1 <= a->n_out);
+	assert(o0 % al == 0 && o1 % al == 0);
 	if (reads_x(kern)) {
 		x = (const char *)a->x;
 		bx = a->ldx * sizeof(float);
@@ -136,7 +146,7 @@ mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1)
 	rt = bx > 0 ? (int)(MM_XTILE_BYTES / bx) : a->m;
 	rt = rt < 1 ? 1 : rt;
 	ot = (int)(MM_WTILE_BYTES / (a->w_stride > 0 ? a->w_stride : 1));
-	ot = ot < 4 ? 4 : ot;
+	ot = ot < 4 ? 4 : ot / al * al;
 	for (int ob = o0; ob < o1; ob += ot) {
 		int on = o1 - ob < ot ? o1 - ob : ot;
 

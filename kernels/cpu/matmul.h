@@ -32,6 +32,8 @@ struct mm_args {
 	int m;
 	float *y;		/* m x n_out results */
 	size_t ldy;
+	bool packed;		/* W repacked (repack.h): n_out a multiple
+				   of REPACK_ROWS, read by repack_kernel() */
 };
 
 /* wtype has a matrix-product kernel. */
@@ -49,7 +51,13 @@ void mm_prepare(const struct mm_args *a, void *scratch);
  */
 void mm_prepare_rows(const struct mm_args *a, void *scratch, int r0, int r1);
 
-/* Y[r][o] for every r < m and o0 <= o < o1, reading the prepared scratch. */
+/*
+ * Y[r][o] for every r < m and o0 <= o < o1, reading the prepared scratch.
+ * A packed W takes o0 and o1 multiples of REPACK_ROWS (mm_rows_align()).
+ */
 void mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1);
+
+/* The multiple of rows mm_rows() cuts a's product at: 1, or REPACK_ROWS. */
+int mm_rows_align(const struct mm_args *a);
 
 #endif

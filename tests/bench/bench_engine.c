@@ -206,6 +206,26 @@ eb_print(const struct eb_opts *o, const struct model *m,
 		    res[i].mean, res[i].sd);
 }
 
+/* VmRSS, RssAnon and RssFile of this process in MiB (0 where unknown). */
+static void
+eb_rss(double mib[3])
+{
+	static const char *const keys[3] = { "VmRSS:", "RssAnon:",
+	    "RssFile:" };
+	char line[256];
+	FILE *f = fopen("/proc/self/status", "r");
+
+	mib[0] = mib[1] = mib[2] = 0;
+	if (f == NULL)
+		return;
+	while (fgets(line, sizeof(line), f) != NULL)
+		for (int i = 0; i < 3; i++)
+			if (strncmp(line, keys[i], strlen(keys[i])) == 0)
+				mib[i] = strtod(line + strlen(keys[i]), NULL) /
+				    1024;
+	fclose(f);
+}
+
 int
 bench_engine(int argc, char **argv)
 {
@@ -217,6 +237,7 @@ bench_engine(int argc, char **argv)
 	struct eb_result res[2];
 	int32_t *toks = NULL;
 	int nres = 0, n_max, rc;
+	double t_open, rss_open[3], rss_end[3];
 
 	if (eb_parse(argc, argv, &o) < 0)
 		return 2;
@@ -235,8 +256,11 @@ bench_engine(int argc, char **argv)
 		    "model's context of %d", o.path, n_max, m->hp.n_ctx_train);
 		goto err;
 	}
+	t_open = bench_now();
 	if ((rc = be_open(o.backend, m, &bp, &be, &e)) < 0)
 		goto err;
+	t_open = bench_now() - t_open;
+	eb_rss(rss_open);
 	if ((toks = malloc((size_t)n_max * sizeof(*toks))) == NULL) {
 		rc = cp_err_set(&e, -ENOMEM, "out of memory");
 		goto err;
@@ -256,7 +280,13 @@ bench_engine(int argc, char **argv)
 			goto err;
 		nres++;
 	}
+	eb_rss(rss_end);
 	eb_print(&o, m, be, res, nres);
+	if (!o.json)
+		printf("\nbackend open %.3f s; resident MiB (all / anon / "
+		    "file) after open %.0f / %.0f / %.0f, after the runs "
+		    "%.0f / %.0f / %.0f\n", t_open, rss_open[0], rss_open[1],
+		    rss_open[2], rss_end[0], rss_end[1], rss_end[2]);
 	free(toks);
 	be_close(be);
 	model_free(m);

@@ -30,6 +30,7 @@
 
 #include "matmul.h"
 #include "quant.h"
+#include "repack.h"
 #include "threadpool.h"
 #include "ttype.h"
 
@@ -40,13 +41,6 @@ struct bk_job {
 	struct mm_args a;
 	const void *scratch;
 	int chunk;
-};
-
-struct bk_sum {
-	const float *buf;
-	size_t n;		/* floats */
-	int parts;
-	double out[TP_MAX_THREADS];
 };
 
 static void
@@ -60,54 +54,6 @@ bk_task(void *arg, int task, int thread)
 		o1 = j->a.n_out;
 	mm_rows(&j->a, j->scratch, o0, o1);
 }
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-
-/*
- * Sum of one part of the buffer: its four quarters read side by side, 32
- * bytes of each per turn (four monotonic streams, as the matrix-vector
- * kernels read weights: faster here than one stream per thread).
- */
-__attribute__((target("avx2")))
-static void
-bk_sum_task(void *arg, int task, int thread)
-{
-	struct bk_sum *s = arg;
-	size_t per = s->n / (size_t)s->parts / 64 * 64, q = per / 4;
-	const float *p = s->buf + (size_t)task * per;
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	float l[8];
-
-	(void)thread;
-	for (size_t i = 0; i < q; i += 8) {
-		a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-		a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + q + i));
-		a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + 2 * q + i));
-		a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + 3 * q + i));
-	}
-	_mm256_storeu_ps(l, _mm256_add_ps(_mm256_add_ps(a0, a1),
-	    _mm256_add_ps(a2, a3)));
-	s->out[task] = (double)(l[0] + l[1] + l[2] + l[3] + l[4] + l[5] +
-	    l[6] + l[7]);
-}
-#else
-static void
-bk_sum_task(void *arg, int task, int thread)
-{
-	struct bk_sum *s = arg;
-	size_t per = s->n / (size_t)s->parts / 64 * 64;
-	const float *p = s->buf + (size_t)task * per;
-	float l[8] = { 0 };
-
-	(void)thread;
-	for (size_t i = 0; i < per; i += 8)
-		for (int j = 0; j < 8; j++)
-			l[j] += p[i + j];
-	s->out[task] = (double)(l[0] + l[1] + l[2] + l[3] + l[4] + l[5] +
-	    l[6] + l[7]);
-}
-#endif
 
 static int
 bk_list(const char *s, int *out, bool types)
@@ -155,10 +101,13 @@ bk_rand(uint64_t *s)
 	return (float)(*s >> 40) / (float)(1 << 24) * 2.0f - 1.0f;
 }
 
-/* Best seconds of reps products of type wt, n x k weights, m rows. */
+/*
+ * Best seconds of reps products of type wt, n x k weights, m rows; with
+ * packed, the weights repacked (repack.h).
+ */
 static int
-bk_one(struct threadpool *tp, uint32_t wt, int k, int n, int m, int reps,
-    double *best, size_t *wbytes)
+bk_one(struct threadpool *tp, uint32_t wt, bool packed, int k, int n, int m,
+    int reps, double *best, size_t *wbytes)
 {
 	struct bk_job j;
 	uint64_t rowb, seed = 0x2545f4914f6cdd1dull;
@@ -186,11 +135,25 @@ bk_one(struct threadpool *tp, uint32_t wt, int k, int n, int m, int reps,
 	}
 	for (size_t i = 0; i < (size_t)m * (size_t)k; i++)
 		x[i] = bk_rand(&seed);
+	if (packed) {
+		char *pw = malloc(*wbytes);
+
+		if (pw == NULL || repack_rows(wt, w, (size_t)rowb, n, k,
+		    pw) < 0) {
+			free(pw);
+			rc = -EINVAL;
+			goto out;
+		}
+		free(w);
+		w = pw;
+	}
 	j.a = (struct mm_args){ wt, w, (size_t)rowb, n, k, x, (size_t)k, m,
-	    y, (size_t)n };
+	    y, (size_t)n, packed };
 	j.scratch = scr;
 	tasks = tp_threads(tp) * BK_CHUNKS;
 	j.chunk = (n + tasks - 1) / tasks;
+	j.chunk = (j.chunk + mm_rows_align(&j.a) - 1) / mm_rows_align(&j.a) *
+	    mm_rows_align(&j.a);
 	tasks = (n + j.chunk - 1) / j.chunk;
 	*best = 1e30;
 	for (int r = 0; r <= reps; r++) {
@@ -213,59 +176,59 @@ out:
 }
 
 /*
- * Best read bandwidth (bytes / s) of summing bytes of floats with tp: a
- * heap buffer, or when path is set the file's private read-only mapping
- * (page cache pages, as a model's weights are read).
+ * Best read bandwidth (bytes / s) of a plain streaming read
+ * (bench_read()) with tp: a heap buffer, or when path is set the file's
+ * private read-only mapping (page cache pages, as a model's weights are
+ * read).
  */
 static double
 bk_bandwidth(struct threadpool *tp, size_t bytes, int reps, const char *path,
     size_t *used)
 {
-	struct bk_sum s;
 	float *buf = NULL;
 	void *map = MAP_FAILED;
+	const void *src;
 	struct stat st;
-	double best = 1e30;
+	double *secs, bw;
+	size_t n;
 	int fd = -1;
 
+	if ((secs = malloc((size_t)reps * sizeof(*secs))) == NULL)
+		return 0;
 	if (path != NULL) {
 		if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0 ||
 		    fstat(fd, &st) != 0 || st.st_size < 4096) {
 			if (fd >= 0)
 				close(fd);
+			free(secs);
 			return 0;
 		}
 		bytes = (size_t)st.st_size / 4096 * 4096;
 		map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
 		close(fd);
-		if (map == MAP_FAILED)
+		if (map == MAP_FAILED) {
+			free(secs);
 			return 0;
-		s.buf = map;
+		}
+		src = map;
 	} else {
 		bytes = bytes / 256 * 256 + 256;
-		if ((buf = malloc(bytes)) == NULL)
+		if ((buf = malloc(bytes)) == NULL) {
+			free(secs);
 			return 0;
+		}
 		for (size_t i = 0; i < bytes / sizeof(float); i++)
 			buf[i] = (float)(i & 255);
-		s.buf = buf;
+		src = buf;
 	}
 	*used = bytes;
-	s.n = bytes / sizeof(float);
-	s.parts = tp_threads(tp);
-	for (int r = 0; r <= reps; r++) {
-		double t0 = bench_now(), t;
-
-		tp_run(tp, bk_sum_task, &s, s.parts);
-		t = bench_now() - t0;
-		if (r > 0 && t < best)
-			best = t;
-	}
+	n = bench_read(tp, src, bytes, reps, secs);
 	if (map != MAP_FAILED)
 		munmap(map, bytes);
 	free(buf);
-	/* each part reads per = n / parts / 64 * 64 floats */
-	return (double)(s.n / (size_t)s.parts / 64 * 64 * (size_t)s.parts *
-	    sizeof(float)) / best;
+	bw = (double)n / secs[0];
+	free(secs);
+	return bw;
 }
 
 int
@@ -330,23 +293,29 @@ bench_kernels(int argc, char **argv)
 	printf("| type | k | n | m | threads | ms | weight GB/s | "
 	    "GMAC/s |\n");
 	printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-	for (int ti = 0; ti < nt; ti++) {
+	for (int ti = 0; ti < 2 * nt; ti++) {
+		uint32_t wt = (uint32_t)types[ti / 2];
+		bool packed = ti % 2 == 1;
+
+		if (packed && (repack_kernel(wt) == NULL ||
+		    n % REPACK_ROWS != 0))
+			continue;
 		for (int mi = 0; mi < nm; mi++) {
 			double best;
 			size_t wb;
 
-			if (bk_one(tp, (uint32_t)types[ti], k, n, ms[mi], reps,
-			    &best, &wb) < 0) {
+			if (bk_one(tp, wt, packed, k, n, ms[mi], reps, &best,
+			    &wb) < 0) {
 				fprintf(stderr, "cpbench kernels: %s: k %d "
 				    "does not fit the type, or out of "
-				    "memory\n", ttype_name((uint32_t)types[ti]),
-				    k);
+				    "memory\n", ttype_name(wt), k);
 				goto out;
 			}
 			if (wb > maxw)
 				maxw = wb;
-			printf("| %s | %d | %d | %d | %d | %.3f | %.2f | "
-			    "%.2f |\n", ttype_name((uint32_t)types[ti]), k, n,
+			printf("| %s%s | %d | %d | %d | %d | %.3f | %.2f | "
+			    "%.2f |\n", ttype_name(wt), packed ? "/packed" :
+			    "", k, n,
 			    ms[mi], threads, best * 1e3, (double)wb / best /
 			    1e9, (double)k * n * ms[mi] / best / 1e9);
 		}

@@ -44,6 +44,8 @@ const char bench_split_usage[] =
 const char bench_kernels_usage[] =
     "usage: cpbench kernels [-w TYPES] [-k K] [-n N] [-m ROWS] [-r REPS] "
     "[-t THREADS] [-f FILE]\n";
+const char bench_bandwidth_usage[] =
+    "usage: cpbench bandwidth (-m FILE | -b BYTES) [-r REPS] [-t THREADS]\n";
 const char bench_serve_usage[] =
     "usage: cpbench serve [--socket S] [-c N] [--prompt-len P] "
     "[--gen-len G] [-r R]\n"
@@ -69,6 +71,7 @@ static const struct {
 	{ "mixed", bench_mixed, bench_mixed_usage },
 	{ "split", bench_split, bench_split_usage },
 	{ "kernels", bench_kernels, bench_kernels_usage },
+	{ "bandwidth", bench_bandwidth, bench_bandwidth_usage },
 	{ "serve", bench_serve, bench_serve_usage },
 	{ "ipc", bench_ipc, bench_ipc_usage },
 	{ "prefix", bench_prefix, bench_prefix_usage },

@@ -5,6 +5,7 @@
 #define CP_CPBENCH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* `cpbench engine ...`: prompt processing and generation throughput. */
@@ -42,6 +43,20 @@ int bench_split(int argc, char **argv);
 /* `cpbench kernels ...`: matrix-product kernels and read bandwidth. */
 int bench_kernels(int argc, char **argv);
 
+/* `cpbench bandwidth ...`: a plain streaming read's bandwidth. */
+int bench_bandwidth(int argc, char **argv);
+
+struct threadpool;
+
+/*
+ * Reads bytes at buf reps + 1 times, summing them as floats on tp (one
+ * part per thread, four monotonic streams a part); secs[0..reps) gets the
+ * times of the last reps, sorted.  Returns the bytes each read covered
+ * (bytes rounded down to whole parts).
+ */
+size_t bench_read(struct threadpool *tp, const void *buf, size_t bytes,
+    int reps, double *secs);
+
 /* `cpbench serve ...`: clients streaming through the daemon (bench_serve.c). */
 int bench_serve(int argc, char **argv);
 
@@ -56,7 +71,7 @@ int bench_ipc(int argc, char **argv);
  * `cpbench COMMAND --help`.
  */
 extern const char bench_engine_usage[], bench_mixed_usage[],
-    bench_split_usage[], bench_kernels_usage[], bench_serve_usage[],
+    bench_split_usage[], bench_kernels_usage[], bench_bandwidth_usage[], bench_serve_usage[],
     bench_ipc_usage[], bench_prefix_usage[], bench_grammar_usage[];
 
 /* cpbench grammar: a grammar's mask and accept cost per token. */
