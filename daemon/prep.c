@@ -145,7 +145,8 @@ prep_thread(void *arg)
 		memset(&o, 0, sizeof(o));
 		if (j->c->params.grammar != 0)
 			prep_grammar(p, j->c, &o);
-		if (!(j->c->flags & EP_SUBMIT_TOKENS)) {
+		/* a grammar that failed fails the request: no ids needed */
+		if (!(j->c->flags & EP_SUBMIT_TOKENS) && o.gram_rc == 0) {
 			o.ids = malloc((size_t)p->max_ids * sizeof(*o.ids));
 			o.n = o.ids == NULL ? -ENOMEM : prep_encode(p, j->c,
 			    o.ids, p->max_ids, &o.e);

@@ -255,6 +255,14 @@ kv_block_take(struct kv_cache *kv)
 	return b;
 }
 
+/* One more holder of block b (off the idle list if it was idle). */
+static void
+kv_block_hold(struct kv_cache *kv, int b)
+{
+	if (kv->blocks[b].ref++ == 0)
+		kv_lru_unlink(kv, b);
+}
+
 void
 kv_block_drop(struct kv_cache *kv, int b)
 {
@@ -317,10 +325,7 @@ kv_seq_share(struct kv_cache *kv, int seq, const int32_t *blocks, int n)
 			return -EINVAL;
 	t = kv->tables + (size_t)seq * (size_t)kv->max_blocks_per_seq;
 	for (i = 0; i < n; i++) {
-		struct kv_block *k = &kv->blocks[blocks[i]];
-
-		if (k->ref++ == 0)
-			kv_lru_unlink(kv, blocks[i]);
+		kv_block_hold(kv, blocks[i]);
 		t[i] = blocks[i];
 	}
 	s->n_blocks = n;
@@ -451,7 +456,6 @@ int
 kv_seq_extend(struct kv_cache *kv, int seq, int src, int n)
 {
 	struct kv_seq *s;
-	struct kv_block *k;
 	int rc;
 
 	if (!kv_seq_live(kv, seq) || src < 0 || src >= kv->p.n_blocks ||
@@ -461,9 +465,7 @@ kv_seq_extend(struct kv_cache *kv, int seq, int src, int n)
 	if (s->len % kv->p.block_tokens != 0 || s->written != s->len)
 		return -EINVAL;
 	/* held meanwhile, so that the append cannot evict it */
-	k = &kv->blocks[src];
-	if (k->ref++ == 0)
-		kv_lru_unlink(kv, src);
+	kv_block_hold(kv, src);
 	rc = kv_seq_append(kv, seq, n);
 	kv_block_drop(kv, src);
 	if (rc < 0)
