@@ -21,7 +21,6 @@
 
 #include "repack.h"
 #include "threadpool.h"
-#include "ttype.h"
 
 #define PACKED_ALIGN 64
 
@@ -52,10 +51,10 @@ packed_off(void)
 static bool
 packable(const struct model_tensor *t)
 {
-	const struct ttype_info *ti = ttype_info(t->type);
+	int blk = repack_block(t->type);
 
-	return t->data != NULL && repack_kernel(t->type) != NULL && ti != NULL &&
-	    t->rows % REPACK_ROWS == 0 && (uint32_t)t->cols % ti->block == 0;
+	return t->data != NULL && repack_kernel(t->type) != NULL && blk > 0 &&
+	    t->rows % REPACK_ROWS == 0 && t->cols > 0 && t->cols % blk == 0;
 }
 
 /* The matrices of a layer a step multiplies by. */

@@ -2,7 +2,8 @@
  * check_repack.c - repacked weights (repack.h): the layout gives every
  * GGUF row back bit for bit, and the products over repacked weights are
  * the plain kernels' products bit for bit (the plain dot products stay
- * the reference), on random blocks with extreme scales over many seeds
+ * the reference), on random blocks with extreme scales (F16: extreme
+ * values) over many seeds
  * and on every weight of every synth fixture whose type has a layout.
  * Whole models too: every synth fixture's greedy logits, prompt and
  * generation, are the same bits with CP_NO_REPACK set and not.  The
@@ -30,7 +31,7 @@
 #include "repack.h"
 #include "ttype.h"
 
-static const uint32_t types[] = { CP_T_Q8_0, CP_T_Q4_K, CP_T_Q6_K };
+static const uint32_t types[] = { CP_T_F16, CP_T_Q8_0, CP_T_Q4_K, CP_T_Q6_K };
 #define N_TYPES ((int)(sizeof(types) / sizeof(types[0])))
 
 static uint64_t rng;
@@ -60,14 +61,19 @@ rnd_scale(void)
 	return (uint16_t)(0x1c00 + (u >> 16) % 0x2000) | (uint16_t)(u & 0x8000);
 }
 
-/* Offsets of the F16 scales in a block of type t, -1 terminated. */
+/*
+ * Offsets of the F16 scales in a block of type t, -1 terminated (F16:
+ * every value is one).
+ */
 static const int *
 scale_offsets(uint32_t t)
 {
 	static const int q8_0[] = { 0, -1 }, q4_k[] = { 0, 2, -1 };
-	static const int q6_k[] = { 208, -1 };
+	static const int q6_k[] = { 208, -1 }, f16[] = { 0, -1 };
 
 	switch (t) {
+	case CP_T_F16:
+		return f16;
 	case CP_T_Q8_0:
 		return q8_0;
 	case CP_T_Q4_K:
@@ -176,10 +182,17 @@ START_TEST(test_bad_shapes)
 	    -EINVAL);
 	ck_assert_int_eq(repack_rows(CP_T_Q8_0, buf, 34, 4, 31, buf + 2048),
 	    -EINVAL);
-	ck_assert_int_eq(repack_rows(CP_T_F16, buf, 64, 4, 32, buf + 2048),
+	ck_assert_int_eq(repack_rows(CP_T_F16, buf, 24, 4, 12, buf + 2048),
+	    -EINVAL);
+	ck_assert_int_eq(repack_rows(CP_T_F32, buf, 128, 4, 32, buf + 2048),
 	    -EINVAL);
 	ck_assert(!repack_has_layout(CP_T_F32));
+	ck_assert(!repack_has_layout(CP_T_BF16));
+	ck_assert(repack_has_layout(CP_T_F16));
 	ck_assert(repack_has_layout(CP_T_Q8_0));
+	ck_assert_int_eq(repack_block(CP_T_F16), 8);
+	ck_assert_int_eq(repack_block(CP_T_Q4_K), 256);
+	ck_assert_int_eq(repack_block(CP_T_F32), 0);
 }
 END_TEST
 SUITE_TEST("layout", test_bad_shapes);
@@ -192,11 +205,10 @@ SUITE_TEST("layout", test_bad_shapes);
 START_TEST(test_fuzz)
 {
 	uint32_t t = types[_i % N_TYPES];
-	const struct ttype_info *ti = ttype_info(t);
 
 	for (int seed = 0; seed < 64; seed++) {
 		int rows = REPACK_ROWS * (1 + seed % 9);
-		int k = (int)ti->block * (1 + (seed * 7) % 11);
+		int k = repack_block(t) * (1 + (seed * 7) % 11);
 		uint8_t *w, *p;
 		size_t rb;
 
@@ -356,7 +368,8 @@ fixture_model(const char *rel, const char *path, int *seen)
 	greedy(rel, false, a, ia, &nv);
 	greedy(rel, true, b, ib, &nv);
 	ck_assert_msg(packed_made(rel) || repack_kernel(CP_T_Q8_0) == NULL ||
-	    (strstr(name, "Q8_0") == NULL && strstr(name, "K") == NULL),
+	    (strstr(name, "Q8_0") == NULL && strstr(name, "K") == NULL &&
+	    strstr(name, "-F16.") == NULL),
 	    "%s: nothing repacked", name);
 	ck_assert_msg(memcmp(ia, ib, sizeof(ia)) == 0, "%s: greedy ids "
 	    "differ", name);

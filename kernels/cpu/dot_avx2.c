@@ -89,7 +89,8 @@ float_tile(enum wfmt f, int k, const char *w, size_t bw, int NW,
 #pragma GCC unroll 4
 			for (int o = 0; o < NW; o++)
 				__builtin_prefetch(w + o * bw + (size_t)j *
-				    (f == W_F32 ? 4 : 2) + 4096, 0, 0);
+				    (f == W_F32 ? 4 : 2) + 4096, 0,
+				    WEIGHT_PF_HINT);
 #pragma GCC unroll 3
 		for (int r = 0; r < NX; r++)
 			xv[r] = _mm256_loadu_ps((const float *)(x + r * bx) + j);

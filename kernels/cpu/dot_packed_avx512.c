@@ -13,6 +13,8 @@
  *
  * Tiles are one or two groups (dot_tiles.h's walk, over groups of
  * REPACK_ROWS rows instead of rows) times up to four activation rows.
+ * F16 keeps each row's float lanes as dot_avx512.c's float tiles do; the
+ * layout gives it one stream per group instead of one per row.
  */
 #include "repack.h"
 #include "dot_tiles.h"
@@ -41,7 +43,7 @@
  * matrix larger than the L3 (`cpbench kernels -m 1 -k 2048 -n 131072 -t
  * 1`, 150-270 MB) streamed at 21-24 (Q8_0), 20-22 (Q4_K) GB/s without
  * prefetching, 27-31, 29-31 with it 4 KiB ahead (2 KiB: 25-28, 26-32;
- * 1 KiB less).
+ * 1 KiB less), on an AMD EPYC VM.
  */
 #define PF_DIST 4096
 
@@ -51,7 +53,8 @@ prefetch_ahead(const uint8_t *p, int n)
 {
 #pragma GCC unroll 16
 	for (int i = 0; i < n; i++)
-		__builtin_prefetch(p + PF_DIST + 64 * i, 0, 0);
+		__builtin_prefetch(p + PF_DIST + 64 * i, 0,
+		    WEIGHT_PF_HINT);
 }
 
 /* y[r * ldy + i] for the two rows of a: i = 0 the low half, 1 the high. */
@@ -60,6 +63,34 @@ store_pair(__m512 a, float *y)
 {
 	y[0] = hsum_f32(_mm512_castps512_ps256(a));
 	y[1] = hsum_f32(_mm512_extractf32x8_ps(a, 1));
+}
+
+/* A tile's accumulators (group g, pair h, activation row r), zeroed. */
+static ALWAYS_INLINE void
+tile_zero(__m512 acc[2][2][PT], int NG, int NX)
+{
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			acc[g][0][r] = acc[g][1][r] = _mm512_setzero_ps();
+}
+
+/* Their results: group g's row 2h + i times activation row r at
+ * y[r * ldy + g * yo + 2h + i]. */
+static ALWAYS_INLINE void
+tile_store(__m512 acc[2][2][PT], int NG, int NX, float *y, size_t ldy,
+    size_t yo)
+{
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			float *yr = y + (size_t)r * ldy + (size_t)g * yo;
+
+			store_pair(acc[g][0][r], yr);
+			store_pair(acc[g][1][r], yr + 2);
+		}
 }
 
 /*
@@ -75,6 +106,87 @@ spread(__m128 s, int h)
 
 	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(s));
 }
+
+/*
+ * The F16 and Q8_0 kernels: the groups (gb bytes each) in two runs, tiles
+ * of one group of each run times up to PT activation rows (dot_tiles.h's
+ * walk over groups), then the group left over.  PAIR_TILE, defined around
+ * each use, names the tile: PAIR_TILE(nb, w, gs, NG, x, bx, NX, y, ldy,
+ * yo) runs NG groups gs bytes apart over nb blocks of ELEMS elements.
+ */
+#define PAIR_CALL(NG, NX, g, gs, r, yo) PAIR_TILE(nb, wc + (size_t)(g) * \
+	gb, gs, NG, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + \
+	(size_t)(g) * REPACK_ROWS, ldy, yo)
+#define PAIR_KERNEL(NAME, ELEMS)					\
+void									\
+NAME(int k, const void *w, size_t bw, int nw, const void *x,		\
+    size_t bx, int nx, float *y, size_t ldy)				\
+{									\
+	const uint8_t *wc = w;						\
+	const char *xc = x;						\
+	int nb = k / (ELEMS), ng = nw / REPACK_ROWS, q = ng / 2;	\
+	size_t gb = bw * REPACK_ROWS;					\
+									\
+	for (int g = 0; g < q; g++)					\
+		DOT_TILES_NX(PT, PAIR_CALL, 2, g, (size_t)q * gb, \
+		    (size_t)q * REPACK_ROWS);				\
+	for (int g = 2 * q; g < ng; g++)				\
+		DOT_TILES_NX(PT, PAIR_CALL, 1, g, gb,		\
+		    (size_t)REPACK_ROWS);				\
+}
+
+/* ---- F16 -------------------------------------------------------------- */
+
+#define F16G (REPACK_ROWS * 16)		/* group block: 8 elements of 4 rows */
+
+/*
+ * NG <= 2 groups (gs bytes apart) times NX <= PT activation rows, nb
+ * blocks of 8 elements.  Per block, pair and row: lanes = fma(w, x, lanes)
+ * with x the row's 8 values in both halves, which is what each row's
+ * accumulator in the float tiles (dot_avx2.c, dot_avx512.c) does, lane for
+ * lane.  One 64-byte line is a group's block, so each group is a single
+ * stream, asked for PF_DIST ahead.
+ */
+static ALWAYS_INLINE void
+tile_f16p(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
+    size_t bx, int NX, float *y, size_t ldy, size_t yo)
+{
+	__m512 acc[2][2][PT];
+
+	tile_zero(acc, NG, NX);
+	for (int b = 0; b < nb; b++) {
+		__m512 xv[PT];
+
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+			xv[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(
+			    (const float *)(const void *)(x + (size_t)r * bx) +
+			    8 * b));
+#pragma GCC unroll 2
+		for (int g = 0; g < NG; g++) {
+			const uint8_t *p = w + (size_t)g * gs + (size_t)b * F16G;
+			__m512 w01, w23;
+
+			prefetch_ahead(p, 1);
+			w01 = _mm512_cvtph_ps(_mm256_loadu_si256(
+			    (const __m256i *)p));
+			w23 = _mm512_cvtph_ps(_mm256_loadu_si256(
+			    (const __m256i *)(p + 32)));
+#pragma GCC unroll 4
+			for (int r = 0; r < NX; r++) {
+				acc[g][0][r] = _mm512_fmadd_ps(w01, xv[r],
+				    acc[g][0][r]);
+				acc[g][1][r] = _mm512_fmadd_ps(w23, xv[r],
+				    acc[g][1][r]);
+			}
+		}
+	}
+	tile_store(acc, NG, NX, y, ldy, yo);
+}
+
+#define PAIR_TILE tile_f16p
+PAIR_KERNEL(dot_f16_f32_packed, 8)
+#undef PAIR_TILE
 
 /* ---- Q8_0 ------------------------------------------------------------- */
 
@@ -93,11 +205,7 @@ tile_q8_0p(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 	const __m512i off = _mm512_set1_epi8((char)0x80);
 	__m512 acc[2][2][PT];
 
-#pragma GCC unroll 2
-	for (int g = 0; g < NG; g++)
-#pragma GCC unroll 4
-		for (int r = 0; r < NX; r++)
-			acc[g][0][r] = acc[g][1][r] = _mm512_setzero_ps();
+	tile_zero(acc, NG, NX);
 	for (int b = 0; b < nb; b++) {
 		__m512i xv[PT], nc[PT];
 		__m128 dx[PT];
@@ -138,36 +246,12 @@ tile_q8_0p(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 			}
 		}
 	}
-#pragma GCC unroll 2
-	for (int g = 0; g < NG; g++)
-#pragma GCC unroll 4
-		for (int r = 0; r < NX; r++) {
-			float *yr = y + (size_t)r * ldy + (size_t)g * yo;
-
-			store_pair(acc[g][0][r], yr);
-			store_pair(acc[g][1][r], yr + 2);
-		}
+	tile_store(acc, NG, NX, y, ldy, yo);
 }
 
-void
-dot_q8_0_q8_0_packed(int k, const void *w, size_t bw, int nw, const void *x,
-    size_t bx, int nx, float *y, size_t ldy)
-{
-	const uint8_t *wc = w;
-	const char *xc = x;
-	int nb = k / QUANT_QK, ng = nw / REPACK_ROWS, q = ng / 2;
-	size_t gb = bw * REPACK_ROWS;
-
-#define CALL(NG, NX, g, gs, r, yo) tile_q8_0p(nb, wc + (size_t)(g) * gb, \
-	gs, NG, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + \
-	(size_t)(g) * REPACK_ROWS, ldy, yo)
-	for (int g = 0; g < q; g++)
-		DOT_TILES_NX(PT, CALL, 2, g, (size_t)q * gb, (size_t)q *
-		    REPACK_ROWS);
-	for (int g = 2 * q; g < ng; g++)
-		DOT_TILES_NX(PT, CALL, 1, g, gb, (size_t)REPACK_ROWS);
-#undef CALL
-}
+#define PAIR_TILE tile_q8_0p
+PAIR_KERNEL(dot_q8_0_q8_0_packed, QUANT_QK)
+#undef PAIR_TILE
 
 /* ---- Q4_K ------------------------------------------------------------- */
 
@@ -434,11 +518,7 @@ tile_q6_Kp(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 	const __m512i m32 = _mm512_set1_epi8(32);
 	__m512 acc[2][2][PT];
 
-#pragma GCC unroll 2
-	for (int g = 0; g < NG; g++)
-#pragma GCC unroll 4
-		for (int r = 0; r < NX; r++)
-			acc[g][0][r] = acc[g][1][r] = _mm512_setzero_ps();
+	tile_zero(acc, NG, NX);
 	for (int b = 0; b < nb; b++) {
 		__m512i s16[2][2], sumi[2][2][PT];
 		__m128 dw[2];
@@ -499,15 +579,7 @@ tile_q6_Kp(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 		}
 		k_block_end(acc, sumi, dw, x, bx, b, NG, NX);
 	}
-#pragma GCC unroll 2
-	for (int g = 0; g < NG; g++)
-#pragma GCC unroll 4
-		for (int r = 0; r < NX; r++) {
-			float *yr = y + (size_t)r * ldy + (size_t)g * yo;
-
-			store_pair(acc[g][0][r], yr);
-			store_pair(acc[g][1][r], yr + 2);
-		}
+	tile_store(acc, NG, NX, y, ldy, yo);
 }
 
 /*

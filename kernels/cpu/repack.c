@@ -26,18 +26,20 @@ struct repack_field {
 
 struct repack_layout {
 	uint32_t wtype;
-	uint32_t block_bytes;	/* of one row's block */
+	uint32_t block;		/* elements of one row's block */
+	uint32_t block_bytes;	/* its bytes */
 	int n_fields;
 	struct repack_field f[REPACK_MAX_FIELDS];
 };
 
 static const struct repack_layout layouts[] = {
-	{ CP_T_Q8_0, sizeof(struct blk_q8_0), 2,
+	{ CP_T_F16, 8, 16, 1, { { 0, 16, 0 } } },
+	{ CP_T_Q8_0, QUANT_QK, sizeof(struct blk_q8_0), 2,
 	    { { 0, 2, 0 }, { 2, 32, 0x80 } } },
-	{ CP_T_Q4_K, sizeof(struct blk_q4_K), 9,
+	{ CP_T_Q4_K, QUANT_QK_K, sizeof(struct blk_q4_K), 9,
 	    { { 0, 2, 0 }, { 2, 2, 0 }, { 4, 4, 0 }, { 8, 4, 0 }, { 12, 4, 0 },
 	    { 16, 32, 0 }, { 48, 32, 0 }, { 80, 32, 0 }, { 112, 32, 0 } } },
-	{ CP_T_Q6_K, sizeof(struct blk_q6_K), 8,
+	{ CP_T_Q6_K, QUANT_QK_K, sizeof(struct blk_q6_K), 8,
 	    { { 208, 2, 0 }, { 192, 16, 0 }, { 0, 32, 0 }, { 32, 32, 0 },
 	    { 64, 32, 0 }, { 96, 32, 0 }, { 128, 32, 0 }, { 160, 32, 0 } } },
 };
@@ -55,6 +57,14 @@ bool
 repack_has_layout(uint32_t wtype)
 {
 	return layout(wtype) != NULL;
+}
+
+int
+repack_block(uint32_t wtype)
+{
+	const struct repack_layout *l = layout(wtype);
+
+	return l != NULL ? (int)l->block : 0;
 }
 
 /*
@@ -92,14 +102,13 @@ repack_rows(uint32_t wtype, const void *src, size_t row_bytes, int rows,
     int k, void *dst)
 {
 	const struct repack_layout *l = layout(wtype);
-	const struct ttype_info *ti = ttype_info(wtype);
 	size_t gb;
 	int nb;
 
-	if (l == NULL || ti == NULL || rows < 0 || rows % REPACK_ROWS != 0 ||
-	    k <= 0 || (uint32_t)k % ti->block != 0)
+	if (l == NULL || rows < 0 || rows % REPACK_ROWS != 0 || k <= 0 ||
+	    (uint32_t)k % l->block != 0)
 		return -EINVAL;
-	nb = k / (int)ti->block;
+	nb = k / (int)l->block;
 	gb = (size_t)l->block_bytes * REPACK_ROWS;
 	for (int r = 0; r < rows; r++) {
 		const uint8_t *s = (const uint8_t *)src + (size_t)r * row_bytes;
@@ -117,8 +126,7 @@ void
 repack_row_unpack(uint32_t wtype, const void *w, int r, int k, void *dst)
 {
 	const struct repack_layout *l = layout(wtype);
-	const struct ttype_info *ti = ttype_info(wtype);
-	int nb = k / (int)ti->block;
+	int nb = k / (int)l->block;
 	size_t gb = (size_t)l->block_bytes * REPACK_ROWS;
 	const uint8_t *g = (const uint8_t *)w + (size_t)(r / REPACK_ROWS) *
 	    (size_t)nb * gb;
@@ -130,6 +138,8 @@ repack_row_unpack(uint32_t wtype, const void *w, int r, int k, void *dst)
 
 #if defined(__x86_64__) || defined(__i386__)
 static const struct dot_kernel packed_avx512[] = {
+	{ CP_T_F16, CP_T_F32, CP_T_F16, dot_f16_f32_packed,
+	    "f16.f32/avx512-packed" },
 	{ CP_T_Q8_0, CP_T_Q8_0, CP_T_F32, dot_q8_0_q8_0_packed,
 	    "q8_0.q8_0/avx512-packed" },
 	{ CP_T_Q4_K, CP_T_Q8_K, CP_T_F32, dot_q4_K_q8_K_packed,
