@@ -188,6 +188,220 @@ tile_f16p(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 PAIR_KERNEL(dot_f16_f32_packed, 8)
 #undef PAIR_TILE
 
+/* ---- Q4_0 ------------------------------------------------------------- */
+
+#define Q40G (REPACK_ROWS * sizeof(struct blk_q4_0))	/* group block */
+
+/* An activation block's 32 values as VPDPBUSD's signed operand. */
+struct q4_0x {
+	__m512i lo, hi;		/* values 0..15, 16..31, in every 128 bits */
+	__m512i nc;		/* -8 x the sum of each lane's four values */
+};
+
+static ALWAYS_INLINE struct q4_0x
+q4_0_x(const uint8_t *xp)
+{
+	const __m512i e8 = _mm512_set1_epi8(8);
+	struct q4_0x v;
+
+	v.lo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)
+	    (xp + 2)));
+	v.hi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)
+	    (xp + 18)));
+	v.nc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(
+	    _mm512_dpbusd_epi32(_mm512_setzero_si512(), e8, v.lo), e8, v.hi));
+	return v;
+}
+
+/*
+ * Group block p's rows times activation block x: in row i's 128 bits,
+ * four partial sums of sum((q - 8) x) over the block (q the unsigned
+ * nibbles, the -8 from x.nc), exact.
+ */
+static ALWAYS_INLINE __m512i
+q4_0_part(const uint8_t *p, const struct q4_0x *x)
+{
+	const __m512i m = _mm512_set1_epi8(0x0f);
+	__m512i v = _mm512_loadu_si512(p + 8);
+
+	return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(x->nc,
+	    _mm512_and_si512(v, m), x->lo), _mm512_and_si512(
+	    _mm512_srli_epi16(v, 4), m), x->hi);
+}
+
+/*
+ * Four q4_0_part() results s[j] summed: lane 4i + j holds row i's whole
+ * sum for s[j].
+ */
+static ALWAYS_INLINE __m512i
+q4_0_sums(const __m512i s[4])
+{
+	__m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(s[0], s[1]),
+	    _mm512_unpackhi_epi32(s[0], s[1]));
+	__m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(s[2], s[3]),
+	    _mm512_unpackhi_epi32(s[2], s[3]));
+
+	return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b),
+	    _mm512_unpackhi_epi64(a, b));
+}
+
+/*
+ * One activation row (a decode step), four blocks a pass: each row's
+ * float steps acc = fma(sum, d_w d_x, acc) in block order, as tile_b32()
+ * in dot_avx2.c, the four rows of a group in the lanes of one 128-bit
+ * accumulator.
+ */
+static ALWAYS_INLINE void
+tile_q4_0p1(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
+    float *y, size_t yo)
+{
+	const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
+	    10, 14, 3, 7, 11, 15);
+	const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2,
+	    2, 2, 2, 3, 3, 3, 3);
+	__m128 acc[2] = { _mm_setzero_ps(), _mm_setzero_ps() };
+
+	for (int b = 0; b < nb; b += 4) {
+		int n = nb - b < 4 ? nb - b : 4;
+		struct q4_0x xv[4];
+		float dxs[4] = { 0 };
+		__m512 dx;
+
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++)
+			if (i < n) {
+				const uint8_t *xp = (const uint8_t *)x +
+				    (size_t)(b + i) * sizeof(struct blk_q8_0);
+
+				xv[i] = q4_0_x(xp);
+				dxs[i] = f16(xp);
+			}
+		/* built in registers: four stores then one wide load
+		   would stall on store forwarding */
+		dx = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+		    _mm_setr_ps(dxs[0], dxs[1], dxs[2], dxs[3])));
+#pragma GCC unroll 2
+		for (int g = 0; g < NG; g++) {
+			const uint8_t *p = w + (size_t)g * gs + (size_t)b * Q40G;
+			__m128i dh[4];
+			__m512i s[4];
+			__m512 v, d;
+
+			/* 4.5 lines a pass */
+			prefetch_ahead(p, 4 + (b % 8 == 0));
+#pragma GCC unroll 4
+			for (int i = 0; i < 4; i++) {
+				s[i] = _mm512_setzero_si512();
+				dh[i] = _mm_setzero_si128();
+				if (i < n) {
+					s[i] = q4_0_part(p + i * Q40G, &xv[i]);
+					dh[i] = _mm_loadl_epi64((const __m128i *)
+					    (p + i * Q40G));
+				}
+			}
+			/* lane 4i + r: row r, block b + i */
+			v = _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(tr,
+			    q4_0_sums(s)));
+			d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_inserti128_si256(
+			    _mm256_castsi128_si256(_mm_unpacklo_epi64(dh[0],
+			    dh[1])), _mm_unpacklo_epi64(dh[2], dh[3]), 1)), dx);
+			acc[g] = _mm_fmadd_ps(_mm512_castps512_ps128(v),
+			    _mm512_castps512_ps128(d), acc[g]);
+			if (n > 1)
+				acc[g] = _mm_fmadd_ps(_mm512_extractf32x4_ps(v,
+				    1), _mm512_extractf32x4_ps(d, 1), acc[g]);
+			if (n > 2)
+				acc[g] = _mm_fmadd_ps(_mm512_extractf32x4_ps(v,
+				    2), _mm512_extractf32x4_ps(d, 2), acc[g]);
+			if (n > 3)
+				acc[g] = _mm_fmadd_ps(_mm512_extractf32x4_ps(v,
+				    3), _mm512_extractf32x4_ps(d, 3), acc[g]);
+		}
+	}
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++)
+		_mm_storeu_ps(y + (size_t)g * yo, acc[g]);
+}
+
+/*
+ * NX <= PT activation rows, one block a pass: lane 4i + r of a group's
+ * accumulator is row i times activation row r, the same float steps.
+ */
+static ALWAYS_INLINE void
+tile_q4_0pn(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
+    size_t bx, int NX, float *y, size_t ldy, size_t yo)
+{
+	const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2,
+	    2, 2, 2, 3, 3, 3, 3);
+	__m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
+
+	for (int b = 0; b < nb; b++) {
+		struct q4_0x xv[PT];
+		float dxs[4] = { 0 };
+		__m512 dx;
+
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++) {
+			const uint8_t *xp = (const uint8_t *)x + (size_t)r * bx +
+			    (size_t)b * sizeof(struct blk_q8_0);
+
+			xv[r] = q4_0_x(xp);
+			dxs[r] = f16(xp);
+		}
+		dx = _mm512_broadcast_f32x4(_mm_setr_ps(dxs[0], dxs[1], dxs[2],
+		    dxs[3]));
+#pragma GCC unroll 2
+		for (int g = 0; g < NG; g++) {
+			const uint8_t *p = w + (size_t)g * gs + (size_t)b * Q40G;
+			__m512i s[4];
+			__m512 dw;
+
+			prefetch_ahead(p, 1 + (b % 8 == 0));
+#pragma GCC unroll 4
+			for (int r = 0; r < 4; r++)
+				s[r] = r < NX ? q4_0_part(p, &xv[r]) :
+				    _mm512_setzero_si512();
+			dw = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
+			    _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p))));
+			acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q4_0_sums(s)),
+			    _mm512_mul_ps(dw, dx), acc[g]);
+		}
+	}
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++) {
+		float t[16];
+
+		_mm512_storeu_ps(t, acc[g]);
+#pragma GCC unroll 4
+		for (int r = 0; r < NX; r++)
+#pragma GCC unroll 4
+			for (int i = 0; i < 4; i++)
+				y[(size_t)r * ldy + (size_t)g * yo + (size_t)i] =
+				    t[4 * i + r];
+	}
+}
+
+/*
+ * Q4_0 x Q8_0: one float per output, each block's exact sum fused-
+ * multiply-added with d_w d_x in block order, as tile_b32() in
+ * dot_avx2.c.  The sums come from VPDPBUSD over the unsigned nibbles
+ * (the -8 folded into the lanes' start) and a transpose-and-add that
+ * leaves four (row, block) or (row, activation row) sums per 128 bits.
+ */
+static ALWAYS_INLINE void
+tile_q4_0p(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
+    size_t bx, int NX, float *y, size_t ldy, size_t yo)
+{
+	if (NX == 1)
+		tile_q4_0p1(nb, w, gs, NG, x, y, yo);
+	else
+		tile_q4_0pn(nb, w, gs, NG, x, bx, NX, y, ldy, yo);
+}
+
+#define PAIR_TILE tile_q4_0p
+PAIR_KERNEL(dot_q4_0_q8_0_packed, QUANT_QK)
+#undef PAIR_TILE
+
 /* ---- Q8_0 ------------------------------------------------------------- */
 
 #define Q8G (REPACK_ROWS * sizeof(struct blk_q8_0))	/* group block */

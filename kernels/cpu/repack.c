@@ -34,6 +34,8 @@ struct repack_layout {
 
 static const struct repack_layout layouts[] = {
 	{ CP_T_F16, 8, 16, 1, { { 0, 16, 0 } } },
+	{ CP_T_Q4_0, QUANT_QK, sizeof(struct blk_q4_0), 2,
+	    { { 0, 2, 0 }, { 2, 16, 0 } } },
 	{ CP_T_Q8_0, QUANT_QK, sizeof(struct blk_q8_0), 2,
 	    { { 0, 2, 0 }, { 2, 32, 0x80 } } },
 	{ CP_T_Q4_K, QUANT_QK_K, sizeof(struct blk_q4_K), 9,
@@ -140,6 +142,8 @@ repack_row_unpack(uint32_t wtype, const void *w, int r, int k, void *dst)
 static const struct dot_kernel packed_avx512[] = {
 	{ CP_T_F16, CP_T_F32, CP_T_F16, dot_f16_f32_packed,
 	    "f16.f32/avx512-packed" },
+	{ CP_T_Q4_0, CP_T_Q8_0, CP_T_F32, dot_q4_0_q8_0_packed,
+	    "q4_0.q8_0/avx512-packed" },
 	{ CP_T_Q8_0, CP_T_Q8_0, CP_T_F32, dot_q8_0_q8_0_packed,
 	    "q8_0.q8_0/avx512-packed" },
 	{ CP_T_Q4_K, CP_T_Q8_K, CP_T_F32, dot_q4_K_q8_K_packed,

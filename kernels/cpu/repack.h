@@ -16,6 +16,8 @@
  *	F16	elements 8b..8b+7 of rows 0..3 (16 bytes each): one 64-byte
  *		line, whose halves the kernel widens to two rows' floats
  *		each.
+ *	Q4_0	d[4] (F16, rows 0..3), then qs of rows 0..3 (16 bytes
+ *		each): 72 bytes.
  *	Q8_0	d[4] (F16, rows 0..3), then qs of rows 0..3 (32 bytes
  *		each), every byte xor 0x80 (q + 128, the unsigned operand
  *		VPDPBUSD wants): 136 bytes.
@@ -48,6 +50,7 @@ const struct dot_kernel *repack_kernel(uint32_t wtype);
 
 /* Repacked kernels (dot_packed_avx512.c); call only when cpu_use_avx512(). */
 dot_fn dot_f16_f32_packed;
+dot_fn dot_q4_0_q8_0_packed;
 dot_fn dot_q8_0_q8_0_packed;
 dot_fn dot_q4_K_q8_K_packed;
 dot_fn dot_q6_K_q8_K_packed;
