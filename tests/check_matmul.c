@@ -826,10 +826,13 @@ att_fx_run(const struct att_fx *f, int r0, int n, float *out,
 	    ops, kdot, cap);
 }
 
+/* The pieces attn_rows() uses on this CPU. */
 static const struct attn_ops *
 att_simd_ops(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
+	if (cpu_use_avx512())
+		return &attn_ops_avx512;
 	return cpu_has_avx2() ? &attn_ops_avx2 : &attn_ops_scalar;
 #else
 	return &attn_ops_scalar;
@@ -944,6 +947,19 @@ START_TEST(test_attn_invariance)
 	att_fx_run(&f, 0, n, scal, &attn_ops_scalar, dot_kernel_scalar(f.type),
 	    n);
 	att_fx_run(&f, 0, n, walk, att_simd_ops(), dot_kernel(f.type), 0);
+#if defined(__x86_64__) || defined(__i386__)
+	/* the AVX2 pieces too where the AVX-512 ones are in use */
+	if (att_simd_ops() == &attn_ops_avx512) {
+		float *avx2 = calloc((size_t)n * (size_t)ld, sizeof(float));
+
+		ck_assert_ptr_nonnull(avx2);
+		att_fx_run(&f, 0, n, avx2, &attn_ops_avx2, dot_kernel(f.type),
+		    n);
+		ck_assert_mem_eq(all, avx2, (size_t)n * (size_t)ld *
+		    sizeof(float));
+		free(avx2);
+	}
+#endif
 	for (int i = 0; i < n * ld; i++) {
 		ck_assert_msg(memcmp(&all[i], &walk[i], 4) == 0,
 		    "attn element %d: kept scores %.9g, three walks %.9g", i,
@@ -1132,6 +1148,23 @@ END_TEST
 SUITE_TEST("attention", test_attn_ops);
 
 /*
+ * n K rows of hd + 8 random F16 values, slot bytes apart; wide: every
+ * fifth row large (to 3e4), the next tiny (to 1e-5).
+ */
+static void
+fill_k_rows(uint8_t *rows, int n, int hd, size_t slot, bool wide)
+{
+	for (int j = 0; j < n; j++) {
+		float mag = !wide || j % 5 > 1 ? 4.0f : j % 5 == 0 ? 3e4f :
+		    1e-5f;
+
+		for (int i = 0; i < hd + 8; i++)
+			put_f16(rows + (size_t)j * slot + 2 * (size_t)i,
+			    rng_f() * mag);
+	}
+}
+
+/*
  * The one-row pieces (attn_ops.kscores1, accum_f16) against the scalar
  * F16 dot kernel and dequant_row() + the scalar accum(), bit for bit: head
  * sizes of one to 32 vectors, row counts around the 4-row groups, rows
@@ -1155,10 +1188,7 @@ START_TEST(test_attn_one_row)
 		int hd = hds[h];
 		size_t slot = (size_t)hd * 2 + 16;
 
-		for (int j = 0; j < N; j++)
-			for (int i = 0; i < hd + 8; i++)
-				put_f16(rows + (size_t)j * slot + 2 * (size_t)i,
-				    rng_f() * 4.0f);
+		fill_k_rows(rows, N, hd, slot, false);
 		for (int i = 0; i < hd; i++)
 			q[i] = rng_f() * 3.0f;
 		for (int j = 0; j < N; j++)
@@ -1181,6 +1211,51 @@ START_TEST(test_attn_one_row)
 }
 END_TEST
 SUITE_TEST("attention", test_attn_one_row);
+
+/*
+ * attn_ops.kscores_rows against the scalar F16 dot kernel, bit for bit:
+ * one to 40 K rows (over and under the sixteen of a pass), head sizes of
+ * one to 32 groups of eight, one to seven query rows apart by a stride of
+ * their own, values from tiny to large, one of them -0.
+ */
+START_TEST(test_attn_kscores_rows)
+{
+	const struct attn_ops *v = att_simd_ops();
+	const struct dot_kernel *kd = dot_kernel_scalar(CP_T_F16);
+	static const int hds[] = { 8, 24, 64, 80, 128, 256 };
+	enum { N = 40, NQ = 7, LDQ = 300, LDS = 48 };
+	static float q[NQ * LDQ], s0[NQ * LDS], s1[NQ * LDS];
+	static uint8_t rows[N * (256 * 2 + 16)];
+
+	if (v->kscores_rows == NULL)
+		return;
+	ck_assert_ptr_null(attn_ops_scalar.kscores_rows);
+	rng_seed(9600);
+	for (size_t h = 0; h < sizeof(hds) / sizeof(hds[0]); h++) {
+		int hd = hds[h];
+		size_t slot = (size_t)hd * 2 + 16;
+
+		fill_k_rows(rows, N, hd, slot, true);
+		for (int i = 0; i < NQ * LDQ; i++)
+			q[i] = rng_f() * 3.0f;
+		q[5] = -0.0f;
+		dot_round_row(CP_T_F16, q, q, NQ * LDQ);
+		for (int n = 1; n <= N; n += n < 17 ? 1 : 7)
+			for (int nq = 1; nq <= NQ; nq += 3) {
+				for (int i = 0; i < NQ * LDS; i++)
+					s0[i] = s1[i] = rng_f();
+				for (int r = 0; r < nq; r++)
+					kd->fn(hd, rows, slot, n, q + (size_t)r *
+					    LDQ, 0, 1, s0 + (size_t)r * LDS,
+					    (size_t)n);
+				v->kscores_rows(rows, slot, n, hd, q, LDQ, nq,
+				    s1, LDS);
+				ck_assert_mem_eq(s0, s1, sizeof(s0));
+			}
+	}
+}
+END_TEST
+SUITE_TEST("attention", test_attn_kscores_rows);
 
 /*
  * attn_ops.accum_rows, SIMD and scalar, against accum() row by row, bit

@@ -128,13 +128,15 @@ exp_sum_scalar(float *dst, const float *src, int n, float mx, double *lanes,
 
 const struct attn_ops attn_ops_scalar = {
 	scale_max_scalar, weights_scalar, accum_scalar, exp_sum_scalar,
-	NULL, NULL, accum_rows_scalar,
+	NULL, NULL, accum_rows_scalar, NULL,
 };
 
 static const struct attn_ops *
 attn_ops(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
+	if (cpu_use_avx512())
+		return &attn_ops_avx512;
 	if (cpu_use_simd())
 		return &attn_ops_avx2;
 #endif
@@ -229,6 +231,10 @@ attn_scores(const struct attn_args *a, const struct attn_ops *ops,
 	attn_ask_next(a, a->k, b, h / a->group);
 	if (a->n_rows - r1 == 1 && attn_one_row(a, ops))
 		ops->kscores1(k, a->slot_bytes, n, a->head_dim, q, sc);
+	else if (ops->kscores_rows != NULL && a->kv_type == CP_T_F16 &&
+	    a->head_dim % 8 == 0 && a->head_dim <= ATTN_KT_MAX_HD)
+		ops->kscores_rows(k, a->slot_bytes, n, a->head_dim, q, a->ldq,
+		    a->n_rows - r1, sc, ld);
 	else
 		attn_kdot(a, kdot, k, n, q, a->ldq * sizeof(float),
 		    a->n_rows - r1, sc, ld);

@@ -152,8 +152,9 @@ int attn_rows_with(const struct attn_args *a, void *scratch,
     const struct attn_ops *ops, const struct dot_kernel *kdot);
 
 /*
- * Pieces with a scalar and an AVX2 version (attn.c, attn_avx2.c), the same
- * bits either way; attn_rows() picks one set per process (cpu_use_simd()).
+ * Pieces with a scalar, an AVX2 and an AVX-512 version (attn.c,
+ * attn_avx2.c, attn_avx512.c), the same bits either way; attn_rows()
+ * picks one set per process (cpu_use_simd(), cpu_use_avx512()).
  */
 struct attn_ops {
 	/* s[j] *= scale for j < n; max(mx, s[0..n)) ("s > max" order). */
@@ -188,9 +189,27 @@ struct attn_ops {
 	 */
 	void (*accum_rows)(float *acc, size_t lda, const float *w, size_t ldw,
 	    const float *vt, int n, int hd, int rows);
+	/*
+	 * Optional (NULL: the dot kernel serves): F16 K rows, hd a multiple
+	 * of 8 up to ATTN_KT_MAX_HD.  s[r * lds + j] = dot(q + r * ldq, K row
+	 * j) for j < n and r < nq, the dot kernel's bits (rows slot_bytes
+	 * apart from k).
+	 */
+	void (*kscores_rows)(const unsigned char *k, size_t slot_bytes, int n,
+	    int hd, const float *q, size_t ldq, int nq, float *s, size_t lds);
 };
+
+#define ATTN_KT_MAX_HD 256
 
 extern const struct attn_ops attn_ops_scalar;
 extern const struct attn_ops attn_ops_avx2;	/* only when cpu_has_avx2() */
+/* attn_ops_avx2 with the pieces of attn_avx512.c: only when cpu_use_avx512() */
+extern const struct attn_ops attn_ops_avx512;
+
+/* attn_avx512.c's pieces (attn_ops_avx512's kscores_rows, accum_rows). */
+void attn_kscores_rows_avx512(const unsigned char *k, size_t slot_bytes,
+    int n, int hd, const float *q, size_t ldq, int nq, float *s, size_t lds);
+void attn_accum_rows_avx512(float *acc, size_t lda, const float *w,
+    size_t ldw, const float *vt, int n, int hd, int rows);
 
 #endif

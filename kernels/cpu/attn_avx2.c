@@ -339,7 +339,12 @@ accum_f16_avx2(float *acc, const float *w, const unsigned char *v,
 
 const struct attn_ops attn_ops_avx2 = {
 	scale_max_avx2, weights_avx2, accum_avx2, exp_sum_avx2, kscores1_avx2,
-	accum_f16_avx2, accum_rows_avx2,
+	accum_f16_avx2, accum_rows_avx2, NULL,
+};
+
+const struct attn_ops attn_ops_avx512 = {
+	scale_max_avx2, weights_avx2, accum_avx2, exp_sum_avx2, kscores1_avx2,
+	accum_f16_avx2, attn_accum_rows_avx512, attn_kscores_rows_avx512,
 };
 
 #endif
