@@ -187,13 +187,12 @@ START_TEST(test_bad_shapes)
 	    -EINVAL);
 	ck_assert_int_eq(repack_rows(CP_T_F32, buf, 128, 4, 32, buf + 2048),
 	    -EINVAL);
-	ck_assert(!repack_has_layout(CP_T_F32));
-	ck_assert(!repack_has_layout(CP_T_BF16));
-	ck_assert(repack_has_layout(CP_T_F16));
-	ck_assert(repack_has_layout(CP_T_Q8_0));
-	ck_assert_int_eq(repack_block(CP_T_F16), 8);
-	ck_assert_int_eq(repack_block(CP_T_Q4_K), 256);
 	ck_assert_int_eq(repack_block(CP_T_F32), 0);
+	ck_assert_int_eq(repack_block(CP_T_BF16), 0);
+	ck_assert_int_eq(repack_block(CP_T_F16), 8);
+	ck_assert_int_eq(repack_block(CP_T_Q4_0), 32);
+	ck_assert_int_eq(repack_block(CP_T_Q8_0), 32);
+	ck_assert_int_eq(repack_block(CP_T_Q4_K), 256);
 }
 END_TEST
 SUITE_TEST("layout", test_bad_shapes);
@@ -276,8 +275,8 @@ fixture_weights(const char *name, const char *path, int *seen)
 		size_t rb = tn->nbytes / (size_t)rows;
 		uint8_t *p;
 
-		if (!repack_has_layout(tn->type) || tn->n_dims != 2 ||
-		    rows % REPACK_ROWS != 0)
+		if (repack_block(tn->type) == 0 || tn->n_dims != 2 ||
+		    rows % REPACK_ROWS != 0 || k % repack_block(tn->type) != 0)
 			continue;
 		p = malloc(tn->nbytes);
 		ck_assert_ptr_nonnull(p);

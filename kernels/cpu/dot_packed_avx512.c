@@ -229,6 +229,16 @@ q4_0_part(const uint8_t *p, const struct q4_0x *x)
 	    _mm512_srli_epi16(v, 4), m), x->hi);
 }
 
+/* v[i] in lanes 4i..4i + 3. */
+static ALWAYS_INLINE __m512
+quads(__m128 v)
+{
+	const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
+	    2, 3, 3, 3, 3);
+
+	return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
 /*
  * Four q4_0_part() results s[j] summed: lane 4i + j holds row i's whole
  * sum for s[j].
@@ -257,8 +267,6 @@ tile_q4_0p1(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 {
 	const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6,
 	    10, 14, 3, 7, 11, 15);
-	const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2,
-	    2, 2, 2, 3, 3, 3, 3);
 	__m128 acc[2] = { _mm_setzero_ps(), _mm_setzero_ps() };
 
 	for (int b = 0; b < nb; b += 4) {
@@ -278,8 +286,7 @@ tile_q4_0p1(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 			}
 		/* built in registers: four stores then one wide load
 		   would stall on store forwarding */
-		dx = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
-		    _mm_setr_ps(dxs[0], dxs[1], dxs[2], dxs[3])));
+		dx = quads(_mm_setr_ps(dxs[0], dxs[1], dxs[2], dxs[3]));
 #pragma GCC unroll 2
 		for (int g = 0; g < NG; g++) {
 			const uint8_t *p = w + (size_t)g * gs + (size_t)b * Q40G;
@@ -331,8 +338,6 @@ static ALWAYS_INLINE void
 tile_q4_0pn(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
     size_t bx, int NX, float *y, size_t ldy, size_t yo)
 {
-	const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2,
-	    2, 2, 2, 3, 3, 3, 3);
 	__m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
 
 	for (int b = 0; b < nb; b++) {
@@ -361,8 +366,8 @@ tile_q4_0pn(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 			for (int r = 0; r < 4; r++)
 				s[r] = r < NX ? q4_0_part(p, &xv[r]) :
 				    _mm512_setzero_si512();
-			dw = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(
-			    _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)p))));
+			dw = quads(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)
+			    p)));
 			acc[g] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q4_0_sums(s)),
 			    _mm512_mul_ps(dw, dx), acc[g]);
 		}

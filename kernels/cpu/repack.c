@@ -55,12 +55,6 @@ layout(uint32_t wtype)
 	return NULL;
 }
 
-bool
-repack_has_layout(uint32_t wtype)
-{
-	return layout(wtype) != NULL;
-}
-
 int
 repack_block(uint32_t wtype)
 {

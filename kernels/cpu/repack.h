@@ -55,12 +55,10 @@ dot_fn dot_q8_0_q8_0_packed;
 dot_fn dot_q4_K_q8_K_packed;
 dot_fn dot_q6_K_q8_K_packed;
 
-/* wtype has a repacked layout (whatever the CPU). */
-bool repack_has_layout(uint32_t wtype);
-
 /*
- * Elements of one row's block in wtype's layout (rows of k elements
- * repack when k is a multiple of it), or 0 when wtype has no layout.
+ * Elements of one row's block in wtype's layout, whatever the CPU (rows
+ * of k elements repack when k is a multiple of it), or 0 when wtype has
+ * no layout.
  */
 int repack_block(uint32_t wtype);
 
