@@ -939,15 +939,24 @@ tcp_connect(int port)
 	return fd;
 }
 
-static void
-stats(struct cp_stats *st)
+/* A libcpclient connection straight to cpd, as the test's own user. */
+static struct cp_client *
+direct_client(void)
 {
 	struct cp_connect_opts o;
-	struct cp_client *c;
+	struct cp_client *c = NULL;
 
 	cp_connect_opts_init(&o);
 	o.socket_path = dp.sock;
 	ck_assert_int_eq(cp_connect(&o, &c), 0);
+	return c;
+}
+
+static void
+stats(struct cp_stats *st)
+{
+	struct cp_client *c = direct_client();
+
 	ck_assert_int_eq(cp_stats(c, st), 0);
 	cp_close(c);
 }
@@ -1001,15 +1010,12 @@ START_TEST(test_user_limit_429)
 {
 	const char *small = "{\"prompt\":\"Once\",\"max_tokens\":2}";
 	char *out = malloc(OUT_CAP);
-	struct cp_connect_opts o;
-	struct cp_client *c = NULL;
+	struct cp_client *c;
 	struct json *j;
 	int i, st = 0;
 
 	ck_assert_ptr_nonnull(out);
-	cp_connect_opts_init(&o);
-	o.socket_path = dp.sock;
-	ck_assert_int_eq(cp_connect(&o, &c), 0);
+	c = direct_client();
 	ck_assert_int_eq(curl(out, "POST", "/v1/completions", small, NULL),
 	    429);
 	j = parse(out);
