@@ -238,26 +238,6 @@ ep_wait_cmds(struct engine_port *p, int timeout_ms)
 }
 
 int
-ep_wait_cmds_until(struct engine_port *p, uint64_t deadline_ns)
-{
-	struct pollfd pfd = { .fd = p->cmd_efd, .events = POLLIN };
-	struct timespec now, ts = { 0, 0 };
-	uint64_t t;
-	int r;
-
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
-	if (deadline_ns > t) {
-		ts.tv_sec = (time_t)((deadline_ns - t) / 1000000000u);
-		ts.tv_nsec = (long)((deadline_ns - t) % 1000000000u);
-	}
-	r = ppoll(&pfd, 1, &ts, NULL);
-	if (r < 0)
-		return errno == EINTR ? 0 : -errno;
-	return r > 0;
-}
-
-int
 ep_batch_add(struct ep_batch *b, const struct ep_event *ev, const void *text,
     size_t len)
 {

@@ -249,9 +249,6 @@ struct ep_cmd *ep_take_cmds(struct engine_port *p);
 /* engine: wait up to timeout_ms (-1: no limit) for commands; 1, 0, -errno. */
 int ep_wait_cmds(struct engine_port *p, int timeout_ms);
 
-/* engine: the same, until CLOCK_MONOTONIC reads deadline_ns. */
-int ep_wait_cmds_until(struct engine_port *p, uint64_t deadline_ns);
-
 /*
  * Makes the engine's ep_wait_cmds() return, without a command: for the
  * engine's own helper threads (prep.h) when they have work ready for it.

@@ -9,13 +9,6 @@
  * RELEASING the thread owns the backend again, to give its pages back.
  * cancel and busy are read by the thread between chunks without the lock;
  * n_done is its progress.
- *
- * The gate (lane_hold()): gate is GATE_RUN while the thread computes a job
- * (its prefill and the prefault after it), GATE_PARKED while it waits at
- * a job boundary of its backend for hold to fall, GATE_OFF otherwise.
- * The worker raises hold, then waits while gate is GATE_RUN; the thread
- * reads hold at every boundary (lane_gate(), called by its backend's
- * pool), so the worker waits at most one parallel job.
  */
 #include "lane.h"
 
@@ -28,31 +21,18 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "futex.h"
 #include "kvcache.h"
 #include "log.h"
 
 /*
- * The nice value of the lane's thread and of its backend's pool (the
- * thread opens the backend, so the pool's threads inherit it).  While the
- * lane and the steps keep every core busy, the threads that deliver
- * tokens (the io loop, the clients) then take their time from the lane
- * rather than from the steps.
+ * The lane thread's nice value.  While the lane and the steps keep every
+ * core busy, the threads that deliver tokens (the io loop, the clients)
+ * then take their time from the lane rather than from the steps.
  */
 #define LANE_NICE 5
 
-/* Blocks the prefault maps between two looks at the gate. */
-#define LANE_PF_PIECE 16
-
-enum { GATE_OFF = 0, GATE_RUN, GATE_PARKED };
-
 struct lane {
-	const struct model *model;
-	struct be_params bp;	/* the lane's backend's */
-	struct backend *be;	/* opened by the thread */
-	bool opened;		/* the thread tried, with */
-	int open_rc;		/* this result */
-	struct cp_err open_err;
+	struct backend *be;
 	int threads, all;	/* while the worker runs, and alone */
 	int chunk;		/* rows per step */
 	int n_ctx;
@@ -80,33 +60,7 @@ struct lane {
 	atomic_bool cancel;
 	atomic_bool busy;
 	atomic_int n_done;
-	atomic_uint hold;	/* futex word: the worker wants the cores */
-	atomic_uint gate;	/* futex word: GATE_* */
 };
-
-/* At a job boundary of the lane's backend: wait while the worker holds. */
-static void
-lane_gate(void *arg)
-{
-	struct lane *l = arg;
-
-	if (atomic_load(&l->hold) == 0)
-		return;
-	atomic_store(&l->gate, GATE_PARKED);
-	cp_futex_wake(&l->gate);
-	while (atomic_load(&l->hold) != 0)
-		cp_futex_wait(&l->hold, 1);
-	atomic_store(&l->gate, GATE_RUN);
-}
-
-/* The thread's computing ends (or begins, GATE_RUN): a holder may go on. */
-static void
-lane_gate_set(struct lane *l, unsigned g)
-{
-	atomic_store(&l->gate, g);
-	if (g == GATE_OFF)
-		cp_futex_wake(&l->gate);
-}
 
 /* Prefill the job in chunks; 0, -ECANCELED, or a failed step's -errno. */
 static int
@@ -193,12 +147,8 @@ lane_take_prefault(struct lane *l, int rc)
 	l->pf_blocks = NULL;
 	l->pf_n = 0;
 	pthread_mutex_unlock(&l->mu);
-	for (int k = 0; rc == 0 && k < n && !atomic_load(&l->cancel);
-	    k += LANE_PF_PIECE) {
-		lane_gate(l);
-		(void)be_kv_prefault(l->pf_be, blocks + k,
-		    n - k < LANE_PF_PIECE ? n - k : LANE_PF_PIECE);
-	}
+	if (rc == 0 && n > 0 && !atomic_load(&l->cancel))
+		(void)be_kv_prefault(l->pf_be, blocks, n);
 	free(blocks);
 	pthread_mutex_lock(&l->mu);
 }
@@ -210,17 +160,8 @@ lane_main(void *arg)
 	int rc;
 
 	(void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), LANE_NICE);
-	/* opened here, so that its pool's threads inherit the nice value */
-	rc = be_open("cpu", l->model, &l->bp, &l->be, &l->open_err);
-	if (rc == 0)
-		rc = be_set_gate(l->be, lane_gate, l, &l->open_err);
 	pthread_mutex_lock(&l->mu);
-	l->open_rc = rc;
-	l->opened = true;
-	pthread_cond_broadcast(&l->cv);
 	for (;;) {
-		if (rc < 0)
-			break;
 		while (!l->stop && !l->pending && !l->release)
 			pthread_cond_wait(&l->cv, &l->mu);
 		if (l->stop)
@@ -236,11 +177,9 @@ lane_main(void *arg)
 		}
 		l->pending = false;
 		pthread_mutex_unlock(&l->mu);
-		lane_gate_set(l, GATE_RUN);
 		rc = lane_run(l);
 		pthread_mutex_lock(&l->mu);
 		lane_take_prefault(l, rc);
-		lane_gate_set(l, GATE_OFF);
 		if (atomic_load(&l->cancel) || rc == -ECANCELED) {
 			lane_drop_seq(l);
 			l->state = LANE_IDLE;
@@ -281,15 +220,13 @@ lane_new(const struct lane_params *p, struct lane **out, struct cp_err *e)
 	atomic_init(&l->cancel, false);
 	atomic_init(&l->busy, false);
 	atomic_init(&l->n_done, 0);
-	atomic_init(&l->hold, 0);
-	atomic_init(&l->gate, GATE_OFF);
 	/* One sequence of the whole context, in the worker's block layout. */
 	bp.max_batch_tokens = l->chunk;
 	bp.max_seqs = 1;
 	bp.kv_tokens = bp.n_ctx;
 	bp.kv_mib = 0;
-	l->model = p->model;
-	l->bp = bp;
+	if ((rc = be_open("cpu", p->model, &bp, &l->be, e)) < 0)
+		goto err;
 	if ((l->toks = malloc((size_t)l->n_ctx * sizeof(*l->toks))) == NULL) {
 		rc = cp_err_set(e, -ENOMEM, "lane: out of memory");
 		goto err;
@@ -299,15 +236,6 @@ lane_new(const struct lane_params *p, struct lane **out, struct cp_err *e)
 		goto err;
 	}
 	l->started = true;
-	pthread_mutex_lock(&l->mu);
-	while (!l->opened)
-		pthread_cond_wait(&l->cv, &l->mu);
-	rc = l->open_rc;
-	pthread_mutex_unlock(&l->mu);
-	if (rc < 0) {
-		*e = l->open_err;
-		goto err;
-	}
 	*out = l;
 	return 0;
 err:
@@ -465,21 +393,6 @@ lane_cancel(struct lane *l)
 		lane_retire(l);
 	}
 	pthread_mutex_unlock(&l->mu);
-}
-
-void
-lane_hold(struct lane *l)
-{
-	atomic_store(&l->hold, 1);
-	while (atomic_load(&l->gate) == GATE_RUN)
-		cp_futex_wait(&l->gate, GATE_RUN);
-}
-
-void
-lane_release(struct lane *l)
-{
-	atomic_store(&l->hold, 0);
-	cp_futex_wake(&l->hold);
 }
 
 void

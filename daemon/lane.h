@@ -121,18 +121,6 @@ void lane_prefault(struct lane *l, struct backend *dst, int32_t *blocks,
 void lane_cancel(struct lane *l);
 
 /*
- * Have the lane stop at its next job boundary (a parallel job of its
- * backend, or a piece of its prefault), so that the worker's step can
- * have every core: returns once the lane waits there or computes
- * nothing (at most one job's time).  The lane goes on at lane_release().
- * Between the two the worker must not wait for the lane (lane_free(),
- * lane_import()).  Used for a sliced lane (slicer.h), which keeps all
- * threads (never lane_set_busy()).
- */
-void lane_hold(struct lane *l);
-void lane_release(struct lane *l);
-
-/*
  * Tell the lane whether the worker's steps are running: the lane then
  * keeps to its threads, else it uses all of them (from its next chunk).
  */

@@ -3,10 +3,8 @@
  *
  * ONE TURN OF THE LOOP (worker_run)
  *   1. Commands.  When the last turn ran nothing, wait for the port's
- *      command fd (with a timeout, like every wait here); while a sliced
- *      prefill lane runs (worker_slice.c), wait for it until the
- *      streams' next step is due, and a turn woken earlier only takes
- *      commands.  Take every queued command and apply it in order: SUBMIT (check the ids, build
+ *      command fd (with a timeout, like every wait here).  Take every
+ *      queued command and apply it in order: SUBMIT (check the ids, build
  *      the request, sched_add), CANCEL, PAUSE, RESUME (to the scheduler),
  *      SHUTDOWN (drop everything, return).  A SUBMIT of text goes to the
  *      tokenizer thread first (prep.h), and its client's later commands
@@ -27,12 +25,11 @@
  *      admission or preemption), grown by the item's tokens, and the
  *      item's token range is copied into one step_batch, items in plan
  *      order.
- *   5. Step: be_step(), a sliced lane held meanwhile.  Per entry, in
- *      order: a PROGRESS event when the entry computed prompt positions
- *      of a request that asked for them and has no token yet; then, for
- *      an entry with a logits row: sample, accept, detokenize
- *      (streaming), match stop strings, TOKEN event with the text that
- *      is safe to send.  Steps are numbered from 1
+ *   5. Step: be_step().  Per entry, in order: a PROGRESS event when the
+ *      entry computed prompt positions of a request that asked for them
+ *      and has no token yet; then, for an entry with a logits row: sample,
+ *      accept, detokenize (streaming), match stop strings, TOKEN event
+ *      with the text that is safe to send.  Steps are numbered from 1
  *      (the count of steps run, es.steps, after them); every event
  *      emitted during a step carries its number, other events (a refused
  *      SUBMIT) 0.
@@ -978,7 +975,7 @@ step(struct worker *w)
 	struct wreq *r;
 	int k, rc, n_ent = 0, n_tok = 0, n_dec = 0;
 	uint64_t t0 = stats_now_ns();
-	bool sent, held;
+	bool sent;
 
 	/* back to back with the previous batch: the gap starts there */
 	if (w->t_step_ns != 0 && t0 - w->t_step_ns < STEP_GAP_NS)
@@ -1022,12 +1019,9 @@ step(struct worker *w)
 			n_dec += it->n;
 	}
 	if (w->lane != NULL)
-		lane_set_busy(w->lane, n_ent > 0 && !w->lane_sliced);
+		lane_set_busy(w->lane, n_ent > 0);
 	if (n_ent > 0) {
-		if ((held = wk_slice_hold(w)))
-			t0 = stats_now_ns();
 		step_run(w, &plan, n_ent, n_tok);
-		wk_slice_end(w, held, n_dec);
 		wk_pace_step(w, &plan, n_ent, t0);
 		for (k = 0; k < n_ent; k++) {
 			it = &plan.items[w->bitem[k]];
@@ -1101,25 +1095,16 @@ int
 worker_run(struct worker *w)
 {
 	bool busy = false;
-	uint64_t due;
 	int ran;
 
 	publish(w);
 	for (;;) {
-		due = busy ? wk_slice_due(w) : 0;
 		if (!busy && w->out.n == 0)
 			(void)ep_wait_cmds(w->port, WK_IDLE_WAIT_MS);
-		else if (due != 0)
-			(void)ep_wait_cmds_until(w->port, due);
 		if (commands(w))
 			break;
-		/* woken before the streams' step is due: commands only */
-		if (due != 0 && wk_slice_due(w) != 0) {
-			ran = 0;
-		} else {
-			ran = w->n_free < w->max_requests ? step(w) : 0;
-			busy = ran != 0;
-		}
+		ran = w->n_free < w->max_requests ? step(w) : 0;
+		busy = ran != 0;
 		if (!ran && w->out.n == 0) {
 			/* Paused, resumed, queued: seen in cp_stats() at once. */
 			if (w->dirty)

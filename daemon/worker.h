@@ -47,10 +47,6 @@ struct worker_params {
 					   it is free; 0: no lane.  CPU
 					   backend with 2+ threads only */
 	int prefill_lane_chunk;		/* its rows per step (0: LANE_CHUNK) */
-	int prefill_lane_slices;	/* > 0: under a target, always in
-					   slices (slicer.h); 0: when the
-					   steps beside a split lane missed
-					   the target */
 	int max_requests;		/* live requests, queued or running
 					   (0: 1024) */
 	int max_clients;		/* distinct round-robin turns (0: 256);
@@ -87,8 +83,6 @@ struct worker_stats {
 	uint64_t rejected;	/* SUBMITs answered with ERROR at once */
 	uint64_t cancelled;	/* requests ended by CANCEL */
 	uint64_t lane_prompts;	/* prompts handed to the prefill lane */
-	uint64_t lane_slices;	/* steps that held a sliced lane and set
-				   the streams' next due time */
 	uint64_t grammar_trims;	/* matchers made to give their caches back
 				   (worker_params.grammar_bytes) */
 	uint64_t prefix_partial;	/* admissions that began with a copy of

@@ -14,7 +14,6 @@
 #include "backend.h"
 #include "engine_port.h"
 #include "pacer.h"
-#include "slicer.h"
 #include "sched.h"
 #include "tokenizer.h"
 #include "worker.h"
@@ -93,12 +92,6 @@ struct worker {
 	int threads_all;		/* the backend's threads */
 	int threads_lane;		/* the lane's, while steps run */
 	int threads_now;		/* the steps' (be_set_threads) */
-	bool lane_sliced;		/* the lane's job runs in slices
-					   between the steps (slicer.h) */
-	bool lane_slice_always;		/* worker_params.prefill_lane_slices */
-	struct slicer slicer;
-	uint64_t t_due_ns;		/* sliced: the streams' next step,
-					   or 0 */
 
 	int32_t *btok;			/* (max_batch) rows of the step */
 	struct batch_seq *bseq;		/* (max_seqs) entries of the step */
@@ -179,23 +172,6 @@ bool wk_pace_lane_ok(struct worker *w);
 /* plan's n_ent entries ran from t0 to w->t_step_ns: into the model. */
 void wk_pace_step(struct worker *w, const struct sched_plan *plan, int n_ent,
     uint64_t t0);
-
-/* ---- worker_slice.c ---------------------------------------------------- */
-
-/* Whether a lane job starting now would be sliced. */
-bool wk_slice_possible(struct worker *w);
-
-/* A lane job starts: sliced or split. */
-void wk_slice_choose(struct worker *w);
-
-/* When the streams' next step is due, if later than now; else 0. */
-uint64_t wk_slice_due(struct worker *w);
-
-/* Before a step: hold a sliced lane that is running; whether it did. */
-bool wk_slice_hold(struct worker *w);
-
-/* After the step (n_dec decode rows): release, measure, next due time. */
-void wk_slice_end(struct worker *w, bool held, int n_dec);
 
 /* ---- worker_lane.c ----------------------------------------------------- */
 

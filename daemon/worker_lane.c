@@ -49,7 +49,6 @@ wk_lane_give(struct worker *w, struct wreq *r, int slot)
 	w->lane_slot = slot;
 	r->lane_pf = false;
 	w->st.lane_prompts++;
-	wk_slice_choose(w);
 	log_debug("worker: request %llu: %d prompt tokens to the prefill lane",
 	    (unsigned long long)r->id, r->n_prompt - 1);
 }
@@ -108,7 +107,6 @@ lane_move(struct worker *w)
 	r->lane_pf = false;
 	w->lane_slot = slot;
 	w->st.lane_prompts++;
-	wk_slice_choose(w);
 	log_debug("worker: request %llu: prompt moved to the prefill lane at "
 	    "%d of %d tokens", (unsigned long long)r->id, k, r->n_prompt);
 }
@@ -184,8 +182,8 @@ wk_lane_poll(struct worker *w)
 			}
 		}
 	}
-	want = st.state == LANE_RUNNING && !w->lane_sliced ?
-	    w->threads_all - w->threads_lane : w->threads_all;
+	want = st.state == LANE_RUNNING ? w->threads_all - w->threads_lane :
+	    w->threads_all;
 	if (want != w->threads_now && be_set_threads(w->be, want, &e) == 0)
 		w->threads_now = want;
 	return sent;
@@ -247,8 +245,6 @@ wk_lane_setup(struct worker *w, const struct worker_params *p,
 	lp.wake = wake_engine;
 	lp.wake_arg = w->port;
 	w->threads_lane = lp.threads;
-	w->lane_slice_always = p->prefill_lane_slices > 0;
-	slicer_init(&w->slicer);
 	w->lane_min = p->prefill_lane_tokens;
 	return lane_new(&lp, &w->lane, e);
 }

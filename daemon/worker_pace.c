@@ -62,8 +62,7 @@ wk_pace_setup(struct worker *w, const struct worker_params *p,
 }
 
 /*
- * Whether a long prompt may go to the prefill lane under the target: in
- * slices between the streams' steps (worker_slice.c), or split, where the
+ * Whether a long prompt may go to the prefill lane under the target: the
  * decode steps beside it, on the threads the lane leaves, must have kept
  * under the target (their recent median).  Before any ran, the lane is
  * tried: on two cores it gave the streams smaller gaps than paced chunks
@@ -75,7 +74,7 @@ wk_pace_lane_ok(struct worker *w)
 	struct pacer_stats ps;
 	double beside = pacer_decode_ms(&w->pacer[1]);
 
-	if (!pacer_on(&w->pacer[0]) || beside == 0 || wk_slice_possible(w))
+	if (!pacer_on(&w->pacer[0]) || beside == 0)
 		return true;
 	pacer_stats(&w->pacer[0], &ps);
 	return ps.target_ms == 0 || beside <= ps.target_ms;

@@ -432,18 +432,6 @@ be_set_threads(struct backend *be, int n, struct cp_err *e)
 	return be->ops->set_threads(be, n);
 }
 
-int
-be_set_gate(struct backend *be, void (*gate)(void *arg), void *arg,
-    struct cp_err *e)
-{
-	if (be->ops->set_gate == NULL)
-		return cp_err_set(e, -ENOTSUP, "%s backend: no gate between "
-		    "a step's jobs", be->ops->name);
-	if (be->inflight != NULL)
-		return cp_err_set(e, -EBUSY, "backend: a step is in flight");
-	return be->ops->set_gate(be, gate, arg);
-}
-
 /* Same block layout: same backend, model shape, storage type, block size. */
 static bool
 be_kv_compatible(const struct backend *a, const struct backend *b)

@@ -109,8 +109,6 @@ struct be_ops {
 	    size_t off, size_t n);
 	/* Use n threads (1..params.n_threads) from the next step; 0. */
 	int (*set_threads)(struct backend *be, int n);
-	/* gate(arg) before each parallel job of a step; 0. */
-	int (*set_gate)(struct backend *be, void (*gate)(void *), void *arg);
 };
 
 /* State shared by the wrappers and the backend implementing them. */
@@ -191,16 +189,6 @@ int be_step(struct backend *be, const struct step_batch *b,
  * -EINVAL for n outside 1..n_threads, -EBUSY with a step in flight.
  */
 int be_set_threads(struct backend *be, int n, struct cp_err *e);
-
-/*
- * Call gate(arg) on the stepping thread before each parallel job of the
- * steps from now on (NULL: none); gate may block, e.g. while another
- * backend's step has the cores.  0; -ENOTSUP where steps are not cut into
- * such jobs on the host (every backend but cpu), -EBUSY with a step in
- * flight.
- */
-int be_set_gate(struct backend *be, void (*gate)(void *arg), void *arg,
-    struct cp_err *e);
 
 /*
  * Copy the K/V of positions [0, n) of src_seq in src into dst_seq in dst,

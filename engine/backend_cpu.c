@@ -109,15 +109,6 @@ cpu_set_threads(struct backend *be, int n)
 	return tp_set_active(c->tp, n);
 }
 
-static int
-cpu_set_gate(struct backend *be, void (*gate)(void *), void *arg)
-{
-	struct cpu_ctx *c = be->ctx;
-
-	tp_set_gate(c->tp, gate, arg);
-	return 0;
-}
-
 const struct be_ops be_cpu_ops = {
 	.name = "cpu",
 	.probe = NULL,
@@ -133,5 +124,4 @@ const struct be_ops be_cpu_ops = {
 	.step_wait = cpu_step_wait,
 	.buf_release = host_buf_release,
 	.set_threads = cpu_set_threads,
-	.set_gate = cpu_set_gate,
 };

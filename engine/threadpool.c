@@ -12,6 +12,8 @@
 #include "threadpool.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -19,10 +21,9 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-#include "futex.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -79,12 +80,24 @@ struct threadpool {
 	_Alignas(64) atomic_uint active; /* futex word: threads in jobs */
 	atomic_int parked;		/* workers waiting on active */
 	int64_t budget;			/* the caller's polling budget, ns */
-	tp_gate_fn *gate;		/* tp_set_gate() */
-	void *gate_arg;
 	_Alignas(64) tp_fn *fn;
 	void *arg;
 	int n_tasks;
 };
+
+static void
+tp_futex_wait(atomic_uint *word, unsigned val)
+{
+	(void)syscall(SYS_futex, (void *)word, FUTEX_WAIT_PRIVATE, val,
+	    NULL, NULL, 0);
+}
+
+static void
+tp_futex_wake(atomic_uint *word)
+{
+	(void)syscall(SYS_futex, (void *)word, FUTEX_WAKE_PRIVATE, INT_MAX,
+	    NULL, NULL, 0);
+}
 
 static int64_t
 tp_now_ns(void)
@@ -152,7 +165,7 @@ tp_park(struct threadpool *tp, struct tp_worker *w, bool *stop)
 	atomic_fetch_add(&tp->parked, 1);
 	while ((a = atomic_load(&tp->active)) <= (unsigned)w->index &&
 	    !atomic_load(&tp->stop))
-		cp_futex_wait(&tp->active, a);
+		tp_futex_wait(&tp->active, a);
 	seen = atomic_load(&tp->gen);
 	*stop = atomic_load(&tp->stop) != 0;
 	atomic_fetch_sub(&tp->parked, 1);
@@ -178,7 +191,7 @@ tp_main(void *p)
 			atomic_fetch_add(&tp->sleepers, 1);
 			while (atomic_load(&tp->gen) == seen &&
 			    !atomic_load(&tp->stop))
-				cp_futex_wait(&tp->gen, seen);
+				tp_futex_wait(&tp->gen, seen);
 			atomic_fetch_sub(&tp->sleepers, 1);
 		}
 		if (atomic_load(&tp->stop))
@@ -190,7 +203,7 @@ tp_main(void *p)
 		tp_work(tp, w->index);
 		if (atomic_fetch_sub(&tp->pending, 1) == 1 &&
 		    atomic_load(&tp->waiting))
-			cp_futex_wake(&tp->pending);
+			tp_futex_wake(&tp->pending);
 	}
 }
 
@@ -219,8 +232,6 @@ tp_new(int n_threads, struct threadpool **out)
 	atomic_init(&tp->active, (unsigned)n_threads);
 	atomic_init(&tp->parked, 0);
 	tp->budget = TP_SPIN_MAX_NS;
-	tp->gate = NULL;
-	tp->gate_arg = NULL;
 	if ((tp->workers = calloc((size_t)n_threads,
 	    sizeof(*tp->workers))) == NULL) {
 		free(tp);
@@ -250,8 +261,8 @@ tp_free(struct threadpool *tp)
 		return;
 	atomic_store(&tp->stop, 1);
 	atomic_fetch_add(&tp->gen, 1);
-	cp_futex_wake(&tp->gen);
-	cp_futex_wake(&tp->active);
+	tp_futex_wake(&tp->gen);
+	tp_futex_wake(&tp->active);
 	for (i = 0; i < tp->n_workers; i++)
 		pthread_join(tp->workers[i].th, NULL);
 	free(tp->workers);
@@ -284,7 +295,7 @@ tp_job(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
 	    memory_order_relaxed);
 	atomic_fetch_add(&tp->gen, 1);
 	if (atomic_load(&tp->sleepers) > 0)
-		cp_futex_wake(&tp->gen);
+		tp_futex_wake(&tp->gen);
 	tp_work(tp, 0);
 	/* pending only falls: spin while it is not 0, then sleep */
 	while ((p = atomic_load_explicit(&tp->pending,
@@ -293,7 +304,7 @@ tp_job(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
 			continue;
 		atomic_store(&tp->waiting, 1);
 		while ((p = atomic_load(&tp->pending)) != 0)
-			cp_futex_wait(&tp->pending, p);
+			tp_futex_wait(&tp->pending, p);
 		atomic_store(&tp->waiting, 0);
 	}
 }
@@ -323,17 +334,10 @@ tp_set_active(struct threadpool *tp, int n)
 		tp_job(tp, NULL, NULL, 0);
 		tp_wait_parked(tp, tp->n - n);
 	} else {
-		cp_futex_wake(&tp->active);
+		tp_futex_wake(&tp->active);
 		tp_wait_parked(tp, tp->n - n);
 	}
 	return 0;
-}
-
-void
-tp_set_gate(struct threadpool *tp, tp_gate_fn *gate, void *arg)
-{
-	tp->gate = gate;
-	tp->gate_arg = arg;
 }
 
 void
@@ -343,8 +347,6 @@ tp_run(struct threadpool *tp, tp_fn *fn, void *arg, int n_tasks)
 
 	if (n_tasks <= 0)
 		return;
-	if (tp->gate != NULL)
-		tp->gate(tp->gate_arg);
 	if (tp->n_workers == 0 || n_tasks == 1 || tp_active(tp) == 1) {
 		for (i = 0; i < n_tasks; i++)
 			fn(arg, i, 0);

@@ -45,15 +45,6 @@ int tp_set_active(struct threadpool *tp, int n);
 int tp_active(const struct threadpool *tp);
 
 /*
- * A gate: tp_run() calls gate(arg) on the caller's thread before every
- * job (a job without workers included), which may block there, e.g. to
- * leave the cores to another pool for a while.  NULL: none.  Set it
- * between tp_run() calls, from the thread that makes them.
- */
-typedef void tp_gate_fn(void *arg);
-void tp_set_gate(struct threadpool *tp, tp_gate_fn *gate, void *arg);
-
-/*
  * Run fn for every task in 0..n_tasks-1 and return when all have run.
  * Not reentrant: one tp_run() at a time per pool, never from inside fn.
  */

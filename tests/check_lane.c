@@ -8,7 +8,6 @@
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -163,41 +162,6 @@ make_prompt(int32_t *ids, int n, int n_vocab)
 }
 
 /*
- * The DONE job's import of ids' n positions equals dst's own prefill of
- * them, block for block.
- */
-static void
-import_matches(struct fix *f, const int32_t *ids, int n)
-{
-	struct kv_cache *kv = be_kv(f->dst);
-	unsigned char *mem = f->dst->ops->buf_host(f->dst->kv_buf);
-	size_t bb = kv_block_bytes(kv);
-	struct batch_seq bs;
-	struct step_batch b;
-	struct cp_err e = { 0 };
-	const float *lg;
-	int seq, ref;
-
-	seq = kv_seq_new(kv);
-	ck_assert_int_eq(kv_seq_append(kv, seq, n), 0);
-	ck_assert_msg(lane_import(f->lane, f->dst, seq, &e) == 0, "%s",
-	    e.msg);
-	ck_assert_int_eq(kv_seq_written(kv, seq), n);
-	ref = kv_seq_new(kv);
-	ck_assert_int_eq(kv_seq_append(kv, ref, n), 0);
-	bs = (struct batch_seq){ ref, 0, n, false };
-	b = (struct step_batch){ (int32_t *)ids, n, &bs, 1 };
-	ck_assert_msg(be_step(f->dst, &b, &lg, NULL, &e) == 0, "%s", e.msg);
-	for (int i = 0; i < (n + 15) / 16; i++) {
-		int32_t a = kv_seq_blocks(kv, seq)[i];
-		int32_t r = kv_seq_blocks(kv, ref)[i];
-
-		ck_assert_mem_eq(mem + (size_t)a * bb, mem + (size_t)r * bb,
-		    bb);
-	}
-}
-
-/*
  * A job: the prompt's n positions in the lane, held after its first chunk
  * while lane_prefault() names the target's blocks FAR..; by DONE they are
  * mapped; the import then matches a prefill of the same prompt on dst
@@ -206,11 +170,12 @@ import_matches(struct fix *f, const int32_t *ids, int n)
 START_TEST(test_prefault_and_import)
 {
 	struct fix f;
+	struct cp_err e = { 0 };
 	struct kv_cache *kv;
 	int32_t ids[40], far = FAR;
 	unsigned char *mem;
 	size_t bb;
-	int n = 40, rc;
+	int seq, ref, i, n = 40, rc;
 
 	fix_open(&f);
 	kv = be_kv(f.dst);
@@ -234,7 +199,28 @@ START_TEST(test_prefault_and_import)
 	else
 		ck_assert(resident(mem + (size_t)FAR * bb, N_FAR * bb));
 
-	import_matches(&f, ids, n);
+	/* the import equals dst's own prefill of the prompt */
+	seq = kv_seq_new(kv);
+	ck_assert_int_eq(kv_seq_append(kv, seq, n), 0);
+	ck_assert_msg(lane_import(f.lane, f.dst, seq, &e) == 0, "%s", e.msg);
+	ck_assert_int_eq(kv_seq_written(kv, seq), n);
+	ref = kv_seq_new(kv);
+	{
+		struct batch_seq bs = { ref, 0, n, false };
+		struct step_batch b = { ids, n, &bs, 1 };
+		const float *lg;
+
+		ck_assert_int_eq(kv_seq_append(kv, ref, n), 0);
+		ck_assert_msg(be_step(f.dst, &b, &lg, NULL, &e) == 0, "%s",
+		    e.msg);
+	}
+	for (i = 0; i < (n + 15) / 16; i++) {
+		int32_t a = kv_seq_blocks(kv, seq)[i];
+		int32_t r = kv_seq_blocks(kv, ref)[i];
+
+		ck_assert_mem_eq(mem + (size_t)a * bb, mem + (size_t)r * bb,
+		    bb);
+	}
 
 	/* The lane releases on its thread and takes the next job. */
 	ck_assert_int_eq(wait_not(f.lane, LANE_RELEASING), LANE_IDLE);
@@ -267,78 +253,6 @@ START_TEST(test_prefault_idle_ignored)
 }
 END_TEST
 SUITE_TEST("lane", test_prefault_idle_ignored);
-
-/* lane_hold() from another thread; held records its return. */
-struct holder {
-	struct lane *lane;
-	atomic_bool held;
-};
-
-static void *
-holder_main(void *arg)
-{
-	struct holder *h = arg;
-
-	lane_hold(h->lane);
-	atomic_store(&h->held, true);
-	return NULL;
-}
-
-static void
-sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000 };
-
-	nanosleep(&ts, NULL);
-}
-
-/*
- * lane_hold() waits while the lane computes (here it is stopped in its
- * wake callback after the first chunk, between two jobs of its
- * backend), and returns once the lane waits at its next job boundary:
- * from then on it computes nothing (n_done stays, RUNNING) until
- * lane_release(), and the job then ends with the K/V of a plain prefill.
- * With no job, lane_hold() returns at once.
- */
-START_TEST(test_hold)
-{
-	struct fix f;
-	struct holder h;
-	struct lane_status st;
-	pthread_t th;
-	int32_t ids[40];
-	int n = 40;
-
-	fix_open(&f);
-	make_prompt(ids, n, f.m->hp.n_vocab);
-	lane_hold(f.lane);
-	lane_release(f.lane);
-
-	f.g.hold = true;
-	ck_assert_int_eq(lane_start(f.lane, ids, n, true), 0);
-	gate_wait_held(&f.g);
-	h.lane = f.lane;
-	atomic_init(&h.held, false);
-	ck_assert_int_eq(pthread_create(&th, NULL, holder_main, &h), 0);
-	sleep_ms(50);
-	ck_assert_msg(!atomic_load(&h.held), "lane_hold() returned while "
-	    "the lane computed");
-	gate_open(&f.g);
-	pthread_join(th, NULL);
-	ck_assert(atomic_load(&h.held));
-	for (int i = 0; i < 3; i++) {
-		lane_status(f.lane, &st);
-		ck_assert_int_eq(st.state, LANE_RUNNING);
-		ck_assert_int_eq(st.n_done, CHUNK);
-		sleep_ms(20);
-	}
-	lane_release(f.lane);
-	ck_assert_int_eq(wait_not(f.lane, LANE_RUNNING), LANE_DONE);
-	import_matches(&f, ids, n);
-	fix_close(&f);
-}
-END_TEST
-SUITE_TEST("lane", test_hold);
 
 SUITE_CASE("lane", 60);
 

@@ -1,16 +1,13 @@
 /*
  * check_threadpool.c - the CPU backend's thread pool: every task runs
- * exactly once, tp_set_active() decides which threads take part, and a
- * gate (tp_set_gate()) runs before every job.
+ * exactly once, and tp_set_active() decides which threads take part.
  */
 #include <check.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "lib/clock.h"
 #include "lib/suite.h"
@@ -146,88 +143,6 @@ START_TEST(test_set_active_random)
 }
 END_TEST
 SUITE_TEST("core", test_set_active_random);
-
-/* A gate that counts its calls and blocks while closed. */
-struct gate {
-	atomic_int calls;
-	atomic_bool open;
-};
-
-static void
-gate_fn(void *arg)
-{
-	struct gate *g = arg;
-	struct timespec ts = { 0, 100000 };
-
-	atomic_fetch_add(&g->calls, 1);
-	while (!atomic_load(&g->open))
-		nanosleep(&ts, NULL);
-}
-
-struct gated_run {
-	struct threadpool *tp;
-	struct job *j;
-	int n;
-};
-
-static void *
-gated_main(void *arg)
-{
-	struct gated_run *r = arg;
-
-	(void)run(r->tp, r->j, r->n, 0);
-	return NULL;
-}
-
-/*
- * The gate is called once before every job, one task or many, on every
- * thread count, and nothing runs while it blocks; unset, it is not
- * called.
- */
-START_TEST(test_gate)
-{
-	static struct job j;
-	struct threadpool *tp;
-	struct gate g;
-	struct gated_run r;
-	struct timespec ts = { 0, 50000000 }, ts1 = { 0, 1000000 };
-	pthread_t th;
-	int i, ran = 0;
-
-	atomic_init(&g.calls, 0);
-	atomic_init(&g.open, true);
-	ck_assert_int_eq(tp_new(NT, &tp), 0);
-	tp_set_gate(tp, gate_fn, &g);
-	(void)run(tp, &j, 1, 0);
-	(void)run(tp, &j, MAX_TASKS, 0);
-	ck_assert_int_eq(tp_set_active(tp, 1), 0);
-	(void)run(tp, &j, 5, 0);
-	ck_assert_int_eq(atomic_load(&g.calls), 3);
-	ck_assert_int_eq(tp_set_active(tp, NT), 0);
-
-	atomic_store(&g.open, false);
-	r.tp = tp;
-	r.j = &j;
-	r.n = 64;
-	ck_assert_int_eq(pthread_create(&th, NULL, gated_main, &r), 0);
-	/* the gate's count orders run()'s reset of j before the reads */
-	for (i = 0; i < 10000 && atomic_load(&g.calls) < 4; i++)
-		nanosleep(&ts1, NULL);
-	nanosleep(&ts, NULL);
-	for (i = 0; i < NT; i++)
-		ran += atomic_load(&j.by[i]);
-	ck_assert_int_eq(ran, 0);
-	ck_assert_int_eq(atomic_load(&g.calls), 4);
-	atomic_store(&g.open, true);
-	pthread_join(th, NULL);
-
-	tp_set_gate(tp, NULL, NULL);
-	(void)run(tp, &j, 8, 0);
-	ck_assert_int_eq(atomic_load(&g.calls), 4);
-	tp_free(tp);
-}
-END_TEST
-SUITE_TEST("core", test_gate);
 
 SUITE_CASE("core", 60);
 

@@ -1192,16 +1192,14 @@ SUITE_TEST("control", test_shutdown_in_flight);
  * tokens of a prompt at a time.
  */
 static void
-tw_open_lane_target(struct tw *t, struct rec *recs, int n_recs,
-    int lane_min, int lane_chunk, int chunk, int max_inter_token_ms)
+tw_open_lane(struct tw *t, struct rec *recs, int n_recs, int lane_min,
+    int lane_chunk, int chunk)
 {
 	struct worker_params p;
 	struct cp_err e = { 0 };
 
 	tw_load(t);
 	tw_params(t, &p, 32, chunk, 8, 8 * N_CTX);
-	p.max_inter_token_ms = max_inter_token_ms;
-	p.prefill_lane_slices = max_inter_token_ms > 0;
 	p.be.n_threads = 2;
 	p.prefill_lane_tokens = lane_min;
 	p.prefill_lane_chunk = lane_chunk;
@@ -1212,14 +1210,6 @@ tw_open_lane_target(struct tw *t, struct rec *recs, int n_recs,
 	t->n_recs = n_recs;
 	memset(recs, 0, sizeof(*recs) * (size_t)n_recs);
 	ck_assert_int_eq(worker_start(t->w), 0);
-}
-
-/* The same without a latency target: the lane keeps half the threads. */
-static void
-tw_open_lane(struct tw *t, struct rec *recs, int n_recs, int lane_min,
-    int lane_chunk, int chunk)
-{
-	tw_open_lane_target(t, recs, n_recs, lane_min, lane_chunk, chunk, 0);
 }
 
 /*
@@ -1423,44 +1413,6 @@ START_TEST(test_lane_move)
 }
 END_TEST
 SUITE_TEST("batch", test_lane_move);
-
-/*
- * A lane in slices between the steps of a decoding stream (slicer.h;
- * prefill_lane_slices, since the steps of this small model never miss a
- * target): the first step after the lane took the prompt holds it, and
- * the prompt and the stream end with the tokens of each run alone without
- * a lane.
- */
-START_TEST(test_lane_sliced)
-{
-	struct rec recs[2], ref[1], sref[1];
-	struct ep_params p = greedy(8), ps = greedy(80);
-	struct worker_stats st;
-	int32_t toks[110];
-	struct tw t;
-
-	lane_ref(toks, 47, &p, ref);
-	tw_open(&t, sref, 1, 32, 16, 8, 8 * N_CTX);
-	tw_submit(&t, 0, 1, 0, "Once upon a time", NULL, 0, &ps, 0, NULL, 0);
-	tw_drain(&t, -1, 20000);
-	tw_close(&t);
-
-	tw_open_lane_target(&t, recs, 2, 16, 1, 16, 5);
-	tw_submit(&t, 1, 2, 0, "Once upon a time", NULL, 0, &ps, 0, NULL, 0);
-	tw_wait_steps(&t, 8);
-	tw_submit(&t, 0, 1, 0, NULL, toks, 110, &p, 0, NULL, 0);
-	tw_drain(&t, -1, 20000);
-	assert_done(&recs[0], CP_FINISH_LENGTH);
-	assert_same(&recs[0], &ref[0]);
-	assert_same(&recs[1], &sref[0]);
-	worker_stats(t.w, &st);
-	ck_assert_uint_eq(st.lane_prompts, 1);
-	ck_assert_uint_ge(st.lane_slices, 1);
-	tw_check_clean(&t);
-	tw_close(&t);
-}
-END_TEST
-SUITE_TEST("batch", test_lane_sliced);
 
 /*
  * A prompt cancelled while the lane prefills it ends at once; the lane
