@@ -47,6 +47,7 @@ struct fwd_att_task {
  *	mm_scratch		activations prepared for the products
  *				of one job: slot i at mm_slot[i], sized
  *				for the widest i-th product of any job
+ *	mm_wide [threads]	mm_rows_wide() scratch of one task each
  *	att_scratch [threads]	attn_rows() scratch of one task each
  */
 struct fwd {
@@ -68,6 +69,8 @@ struct fwd {
 	int *row_pos, *row_entry, *logit_rows;
 	void *mm_scratch;
 	size_t mm_slot[FWD_MAX_MATS];	/* byte offsets, FWD_ALIGN multiples */
+	unsigned char *mm_wide;
+	size_t mm_wide_bytes;	/* per thread, FWD_ALIGN multiple; 0: none */
 	unsigned char *att_scratch;
 	size_t att_scratch_bytes;	/* per thread, FWD_ALIGN multiple */
 	int score_cap;		/* attn_args.score_cap of a full tile */
@@ -102,6 +105,12 @@ static size_t
 fwd_max(size_t a, size_t b)
 {
 	return a > b ? a : b;
+}
+
+static size_t
+fwd_wide_need(const struct model_tensor *w)
+{
+	return mm_wide_bytes(w->type, w->cols, w->packed);
 }
 
 /*
@@ -187,11 +196,19 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 			{ &l->w_gate, &l->w_up }, { &l->w_down } };
 
 		for (int jb = 0; jb < 4; jb++)
-			for (int i = 0; i < FWD_MAX_MATS && jobs[jb][i]; i++)
+			for (int i = 0; i < FWD_MAX_MATS && jobs[jb][i];
+			    i++) {
 				need[i] = fwd_max(need[i],
 				    fwd_mm_need(jobs[jb][i], (int)T));
+				f->mm_wide_bytes = fwd_max(f->mm_wide_bytes,
+				    fwd_wide_need(jobs[jb][i]));
+			}
 	}
 	need[0] = fwd_max(need[0], fwd_mm_need(f->output, (int)S));
+	f->mm_wide_bytes = fwd_max(f->mm_wide_bytes,
+	    fwd_wide_need(f->output));
+	f->mm_wide_bytes = fwd_max(T, S) < MM_WIDE_ROWS ? 0 :
+	    (f->mm_wide_bytes + FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
 	for (il = 0; il < FWD_MAX_MATS; il++)
 		need[il] = (need[il] + FWD_ALIGN - 1) / FWD_ALIGN * FWD_ALIGN;
 	for (il = 1; il < FWD_MAX_MATS; il++)
@@ -218,6 +235,7 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	f->entry_row0 = fwd_alloc(S * sizeof(int));
 	f->mm_scratch = fwd_alloc(f->mm_slot[FWD_MAX_MATS - 1] +
 	    need[FWD_MAX_MATS - 1]);
+	f->mm_wide = fwd_alloc(nt * f->mm_wide_bytes);
 	f->score_cap = kp->n_ctx < FWD_SCORE_CAP ? kp->n_ctx : FWD_SCORE_CAP;
 	f->att_scratch_bytes = (attn_scratch_bytes(hp->head_dim, hp->n_head,
 	    FWD_ATT_TILE, f->bt, f->score_cap) +
@@ -236,7 +254,8 @@ fwd_new(const struct model *m, struct kv_cache *kv, void *kv_mem,
 	    f->up == NULL || f->tmp == NULL || f->rope == NULL ||
 	    f->row_pos == NULL || f->row_entry == NULL ||
 	    f->logit_rows == NULL || f->entry_row0 == NULL ||
-	    f->mm_scratch == NULL || f->att_scratch == NULL ||
+	    f->mm_scratch == NULL || f->mm_wide == NULL ||
+	    f->att_scratch == NULL ||
 	    f->tasks == NULL) {
 		fwd_free(f);
 		return cp_err_set(e, -ENOMEM, "forward: out of memory for "
@@ -255,6 +274,7 @@ fwd_free(struct fwd *f)
 	free(f->tasks);
 	free(f->att_scratch);
 	free(f->mm_scratch);
+	free(f->mm_wide);
 	free(f->entry_row0);
 	free(f->logit_rows);
 	free(f->row_entry);
@@ -288,6 +308,8 @@ struct fwd_mm_job {
 	enum model_act act;
 	struct mm_args a[FWD_MAX_MATS];
 	const void *scratch[FWD_MAX_MATS];
+	unsigned char *wide;	/* the fwd's mm_wide */
+	size_t wide_bytes;
 	int chunk[FWD_MAX_MATS];	/* output rows per task */
 	int first[FWD_MAX_MATS + 1];	/* first task of each matrix */
 };
@@ -319,17 +341,18 @@ fwd_mm_task(void *arg, int task, int thread)
 {
 	struct fwd_mm_job *j = arg;
 	int i = 0, o0, o1;
+	void *wide = j->wide_bytes > 0 ? j->wide + (size_t)thread *
+	    j->wide_bytes : NULL;
 
-	(void)thread;
 	while (task >= j->first[i + 1])
 		i++;
 	o0 = (task - j->first[i]) * j->chunk[i];
 	o1 = o0 + j->chunk[i];
 	if (o1 > j->a[i].n_out)
 		o1 = j->a[i].n_out;
-	mm_rows(&j->a[i], j->scratch[i], o0, o1);
+	mm_rows_wide(&j->a[i], j->scratch[i], wide, o0, o1);
 	if (j->gated) {
-		mm_rows(&j->a[1], j->scratch[1], o0, o1);
+		mm_rows_wide(&j->a[1], j->scratch[1], wide, o0, o1);
 		fwd_glu(&j->a[0], &j->a[1], o0, o1, j->act);
 	}
 }
@@ -391,6 +414,9 @@ fwd_mm_run(struct fwd *f, struct fwd_mm_job *j)
 {
 	int n_task_mats = j->gated ? 1 : j->n_mat, n_tasks = 0, i, k;
 	struct fwd_prep_job pj = { .j = j, .n_prep = 0 };
+
+	j->wide = f->mm_wide;
+	j->wide_bytes = f->mm_wide_bytes;
 
 	for (i = 0; i < j->n_mat; i++) {
 		const struct dot_kernel *ki = dot_kernel(j->a[i].wtype);

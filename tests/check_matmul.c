@@ -22,6 +22,7 @@
 #include "lib/suite.h"
 #include "matmul.h"
 #include "quant.h"
+#include "repack.h"
 #include "ttype.h"
 
 static const uint32_t all_types[] = {
@@ -387,6 +388,92 @@ START_TEST(test_batch_invariance)
 }
 END_TEST
 SUITE_LOOP("kernels", test_batch_invariance, 0, N_TYPES);
+
+/*
+ * Y of mm_rows_wide() over the n x k weights w (type t, packed or not),
+ * m rows, the outputs cut at cut, against mm_rows() over the same: the
+ * same bits.  The widening scratch is exactly mm_wide_bytes() long, so a
+ * sanitizer sees any write past it.
+ */
+static void
+check_wide(uint32_t t, const uint8_t *w, size_t ws, bool packed, int n,
+    int k, int m, int cut)
+{
+	struct mm_args a = {
+		.wtype = t, .w = w, .w_stride = ws, .n_out = n, .k = k,
+		.ldx = (size_t)k, .m = m, .ldy = (size_t)n, .packed = packed,
+	};
+	size_t wb = mm_wide_bytes(t, k, packed);
+	float *x = make_x(m, k), *y0, *y1;
+	void *scr = malloc(mm_scratch_bytes(t, k, m)), *wide = malloc(wb);
+
+	y0 = calloc((size_t)m * (size_t)n, sizeof(float));
+	y1 = calloc((size_t)m * (size_t)n, sizeof(float));
+	ck_assert(wb > 0 && scr != NULL && wide != NULL && y0 != NULL &&
+	    y1 != NULL);
+	a.x = x;
+	mm_prepare(&a, scr);
+	a.y = y0;
+	mm_rows(&a, scr, 0, n);
+	a.y = y1;
+	mm_rows_wide(&a, scr, wide, 0, cut);
+	mm_rows_wide(&a, scr, wide, cut, n);
+	for (size_t i = 0; i < (size_t)m * (size_t)n; i++)
+		ck_assert_msg(memcmp(&y0[i], &y1[i], sizeof(float)) == 0,
+		    "%s%s k %d n %d m %d: output %zu: %a, widened %a",
+		    ttype_name(t), packed ? " packed" : "", k, n, m, i, y0[i],
+		    y1[i]);
+	free(y1);
+	free(y0);
+	free(wide);
+	free(scr);
+	free(x);
+}
+
+/*
+ * Widened weight tiles (mm_rows_wide()) give mm_rows()'s bits: F16 and
+ * BF16 rows, F16 repacked where this CPU has the repacked kernels; row
+ * counts on both sides of MM_WIDE_ROWS, k off the 8 lanes (plain rows)
+ * and long enough that a product spans several widened tiles, F16
+ * weights with subnormal, largest and signed-zero values.  Other types
+ * never widen.
+ */
+START_TEST(test_wide)
+{
+	static const uint32_t wt[] = { CP_T_F16, CP_T_BF16, CP_T_F16 };
+	static const uint16_t extreme[] = { 0x0001, 0x83ff, 0x7bff, 0xfbff,
+	    0x8000, 0x0400 };
+	static const int ms[] = { MM_WIDE_ROWS - 1, MM_WIDE_ROWS,
+	    MM_WIDE_ROWS + 13, 70 };
+	uint32_t t = wt[_i];
+	bool packed = _i == 2;
+	int k = packed ? 2056 : 2051, n = packed ? 152 : 150;
+	size_t ws;
+	uint8_t *w, *pw;
+
+	if (packed && repack_kernel(t) == NULL)
+		return;
+	ck_assert_uint_eq(mm_wide_bytes(CP_T_F32, 64, false), 0);
+	ck_assert_uint_eq(mm_wide_bytes(CP_T_Q8_0, 64, false), 0);
+	rng_seed(91 + (uint64_t)_i);
+	w = make_weights(t, n, k, &ws);
+	if (t == CP_T_F16)
+		for (int i = 0; i < 64; i++)
+			put_f16(w + 2 * (rng_u32() % ((size_t)n * (size_t)k)),
+			    fp16_to_fp32(extreme[i % 6]));
+	if (packed) {
+		ck_assert_ptr_nonnull(pw = malloc(ws * (size_t)n));
+		ck_assert_int_eq(repack_rows(t, w, ws, n, k, pw), 0);
+		free(w);
+		w = pw;
+	}
+	for (int i = 0; i < 4; i++)
+		check_wide(t, w, ws, packed, n, k, ms[i],
+		    packed ? REPACK_ROWS * (1 + i) : 1 + 7 * i);
+	free(w);
+}
+END_TEST
+SUITE_LOOP("kernels", test_wide, 0, 3);
 
 /*
  * Each AVX2 (loop index < N_TYPES) and AVX-512 kernel against its scalar

@@ -124,6 +124,22 @@ dot_round_row(uint32_t to, const float *src, float *dst, int n)
 	}
 }
 
+void
+dot_widen(uint32_t from, const void *src, float *dst, size_t n)
+{
+	const uint8_t *s = src;
+
+#if defined(__x86_64__) || defined(__i386__)
+	if (cpu_use_simd()) {
+		dot_widen_avx2(from, src, dst, n);
+		return;
+	}
+#endif
+	for (size_t j = 0; j < n; j++)
+		dst[j] = from == CP_T_F16 ? quant_f16(s + 2 * j) :
+		    bf16_to_fp32((uint16_t)(s[2 * j] | s[2 * j + 1] << 8));
+}
+
 /* ---- tables ------------------------------------------------------------ */
 
 #define K(w, x, r, f, n) { CP_T_##w, CP_T_##x, CP_T_##r, f, n }

@@ -78,6 +78,18 @@ const struct dot_kernel *dot_kernel_avx2(uint32_t wtype);
  */
 void dot_round_row(uint32_t to, const float *src, float *dst, int n);
 
+/*
+ * dst[j] = src[j] widened to F32 for j < n, src of type from (F16 or
+ * BF16): exact, so an F32 kernel over the widened rows gives the F16 or
+ * BF16 kernel's bits (the float kernels share one order).  A product over
+ * many activation rows widens its weight tiles once this way instead of
+ * converting them again for every tile of activation rows (matmul.c).
+ */
+void dot_widen(uint32_t from, const void *src, float *dst, size_t n);
+
+/* dot_widen() with AVX2 and F16C. */
+void dot_widen_avx2(uint32_t from, const void *src, float *dst, size_t n);
+
 /* Scalar kernels (dot.c, dot_quant.c). */
 dot_fn dot_f32_f32;
 dot_fn dot_f16_f32;

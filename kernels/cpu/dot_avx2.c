@@ -22,6 +22,7 @@
 #include "dot_tiles.h"
 #include "dot_x86.h"
 #include "quant.h"
+#include "ttype.h"
 
 /* Lane mask selecting the first n < 8 lanes. */
 static ALWAYS_INLINE __m256i
@@ -169,6 +170,31 @@ dot_round_f16_avx2(const float *src, float *dst, int n)
 	for (; j < n; j++)
 		dst[j] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph(
 		    _mm_set_ss(src[j]), _MM_FROUND_TO_NEAREST_INT)));
+}
+
+void
+dot_widen_avx2(uint32_t from, const void *src, float *dst, size_t n)
+{
+	const uint8_t *s = src;
+	size_t j = 0;
+
+	if (from == CP_T_F16) {
+		for (; j + 8 <= n; j += 8)
+			_mm256_storeu_ps(dst + j, _mm256_cvtph_ps(
+			    _mm_loadu_si128((const __m128i *)(const void *)
+			    (s + 2 * j))));
+		for (; j < n; j++)
+			dst[j] = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(
+			    s[2 * j] | s[2 * j + 1] << 8)));
+		return;
+	}
+	/* BF16: the upper half of the float's bits */
+	for (; j + 8 <= n; j += 8)
+		_mm256_storeu_si256((__m256i *)(void *)(dst + j),
+		    _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(
+		    (const __m128i *)(const void *)(s + 2 * j))), 16));
+	for (; j < n; j++)
+		dst[j] = bf16_to_fp32((uint16_t)(s[2 * j] | s[2 * j + 1] << 8));
 }
 
 /* ---- quantized weights ----------------------------------------------------- */

@@ -117,7 +117,7 @@ spread(__m128 s, int h)
 #define PAIR_CALL(NG, NX, g, gs, r, yo) PAIR_TILE(nb, wc + (size_t)(g) * \
 	gb, gs, NG, xc + (size_t)(r) * bx, bx, NX, y + (size_t)(r) * ldy + \
 	(size_t)(g) * REPACK_ROWS, ldy, yo)
-#define PAIR_KERNEL(NAME, ELEMS)					\
+#define PAIR_KERNEL_NX(NAME, ELEMS, NXT)				\
 void									\
 NAME(int k, const void *w, size_t bw, int nw, const void *x,		\
     size_t bx, int nx, float *y, size_t ldy)				\
@@ -128,51 +128,70 @@ NAME(int k, const void *w, size_t bw, int nw, const void *x,		\
 	size_t gb = bw * REPACK_ROWS;					\
 									\
 	for (int g = 0; g < q; g++)					\
-		DOT_TILES_NX(PT, PAIR_CALL, 2, g, (size_t)q * gb, \
+		DOT_TILES_NX(NXT, PAIR_CALL, 2, g, (size_t)q * gb,	\
 		    (size_t)q * REPACK_ROWS);				\
 	for (int g = 2 * q; g < ng; g++)				\
-		DOT_TILES_NX(PT, PAIR_CALL, 1, g, gb,		\
+		DOT_TILES_NX(NXT, PAIR_CALL, 1, g, gb,		\
 		    (size_t)REPACK_ROWS);				\
 }
+#define PAIR_KERNEL(NAME, ELEMS) PAIR_KERNEL_NX(NAME, ELEMS, PT)
 
 /* ---- F16 -------------------------------------------------------------- */
 
 #define F16G (REPACK_ROWS * 16)		/* group block: 8 elements of 4 rows */
+#define F32G (REPACK_ROWS * 32)		/* the same widened to floats */
+#define PTW 6		/* activation rows per widened tile: 24 accumulators */
 
 /*
- * NG <= 2 groups (gs bytes apart) times NX <= PT activation rows, nb
+ * NG <= 2 groups (gs bytes apart) times NX <= PTW activation rows, nb
  * blocks of 8 elements.  Per block, pair and row: lanes = fma(w, x, lanes)
  * with x the row's 8 values in both halves, which is what each row's
  * accumulator in the float tiles (dot_avx2.c, dot_avx512.c) does, lane for
- * lane.  One 64-byte line is a group's block, so each group is a single
- * stream, asked for PF_DIST ahead.
+ * lane.  F16 (wide false): one 64-byte line is a group's block, so each
+ * group is a single stream, asked for PF_DIST ahead.  Widened (dot_widen()
+ * element for element): the same multiply-adds on the same values, two
+ * loads where F16 loads and converts.  The conversion costs about as much
+ * as three multiply-adds on the AVX-512 machines we measured, and the F16
+ * tiles do it again for every tile of activation rows; a prompt-sized
+ * product widens each weight tile once instead (matmul.c), and its tile
+ * then sits in L2, so nothing is prefetched.
  */
 static ALWAYS_INLINE void
-tile_f16p(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
-    size_t bx, int NX, float *y, size_t ldy, size_t yo)
+tile_fp(bool wide, int nb, const uint8_t *w, size_t gs, int NG,
+    const char *x, size_t bx, int NX, float *y, size_t ldy, size_t yo)
 {
-	__m512 acc[2][2][PT];
+	__m512 acc[2][2][PTW];
 
-	tile_zero(acc, NG, NX);
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++)
+#pragma GCC unroll 6
+		for (int r = 0; r < NX; r++)
+			acc[g][0][r] = acc[g][1][r] = _mm512_setzero_ps();
 	for (int b = 0; b < nb; b++) {
-		__m512 xv[PT];
+		__m512 xv[PTW];
 
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 		for (int r = 0; r < NX; r++)
 			xv[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(
 			    (const float *)(const void *)(x + (size_t)r * bx) +
 			    8 * b));
 #pragma GCC unroll 2
 		for (int g = 0; g < NG; g++) {
-			const uint8_t *p = w + (size_t)g * gs + (size_t)b * F16G;
+			const uint8_t *p = w + (size_t)g * gs + (size_t)b *
+			    (wide ? F32G : F16G);
 			__m512 w01, w23;
 
-			prefetch_ahead(p, 1);
-			w01 = _mm512_cvtph_ps(_mm256_loadu_si256(
-			    (const __m256i *)p));
-			w23 = _mm512_cvtph_ps(_mm256_loadu_si256(
-			    (const __m256i *)(p + 32)));
-#pragma GCC unroll 4
+			if (wide) {
+				w01 = _mm512_loadu_ps(p);
+				w23 = _mm512_loadu_ps(p + 64);
+			} else {
+				prefetch_ahead(p, 1);
+				w01 = _mm512_cvtph_ps(_mm256_loadu_si256(
+				    (const __m256i *)p));
+				w23 = _mm512_cvtph_ps(_mm256_loadu_si256(
+				    (const __m256i *)(p + 32)));
+			}
+#pragma GCC unroll 6
 			for (int r = 0; r < NX; r++) {
 				acc[g][0][r] = _mm512_fmadd_ps(w01, xv[r],
 				    acc[g][0][r]);
@@ -181,11 +200,23 @@ tile_f16p(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 			}
 		}
 	}
-	tile_store(acc, NG, NX, y, ldy, yo);
+#pragma GCC unroll 2
+	for (int g = 0; g < NG; g++)
+#pragma GCC unroll 6
+		for (int r = 0; r < NX; r++) {
+			float *yr = y + (size_t)r * ldy + (size_t)g * yo;
+
+			store_pair(acc[g][0][r], yr);
+			store_pair(acc[g][1][r], yr + 2);
+		}
 }
 
-#define PAIR_TILE tile_f16p
+#define PAIR_TILE(...) tile_fp(false, __VA_ARGS__)
 PAIR_KERNEL(dot_f16_f32_packed, 8)
+#undef PAIR_TILE
+
+#define PAIR_TILE(...) tile_fp(true, __VA_ARGS__)
+PAIR_KERNEL_NX(dot_f32_f32_packed, 8, PTW)
 #undef PAIR_TILE
 
 /* ---- Q4_0 ------------------------------------------------------------- */

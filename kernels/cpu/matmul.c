@@ -8,6 +8,8 @@
  * output in tiles, weight rows outer and activation rows inner, so each
  * weight row is read from memory once per tile of activation rows while it
  * sits in cache; the tiles never change how an element is summed.
+ * mm_rows_wide() does the same with F16 and BF16 weights widened to F32
+ * once per weight tile, for products over many activation rows.
  */
 #include "matmul.h"
 
@@ -122,6 +124,40 @@ mm_rows_align(const struct mm_args *a)
 	return a->packed ? REPACK_ROWS : 1;
 }
 
+/*
+ * The kernel over a's weights widened to F32 (packed: dot_f32_f32_packed
+ * on the widened groups; plain: the F32 kernel, whose order the F16 and
+ * BF16 kernels share), or NULL when a's weights do not widen.
+ */
+static dot_fn *
+wide_fn(uint32_t wtype, bool packed)
+{
+	if (wtype != CP_T_F16 && wtype != CP_T_BF16)
+		return NULL;
+	if (packed)
+		return wtype == CP_T_F16 && repack_kernel(wtype) != NULL ?
+		    dot_f32_f32_packed : NULL;
+	return dot_kernel(CP_T_F32)->fn;
+}
+
+/* Weight rows per widened tile: as many as the plain tiles hold. */
+static int
+wide_rows(int k, int al)
+{
+	int rows = (int)(MM_WTILE_BYTES / ((size_t)k * 2)) / al * al;
+
+	return rows < al ? al : rows;
+}
+
+size_t
+mm_wide_bytes(uint32_t wtype, int k, bool packed)
+{
+	if (wide_fn(wtype, packed) == NULL || !k_fits(wtype, k))
+		return 0;
+	return (size_t)wide_rows(k, packed ? REPACK_ROWS : 1) *
+	    (size_t)k * sizeof(float) + MM_ALIGN;
+}
+
 void
 mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1)
 {
@@ -155,6 +191,45 @@ mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1)
 
 			kern->fn(a->k, w + (size_t)ob * a->w_stride, a->w_stride,
 			    on, x + (size_t)rb * bx, bx, rn,
+			    a->y + (size_t)rb * a->ldy + ob, a->ldy);
+		}
+	}
+}
+
+void
+mm_rows_wide(const struct mm_args *a, const void *scratch, void *wide,
+    int o0, int o1)
+{
+	dot_fn *fn = wide_fn(a->wtype, a->packed);
+	int al = mm_rows_align(a), ot, rt;
+	size_t bx, bw = (size_t)a->k * sizeof(float);
+	const char *x;
+	float *wt;
+
+	if (wide == NULL || fn == NULL || a->m < MM_WIDE_ROWS ||
+	    a->w_stride != (size_t)a->k * 2) {
+		mm_rows(a, scratch, o0, o1);
+		return;
+	}
+	assert(k_fits(a->wtype, a->k));
+	assert(0 <= o0 && o0 <= o1 && o1 <= a->n_out);
+	assert(o0 % al == 0 && o1 % al == 0);
+	x = scratch_base(scratch);
+	bx = xrow_bytes(dot_kernel(a->wtype), a->k);
+	wt = (float *)(void *)scratch_base(wide);
+	rt = (int)(MM_XTILE_BYTES / bx);
+	rt = rt < 1 ? 1 : rt;
+	ot = wide_rows(a->k, al);
+	for (int ob = o0; ob < o1; ob += ot) {
+		int on = o1 - ob < ot ? o1 - ob : ot;
+
+		/* groups and rows are contiguous: widen the tile's bytes */
+		dot_widen(a->wtype, (const char *)a->w + (size_t)ob *
+		    a->w_stride, wt, (size_t)on * (size_t)a->k);
+		for (int rb = 0; rb < a->m; rb += rt) {
+			int rn = a->m - rb < rt ? a->m - rb : rt;
+
+			fn(a->k, wt, bw, on, x + (size_t)rb * bx, bx, rn,
 			    a->y + (size_t)rb * a->ldy + ob, a->ldy);
 		}
 	}

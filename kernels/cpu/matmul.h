@@ -57,6 +57,32 @@ void mm_prepare_rows(const struct mm_args *a, void *scratch, int r0, int r1);
  */
 void mm_rows(const struct mm_args *a, const void *scratch, int o0, int o1);
 
+/*
+ * Activation rows from which mm_rows_wide() widens weight tiles.  The
+ * F16 kernels convert a weight block once per tile of 4-6 activation
+ * rows, and on the AVX-512 machines we measured a conversion costs about
+ * three multiply-adds; widening costs one conversion per weight for the
+ * whole product.
+ */
+#define MM_WIDE_ROWS 32
+
+/*
+ * Bytes of scratch mm_rows_wide() widens a tile of weights of type wtype
+ * (k elements a row, repacked or not) into; 0 when such weights never
+ * widen (types other than F16 and BF16).
+ */
+size_t mm_wide_bytes(uint32_t wtype, int k, bool packed);
+
+/*
+ * mm_rows() with the weights widened to F32 one tile at a time into wide
+ * (mm_wide_bytes() bytes, the calling thread's own) when the product has
+ * enough activation rows to gain from it; the same bits as mm_rows()
+ * (conversions are exact and the float kernels share one order).  wide
+ * NULL, or weights that do not widen: mm_rows().
+ */
+void mm_rows_wide(const struct mm_args *a, const void *scratch, void *wide,
+    int o0, int o1);
+
 /* The multiple of rows mm_rows() cuts a's product at: 1, or REPACK_ROWS. */
 int mm_rows_align(const struct mm_args *a);
 

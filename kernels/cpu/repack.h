@@ -50,6 +50,12 @@ const struct dot_kernel *repack_kernel(uint32_t wtype);
 
 /* Repacked kernels (dot_packed_avx512.c); call only when cpu_use_avx512(). */
 dot_fn dot_f16_f32_packed;
+/*
+ * F16 repacked rows widened to F32 element for element (dot_widen()):
+ * groups of 4 rows x 8 floats per block, bw the widened row's bytes (4k).
+ * The results of dot_f16_f32_packed() on the F16 rows, bit for bit.
+ */
+dot_fn dot_f32_f32_packed;
 dot_fn dot_q4_0_q8_0_packed;
 dot_fn dot_q8_0_q8_0_packed;
 dot_fn dot_q4_K_q8_K_packed;

@@ -6,9 +6,9 @@
  * For each weight type in TYPES (comma-separated ggml names, default
  * f16,q8_0,q4_K,q6_K) and each activation row count in ROWS (default
  * 1,512), a weight of N rows of K random elements is multiplied by ROWS
- * random activation rows: mm_prepare() once, then mm_rows() split into
- * output-row chunks over a persistent thread pool, as the forward pass
- * splits it.  Prints the best of REPS runs (default 5) as time per
+ * random activation rows: mm_prepare() once, then mm_rows_wide() split
+ * into output-row chunks over a persistent thread pool, each thread with
+ * a widening scratch of its own, as the forward pass splits it.  Prints the best of REPS runs (default 5) as time per
  * product, weight bytes read per second (the number to hold against the
  * memory bandwidth when ROWS is 1) and multiply-adds per second.  The
  * last line is the read bandwidth of a plain sum over a buffer of the
@@ -40,6 +40,8 @@
 struct bk_job {
 	struct mm_args a;
 	const void *scratch;
+	char *wide;		/* wide_bytes for each thread */
+	size_t wide_bytes;
 	int chunk;
 };
 
@@ -49,10 +51,10 @@ bk_task(void *arg, int task, int thread)
 	struct bk_job *j = arg;
 	int o0 = task * j->chunk, o1 = o0 + j->chunk;
 
-	(void)thread;
 	if (o1 > j->a.n_out)
 		o1 = j->a.n_out;
-	mm_rows(&j->a, j->scratch, o0, o1);
+	mm_rows_wide(&j->a, j->scratch, j->wide + (size_t)thread *
+	    j->wide_bytes, o0, o1);
 }
 
 static int
@@ -112,7 +114,7 @@ bk_one(struct threadpool *tp, uint32_t wt, bool packed, int k, int n, int m,
 	struct bk_job j;
 	uint64_t rowb, seed = 0x2545f4914f6cdd1dull;
 	float *tmp = NULL, *x = NULL, *y = NULL;
-	char *w = NULL;
+	char *w = NULL, *wide = NULL;
 	void *scr = NULL;
 	int rc = -ENOMEM, tasks;
 
@@ -124,7 +126,10 @@ bk_one(struct threadpool *tp, uint32_t wt, bool packed, int k, int n, int m,
 	x = malloc((size_t)m * (size_t)k * sizeof(float));
 	y = malloc((size_t)m * (size_t)n * sizeof(float));
 	scr = malloc(mm_scratch_bytes(wt, k, m) + 1);
-	if (w == NULL || tmp == NULL || x == NULL || y == NULL || scr == NULL)
+	j.wide_bytes = mm_wide_bytes(wt, k, packed);
+	wide = malloc((size_t)tp_threads(tp) * j.wide_bytes + 1);
+	if (w == NULL || tmp == NULL || x == NULL || y == NULL || scr == NULL ||
+	    wide == NULL)
 		goto out;
 	for (int o = 0; o < n; o++) {
 		for (int i = 0; i < k; i++)
@@ -150,6 +155,7 @@ bk_one(struct threadpool *tp, uint32_t wt, bool packed, int k, int n, int m,
 	j.a = (struct mm_args){ wt, w, (size_t)rowb, n, k, x, (size_t)k, m,
 	    y, (size_t)n, packed };
 	j.scratch = scr;
+	j.wide = wide;
 	tasks = tp_threads(tp) * BK_CHUNKS;
 	j.chunk = (n + tasks - 1) / tasks;
 	j.chunk = (j.chunk + mm_rows_align(&j.a) - 1) / mm_rows_align(&j.a) *
@@ -167,6 +173,7 @@ bk_one(struct threadpool *tp, uint32_t wt, bool packed, int k, int n, int m,
 	}
 	rc = 0;
 out:
+	free(wide);
 	free(scr);
 	free(y);
 	free(x);
