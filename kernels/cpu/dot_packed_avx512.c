@@ -38,6 +38,9 @@
 #include "quant.h"
 
 #define PT 4		/* activation rows per tile */
+#define PTW 6		/* activation rows per widened F16 tile (24
+		   accumulators); every tile's accumulators are sized
+		   for it */
 /*
  * Bytes ahead in a group's stream to prefetch.  A one-row product of a
  * matrix larger than the L3 (`cpbench kernels -m 1 -k 2048 -n 131072 -t
@@ -67,11 +70,11 @@ store_pair(__m512 a, float *y)
 
 /* A tile's accumulators (group g, pair h, activation row r), zeroed. */
 static ALWAYS_INLINE void
-tile_zero(__m512 acc[2][2][PT], int NG, int NX)
+tile_zero(__m512 acc[2][2][PTW], int NG, int NX)
 {
 #pragma GCC unroll 2
 	for (int g = 0; g < NG; g++)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 		for (int r = 0; r < NX; r++)
 			acc[g][0][r] = acc[g][1][r] = _mm512_setzero_ps();
 }
@@ -79,12 +82,12 @@ tile_zero(__m512 acc[2][2][PT], int NG, int NX)
 /* Their results: group g's row 2h + i times activation row r at
  * y[r * ldy + g * yo + 2h + i]. */
 static ALWAYS_INLINE void
-tile_store(__m512 acc[2][2][PT], int NG, int NX, float *y, size_t ldy,
+tile_store(__m512 acc[2][2][PTW], int NG, int NX, float *y, size_t ldy,
     size_t yo)
 {
 #pragma GCC unroll 2
 	for (int g = 0; g < NG; g++)
-#pragma GCC unroll 4
+#pragma GCC unroll 6
 		for (int r = 0; r < NX; r++) {
 			float *yr = y + (size_t)r * ldy + (size_t)g * yo;
 
@@ -140,7 +143,6 @@ NAME(int k, const void *w, size_t bw, int nw, const void *x,		\
 
 #define F16G (REPACK_ROWS * 16)		/* group block: 8 elements of 4 rows */
 #define F32G (REPACK_ROWS * 32)		/* the same widened to floats */
-#define PTW 6		/* activation rows per widened tile: 24 accumulators */
 
 /*
  * NG <= 2 groups (gs bytes apart) times NX <= PTW activation rows, nb
@@ -162,11 +164,7 @@ tile_fp(bool wide, int nb, const uint8_t *w, size_t gs, int NG,
 {
 	__m512 acc[2][2][PTW];
 
-#pragma GCC unroll 2
-	for (int g = 0; g < NG; g++)
-#pragma GCC unroll 6
-		for (int r = 0; r < NX; r++)
-			acc[g][0][r] = acc[g][1][r] = _mm512_setzero_ps();
+	tile_zero(acc, NG, NX);
 	for (int b = 0; b < nb; b++) {
 		__m512 xv[PTW];
 
@@ -200,15 +198,7 @@ tile_fp(bool wide, int nb, const uint8_t *w, size_t gs, int NG,
 			}
 		}
 	}
-#pragma GCC unroll 2
-	for (int g = 0; g < NG; g++)
-#pragma GCC unroll 6
-		for (int r = 0; r < NX; r++) {
-			float *yr = y + (size_t)r * ldy + (size_t)g * yo;
-
-			store_pair(acc[g][0][r], yr);
-			store_pair(acc[g][1][r], yr + 2);
-		}
+	tile_store(acc, NG, NX, y, ldy, yo);
 }
 
 #define PAIR_TILE(...) tile_fp(false, __VA_ARGS__)
@@ -453,7 +443,7 @@ tile_q8_0p(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
     size_t bx, int NX, float *y, size_t ldy, size_t yo)
 {
 	const __m512i off = _mm512_set1_epi8((char)0x80);
-	__m512 acc[2][2][PT];
+	__m512 acc[2][2][PTW];
 
 	tile_zero(acc, NG, NX);
 	for (int b = 0; b < nb; b++) {
@@ -563,7 +553,7 @@ store_pair_min(__m512 a, __m256 m, float *y)
  * kernels in dot_avx512.c).
  */
 static ALWAYS_INLINE void
-k_block_end(__m512 acc[2][2][PT], __m512i sumi[2][2][PT], const __m128 dw[2],
+k_block_end(__m512 acc[2][2][PTW], __m512i sumi[2][2][PT], const __m128 dw[2],
     const char *x, size_t bx, int b, int NG, int NX)
 {
 #pragma GCC unroll 4
@@ -595,7 +585,7 @@ tile_q4_Kp(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
 {
 	const __m512i m4 = _mm512_set1_epi8(15);
 	const __m256i half = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-	__m512 acc[2][2][PT];
+	__m512 acc[2][2][PTW];
 	__m256 accm[2][2][PT];
 
 #pragma GCC unroll 2
@@ -766,7 +756,7 @@ tile_q6_Kp(int nb, const uint8_t *w, size_t gs, int NG, const char *x,
     size_t bx, int NX, float *y, size_t ldy, size_t yo)
 {
 	const __m512i m32 = _mm512_set1_epi8(32);
-	__m512 acc[2][2][PT];
+	__m512 acc[2][2][PTW];
 
 	tile_zero(acc, NG, NX);
 	for (int b = 0; b < nb; b++) {

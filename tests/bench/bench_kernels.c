@@ -8,8 +8,9 @@
  * 1,512), a weight of N rows of K random elements is multiplied by ROWS
  * random activation rows: mm_prepare() once, then mm_rows_wide() split
  * into output-row chunks over a persistent thread pool, each thread with
- * a widening scratch of its own, as the forward pass splits it.  Prints the best of REPS runs (default 5) as time per
- * product, weight bytes read per second (the number to hold against the
+ * a widening scratch of its own, as the forward pass splits it.  Prints
+ * the best of REPS runs (default 5) as time per product, weight bytes
+ * read per second (the number to hold against the
  * memory bandwidth when ROWS is 1) and multiply-adds per second.  The
  * last line is the read bandwidth of a plain sum over a buffer of the
  * size of the largest weight, or with -f over the whole of FILE as mapped
